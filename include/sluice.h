@@ -1,0 +1,221 @@
+/*
+ * sluice.h -- libsluice, the embeddable rate limiting, quota and throttling engine.
+ *
+ * Units: every time is an int64_t count of nanoseconds; costs and limits are unsigned
+ * whole units. Decisions never read the clock: the caller passes `sluice_time`, which
+ * carries a monotonic reading (rate windows) and a wall-clock reading (calendar quotas).
+ * Errors are negative SLUICE_E* codes (see sluice_strerror); allowed/denied is a result.
+ * Ownership: arguments are borrowed for the duration of the call unless a comment says
+ * "takes ownership" or "copied". Whoever creates an object destroys it.
+ * The library never aborts on bad input and never prints.
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SLUICE_VERSION "0.1.0"
+
+/* ---- errors ------------------------------------------------------------------- */
+
+enum {
+    SLUICE_OK = 0,
+    SLUICE_EINVAL = -1,    /* an argument or a limit specification is invalid */
+    SLUICE_ENOMEM = -2,    /* out of memory (never an abort) */
+    SLUICE_EFULL = -3,     /* store at capacity and configured to refuse new keys */
+    SLUICE_ECORRUPT = -4,  /* snapshot corrupt, truncated or from another format */
+    SLUICE_EIO = -5,       /* file system error (errno is kept) */
+    SLUICE_ENOTFOUND = -6, /* no such key, lease, time zone or name */
+    SLUICE_ERANGE = -7,    /* a number does not fit (cost overflow, limit too large) */
+    SLUICE_ESTORE = -8,    /* shared state unreachable (the policy's failure mode applies) */
+    SLUICE_ETOOMANY = -9   /* too many limits in one decision (SLUICE_MAX_ITEMS) */
+};
+
+/* A static English message for an error code; never NULL. */
+const char *sluice_strerror(int err);
+
+/* ---- time --------------------------------------------------------------------- */
+
+/* retry_after_ns value meaning "this request can never be admitted" (cost > capacity). */
+#define SLUICE_NEVER INT64_C(-1)
+
+#define SLUICE_NS_PER_MS INT64_C(1000000)
+#define SLUICE_NS_PER_S INT64_C(1000000000)
+
+typedef struct sluice_time {
+    int64_t mono_ns; /* monotonic clock: rate windows, buckets, leases */
+    int64_t wall_ns; /* UTC nanoseconds since the Unix epoch: calendar quotas, snapshots */
+} sluice_time;
+
+/* A clock is either the system clock or a manual one that only its owner moves. */
+typedef struct sluice_clock sluice_clock;
+
+sluice_clock *sluice_clock_create_system(void);
+/* A manual clock starting at `wall_ns`; its monotonic reading starts at 1 s and moves
+ * with every set/advance (set may move wall time backwards; monotonic never goes back). */
+sluice_clock *sluice_clock_create_manual(int64_t wall_ns);
+void sluice_clock_destroy(sluice_clock *clock);
+/* One reading of both clocks. Thread-safe. */
+sluice_time sluice_clock_now(const sluice_clock *clock);
+/* Manual clocks only; SLUICE_EINVAL on the system clock or a negative step. */
+int sluice_clock_advance(sluice_clock *clock, int64_t delta_ns);
+int sluice_clock_set_wall(sluice_clock *clock, int64_t wall_ns);
+
+/* ---- limits ------------------------------------------------------------------- */
+
+typedef enum sluice_algo {
+    SLUICE_FIXED_WINDOW = 1,   /* count per aligned window; up to 2x at a boundary */
+    SLUICE_SLIDING_WINDOW = 2, /* two-window weighted counter (approximation, see docs) */
+    SLUICE_SLIDING_LOG = 3,    /* exact; one timestamp per admitted unit, limit capped */
+    SLUICE_TOKEN_BUCKET = 4,   /* rate + burst, lazy refill */
+    SLUICE_GCRA = 5,           /* token bucket admissions in one timestamp (redis-cell) */
+    SLUICE_LEAKY_BUCKET = 6,   /* shaper: returns a delay; rejects beyond queue/delay bound */
+    SLUICE_CONCURRENCY = 7,    /* in-flight count with expiring leases */
+    SLUICE_QUOTA = 8           /* budget per calendar period in an IANA time zone */
+} sluice_algo;
+
+/* "gcra", "token_bucket", ...; NULL for an unknown value. */
+const char *sluice_algo_name(sluice_algo algo);
+/* Parses the names above; SLUICE_ENOTFOUND for an unknown name. */
+int sluice_algo_parse(const char *name, sluice_algo *out);
+
+typedef enum sluice_period {
+    SLUICE_PERIOD_HOUR = 1,
+    SLUICE_PERIOD_DAY = 2,
+    SLUICE_PERIOD_WEEK = 3, /* ISO weeks: Monday 00:00 local time */
+    SLUICE_PERIOD_MONTH = 4
+} sluice_period;
+
+/* The parameters of one limit. Zero-initialise it, then set the fields the algorithm
+ * uses; sluice_limiter_create validates and copies it (strings included). */
+typedef struct sluice_limit_spec {
+    sluice_algo algo;
+    /* Identity of the counters: limits with the same name (and index) share state, so
+     * a reloaded limit keeps its counters. Required, at most 255 bytes. */
+    const char *name;
+    uint32_t index;       /* distinguishes the windows of one rule (0, 1, 2, ...) */
+    uint64_t limit;       /* units per period (rate algorithms and windows), the
+                             concurrency maximum, or the quota per calendar period */
+    int64_t period_ns;    /* the rate's period or the window length (not quota/concurrency) */
+    uint64_t burst;       /* token bucket, GCRA, leaky bucket: capacity; 0 means `limit` */
+    int64_t max_delay_ns; /* leaky bucket: longest delay handed out; beyond it, reject */
+    int64_t lease_ns;     /* concurrency: a lease not released by then is reclaimed */
+    sluice_period quota_period; /* quota only */
+    const char *tz;             /* quota only: IANA zone name ("Europe/Madrid"); NULL = UTC */
+} sluice_limit_spec;
+
+/* A compiled, immutable limit. Thread-safe to share. */
+typedef struct sluice_limiter sluice_limiter;
+
+/* Validates `spec`; on error returns NULL and sets *err (and, when errbuf is not NULL,
+ * a one-line explanation such as "burst 5 is below ... "). */
+sluice_limiter *sluice_limiter_create(const sluice_limit_spec *spec, int *err, char *errbuf,
+                                      size_t errbuf_len);
+void sluice_limiter_destroy(sluice_limiter *lim);
+const sluice_limit_spec *sluice_limiter_spec(const sluice_limiter *lim);
+/* The capacity a client can see: burst (buckets, GCRA), limit (windows, quota, concurrency). */
+uint64_t sluice_limiter_capacity(const sluice_limiter *lim);
+
+/* ---- decisions ---------------------------------------------------------------- */
+
+/* The answer for one limit. */
+typedef struct sluice_result {
+    int allowed;            /* 1 admitted, 0 rejected */
+    uint64_t limit;         /* the capacity (see sluice_limiter_capacity) */
+    uint64_t remaining;     /* units still available after this decision */
+    int64_t reset_after_ns; /* until the state is back to fresh (full bucket, empty window) */
+    int64_t retry_after_ns; /* 0 when allowed; the exact earliest time from now at which the
+                               same request would be admitted; SLUICE_NEVER when it never can */
+    int64_t delay_ns;       /* leaky bucket: how long to hold the admitted request */
+    uint64_t lease;         /* concurrency: the lease to release (0 otherwise) */
+} sluice_result;
+
+/* One limit applied to one key with one cost. */
+typedef struct sluice_item {
+    const sluice_limiter *limiter;
+    const void *key; /* any bytes; not copied */
+    size_t key_len;
+    uint64_t cost;   /* 0 is a pure peek: nothing consumed, results still reported */
+} sluice_item;
+
+#define SLUICE_MAX_ITEMS 32
+
+typedef struct sluice_decision {
+    int allowed;    /* 1 iff every item admitted */
+    int deciding;   /* index of the deciding item: on rejection the one with the longest
+                       retry-after; on admission the one with the least remaining share */
+    size_t n;
+    sluice_result results[SLUICE_MAX_ITEMS];
+} sluice_decision;
+
+/* The memory store: a bounded, sharded, thread-safe table of per-key state. */
+typedef struct sluice_store sluice_store;
+
+typedef enum sluice_on_full {
+    SLUICE_EVICT_LRU = 0,  /* evict the least recently used key (counted) */
+    SLUICE_REFUSE_NEW = 1  /* refuse decisions for new keys with SLUICE_EFULL (counted) */
+} sluice_on_full;
+
+typedef struct sluice_store_options {
+    uint64_t max_keys;      /* capacity across all limits; 0 = 1,000,000 */
+    sluice_on_full on_full;
+    unsigned shards;        /* power of two; 0 = default (256) */
+    const uint8_t *seed;    /* 16 bytes of hash seed; NULL = random per process */
+} sluice_store_options;
+
+typedef struct sluice_store_stats {
+    uint64_t keys;          /* entries held now */
+    uint64_t capacity;
+    uint64_t bytes;         /* memory held by the tables */
+    uint64_t expired;       /* dropped because equivalent to fresh */
+    uint64_t evicted;       /* evicted by LRU under pressure */
+    uint64_t refused;       /* new keys refused under pressure */
+} sluice_store_stats;
+
+sluice_store *sluice_store_create(const sluice_store_options *opt, int *err);
+void sluice_store_destroy(sluice_store *st);
+void sluice_store_stats_get(sluice_store *st, sluice_store_stats *out);
+
+/* Decides `items` all-or-nothing: every limit is checked under its key and, only if all
+ * admit, all are consumed. Thread-safe; takes only the shard locks of the keys involved.
+ * Returns SLUICE_OK (see out->allowed) or an error (nothing consumed). */
+int sluice_decide(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
+                  sluice_decision *out);
+
+/* Reserve-then-settle: after a decision that consumed `reserved`, settle to `actual`.
+ * The difference is refunded (never above capacity, never into a window that has passed)
+ * or charged (even past the limit: the work was done). Nothing is counted twice. */
+int sluice_settle(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
+                  uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out);
+
+/* Concurrency: releases a lease returned by a decision. SLUICE_ENOTFOUND when the lease
+ * has already expired (its slot was reclaimed) or the key is unknown. */
+int sluice_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
+                   uint64_t lease, sluice_time now);
+
+/* Forgets the state of one key under one limit. */
+int sluice_reset(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len);
+
+/* Limiters must be registered with the store that holds their state (so snapshots can
+ * name them and capacity can be shared). A limiter registered under an existing
+ * name+index with different parameters carries the existing state over (see docs). */
+int sluice_store_register(sluice_store *st, const sluice_limiter *lim);
+
+/* Writes every live entry to `path` (temporary file, fsync, rename). */
+int sluice_store_snapshot(sluice_store *st, const char *path, sluice_time now);
+/* Loads a snapshot written by sluice_store_snapshot into an empty store whose limiters
+ * are registered. All or nothing: a corrupt or truncated file loads nothing and returns
+ * SLUICE_ECORRUPT with a message in errbuf. Entries of limiters no longer registered are
+ * skipped and counted in *skipped (may be NULL). */
+int sluice_store_restore(sluice_store *st, const char *path, sluice_time now, uint64_t *skipped,
+                         char *errbuf, size_t errbuf_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLUICE_H */

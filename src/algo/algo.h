@@ -1,0 +1,135 @@
+/*
+ * algo.h -- the algorithms as pure state transitions:
+ *   (limit parameters, state, now, cost) -> (new state, result)
+ * No clock reads, no allocation, no locks, integer arithmetic only (nanoseconds,
+ * micro-units). A NULL/absent state means "fresh" (a key never seen); every algorithm
+ * can say from when its state is equivalent to fresh, so the store may drop it.
+ */
+#ifndef SL_ALGO_H
+#define SL_ALGO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sluice.h"
+
+struct sl_tz; /* src/core/tz.h */
+
+/* Fixed-point scale of token and level amounts: 1 unit = SL_MICRO micro-units. */
+#define SL_MICRO INT64_C(1000000)
+
+/* Sliding log: the largest limit it accepts (one int64 timestamp per admitted unit). */
+#define SL_SLIDING_LOG_MAX 1024
+
+/* Concurrency: leases are counted in this many time buckets of lease/SL_CONC_BUCKETS
+ * each, so a lost lease is reclaimed between lease and lease*(1+1/SL_CONC_BUCKETS). */
+#define SL_CONC_BUCKETS 6
+
+/* ---- per-algorithm state (what the store keeps per key) ------------------------ */
+
+typedef struct sl_fixed_state {
+    int64_t window_start_ns; /* start of the window `count` belongs to */
+    uint64_t count;
+} sl_fixed_state;
+
+typedef struct sl_sliding_state {
+    int64_t window_start_ns; /* start of the current window */
+    uint64_t cur;            /* units admitted in the current window */
+    uint64_t prev;           /* units admitted in the window before it */
+} sl_sliding_state;
+
+typedef struct sl_log_state {
+    uint32_t head;  /* index of the oldest timestamp */
+    uint32_t count; /* timestamps held */
+    int64_t ts[];   /* ring of capacity `limit`, one per admitted unit */
+} sl_log_state;
+
+typedef struct sl_tb_state {
+    int64_t last_ns;    /* time of `tokens_u` */
+    int64_t tokens_u;   /* tokens in micro-units at last_ns */
+} sl_tb_state;
+
+typedef struct sl_gcra_state {
+    int64_t tat_ns;     /* theoretical arrival time */
+} sl_gcra_state;
+
+typedef struct sl_leaky_state {
+    int64_t last_ns;    /* time of `level_u` */
+    int64_t level_u;    /* queued work in micro-units at last_ns (nginx's "excess") */
+} sl_leaky_state;
+
+typedef struct sl_conc_state {
+    int64_t base_ns;    /* start of bucket 0: leases acquired in [base + i*w, base + (i+1)*w) */
+    uint32_t counts[SL_CONC_BUCKETS];
+} sl_conc_state;
+
+typedef struct sl_quota_state {
+    int64_t period_start_s; /* UTC seconds at which the current calendar period began */
+    uint64_t used;
+} sl_quota_state;
+
+/* ---- compiled parameters --------------------------------------------------------- */
+
+typedef struct sl_limit {
+    sluice_algo algo;
+    uint32_t state_size;    /* bytes of state per key (sl_*_state, sliding log: + 8*limit) */
+    uint64_t limit;         /* spec.limit */
+    uint64_t capacity;      /* what the client sees as the limit (burst or limit) */
+    int64_t period_ns;      /* spec.period_ns */
+    int64_t max_delay_ns;   /* leaky bucket */
+    int64_t lease_ns;       /* concurrency */
+    sluice_period quota_period;
+    const struct sl_tz *tz; /* quota; NULL = UTC */
+    /* derived by sl_limit_init: */
+    int64_t emission_ns;    /* GCRA: period/limit, truncated (redis-cell) */
+} sl_limit;
+
+typedef struct sl_result {
+    bool allowed;
+    uint64_t limit;
+    uint64_t remaining;
+    int64_t reset_after_ns;
+    int64_t retry_after_ns; /* 0 when allowed, SLUICE_NEVER when it can never fit */
+    int64_t delay_ns;
+    uint64_t lease;
+} sl_result;
+
+/* Validates `spec` and fills `out` (tz must already be resolved by the caller for
+ * quotas). Returns SLUICE_OK or SLUICE_EINVAL/ERANGE with a message in errbuf. */
+int sl_limit_init(sl_limit *out, const sluice_limit_spec *spec, const struct sl_tz *tz,
+                  char *errbuf, size_t errbuf_len);
+
+/* Decides `cost` units at `now`. `state` is the stored state or NULL when the key is
+ * fresh; `next` (state_size bytes, may alias `state`) receives the state to store if
+ * the caller commits. Returns true when `next` differs from the stored state (an
+ * admission that consumed something, or a rejected/peek decision that only normalised
+ * the state returns false: nothing needs writing). */
+bool sl_algo_decide(const sl_limit *lim, const void *state, void *next, sluice_time now,
+                    uint64_t cost, sl_result *r);
+
+/* Settles a reservation: `delta` > 0 charges more (even past the limit), < 0 refunds
+ * (never above capacity, never into a window or period that has passed). */
+void sl_algo_settle(const sl_limit *lim, const void *state, void *next, sluice_time now,
+                    int64_t delta, sl_result *r);
+
+/* Concurrency: releases `lease` (from sl_result.lease). Returns false when the lease
+ * already expired (nothing changed). */
+bool sl_conc_release(const sl_limit *lim, const void *state, void *next, sluice_time now,
+                     uint64_t lease);
+
+/* The monotonic time from which `state` is equivalent to a fresh one (the store may
+ * drop it then). Quotas answer in monotonic time too, computed from `now`. */
+int64_t sl_algo_fresh_at(const sl_limit *lim, const void *state, sluice_time now);
+
+/* Shifts every monotonic timestamp inside `state` by `delta_ns` (snapshots store
+ * wall-clock-relative times and rebase them on restore). */
+void sl_algo_rebase(const sl_limit *lim, void *state, int64_t delta_ns);
+
+/* Carries state over when a limit changes under the same name (reload): scales counts
+ * proportionally from `old` to `lim` so that raising a limit never penalises a client
+ * and lowering it keeps the fraction used. `next` has lim->state_size bytes. */
+void sl_algo_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
+                   sluice_time now);
+
+#endif /* SL_ALGO_H */

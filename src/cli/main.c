@@ -1,0 +1,36 @@
+/*
+ * main.c -- the `sluice` command: dispatches to its subcommands.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "sluice.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: sluice <command> [options]\n"
+            "  simulate [PATTERN]   run a traffic pattern against every algorithm on a fake clock\n"
+            "                       (sluice simulate --help lists the patterns)\n"
+            "  version              print the version\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "simulate") == 0) return sl_cli_simulate(argc - 1, argv + 1);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("sluice %s\n", SLUICE_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "sluice: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}
