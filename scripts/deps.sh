@@ -7,7 +7,7 @@
 set -euo pipefail
 
 BUILD_PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev tzdata
-  libyaml-dev libhiredis-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler"
+  libyaml-dev libjansson-dev libhiredis-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler"
 TEST_PKGS="curl redis-server redis-tools nginx-light nghttp2-client
   python3-pytest python3-redis python3-requests python3-grpcio python3-grpc-tools"
 BENCH_PKGS="wrk haproxy"

@@ -1,0 +1,40 @@
+/*
+ * algo_impl.h -- what each algorithm file provides to the dispatcher in algo.c.
+ * Same contracts as the sl_algo_* functions in algo.h, one set per algorithm:
+ *   fixed.c sliding.c log.c tb.c gcra.c leaky.c conc.c quota.c
+ * sl_X_init validates the algorithm-specific fields of `spec` and fills `out`
+ * (algo, limit, capacity, period_ns, state_size, ...); tz is resolved by the caller.
+ */
+#ifndef SL_ALGO_IMPL_H
+#define SL_ALGO_IMPL_H
+
+#include <stdio.h>
+
+#include "algo.h"
+
+#define SL_ALGO_DECLARE(X)                                                                   \
+    int sl_##X##_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf,            \
+                      size_t errbuf_len);                                                    \
+    bool sl_##X##_decide(const sl_limit *lim, const void *state, void *next, sluice_time now, \
+                         uint64_t cost, sl_result *r);                                       \
+    void sl_##X##_settle(const sl_limit *lim, const void *state, void *next, sluice_time now, \
+                         int64_t delta, sl_result *r);                                       \
+    int64_t sl_##X##_fresh_at(const sl_limit *lim, const void *state, sluice_time now);      \
+    void sl_##X##_rebase(const sl_limit *lim, void *state, int64_t delta_ns);                \
+    void sl_##X##_carry(const sl_limit *old, const void *state, const sl_limit *lim,         \
+                        void *next, sluice_time now);
+
+SL_ALGO_DECLARE(fixed)
+SL_ALGO_DECLARE(sliding)
+SL_ALGO_DECLARE(log)
+SL_ALGO_DECLARE(tb)
+SL_ALGO_DECLARE(gcra)
+SL_ALGO_DECLARE(leaky)
+SL_ALGO_DECLARE(conc)
+SL_ALGO_DECLARE(quota)
+
+/* Formats an error into errbuf (when not NULL) and returns `code`. */
+int sl_algo_error(char *errbuf, size_t errbuf_len, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif /* SL_ALGO_IMPL_H */

@@ -1,0 +1,18 @@
+/*
+ * limiter.h -- the layout of sluice_limiter (opaque in the public API). Immutable after
+ * sluice_limiter_create, so any number of threads may share one.
+ */
+#ifndef SL_LIMITER_H
+#define SL_LIMITER_H
+
+#include "algo.h"
+#include "sluice.h"
+
+struct sluice_limiter {
+    sluice_limit_spec spec; /* copied; spec.name and spec.tz point into the buffers below */
+    char name[256];
+    char tz_name[128];
+    sl_limit lim;           /* compiled parameters used by the algorithms */
+};
+
+#endif /* SL_LIMITER_H */
