@@ -1,3 +1,4 @@
+/* Engineers editing this tree: read DEVELOPERS.md first (own build dir, commit only your own files). */
 /*
  * algo.h -- the algorithms as pure state transitions:
  *   (limit parameters, state, now, cost) -> (new state, result)
