@@ -1,0 +1,55 @@
+/*
+ * wbuf.c -- bounded appends for the protocol encoders (see wbuf.h). No allocation.
+ */
+#include "proto/wbuf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void sl_wbuf_put(sl_wbuf *w, const void *p, size_t n) {
+    if (w->overflow || n > w->cap - w->len) {
+        w->overflow = 1;
+        return;
+    }
+    if (n) memcpy(w->data + w->len, p, n);
+    w->len += n;
+}
+
+void sl_wbuf_puts(sl_wbuf *w, const char *s) { sl_wbuf_put(w, s, strlen(s)); }
+
+void sl_wbuf_putc(sl_wbuf *w, char c) { sl_wbuf_put(w, &c, 1); }
+
+void sl_wbuf_u64(sl_wbuf *w, uint64_t v) {
+    char tmp[24];
+    size_t i = sizeof(tmp);
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    sl_wbuf_put(w, tmp + i, sizeof(tmp) - i);
+}
+
+void sl_wbuf_i64(sl_wbuf *w, int64_t v) {
+    if (v < 0) {
+        sl_wbuf_putc(w, '-');
+        /* negate in unsigned arithmetic so INT64_MIN is fine */
+        sl_wbuf_u64(w, (uint64_t)0 - (uint64_t)v);
+    } else {
+        sl_wbuf_u64(w, (uint64_t)v);
+    }
+}
+
+void sl_wbuf_printf(sl_wbuf *w, const char *fmt, ...) {
+    if (w->overflow) return;
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = w->cap - w->len;
+    int n = vsnprintf(w->data + w->len, room, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= room) {
+        w->overflow = 1;
+        return;
+    }
+    w->len += (size_t)n;
+}
