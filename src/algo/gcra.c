@@ -1,0 +1,130 @@
+/*
+ * gcra.c -- the generic cell rate algorithm, as redis-cell and go-redis/redis_rate run it
+ * (SPECS.md §5, §6.2). State: one monotonic timestamp, the TAT. T = period_ns / limit
+ * (ns, truncated like redis-cell); B = burst, or limit when burst is 0. Admits iff
+ * new_tat - B*T <= now, i.e. exactly the admissions of a token bucket of B tokens
+ * refilled one per T. redis-cell's max_burst=N is our burst N+1 (it admits N+1 from idle).
+ * Arithmetic is in __int128 and stored times are clamped, so no input overflows.
+ */
+#include "algo_impl.h"
+
+typedef __int128 i128;
+
+/* The TAT is kept at most this far ahead of now (charges past the limit: debt). */
+#define GCRA_MAX_AHEAD (INT64_MAX / 4)
+/* Largest B*T accepted by init. */
+#define GCRA_MAX_DVT (INT64_MAX / 8)
+
+static int64_t clamp64(i128 v) {
+    if (v > INT64_MAX) return INT64_MAX;
+    if (v < INT64_MIN) return INT64_MIN;
+    return (int64_t)v;
+}
+
+int sl_gcra_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf,
+                 size_t errbuf_len) {
+    int64_t t = spec->period_ns / (int64_t)spec->limit;
+    if (t <= 0)
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE,
+                             "rate too high for gcra: period %lld ns / limit %llu is below 1 ns",
+                             (long long)spec->period_ns, (unsigned long long)spec->limit);
+    uint64_t b = spec->burst ? spec->burst : spec->limit;
+    if ((i128)b * t > GCRA_MAX_DVT)
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE,
+                             "burst %llu at one per %lld ns spans more than %lld ns",
+                             (unsigned long long)b, (long long)t, (long long)GCRA_MAX_DVT);
+    out->limit = spec->limit;
+    out->capacity = b;
+    out->period_ns = spec->period_ns;
+    out->emission_ns = t;
+    out->state_size = sizeof(sl_gcra_state);
+    return SLUICE_OK;
+}
+
+/* The stored TAT, or now for a fresh key or a TAT already in the past. */
+static i128 tat_at(const void *state, int64_t now) {
+    int64_t tat = state ? ((const sl_gcra_state *)state)->tat_ns : now;
+    return tat < now ? now : tat;
+}
+
+/* remaining = floor((B*T - (tat - now)) / T), 0 when negative (redis-cell). */
+static uint64_t remaining_of(const sl_limit *lim, i128 tat, int64_t now) {
+    i128 room = (i128)lim->capacity * lim->emission_ns - (tat - now);
+    return room > 0 ? (uint64_t)(room / lim->emission_ns) : 0;
+}
+
+bool sl_gcra_decide(const sl_limit *lim, const void *state, void *next, sluice_time now,
+                    uint64_t cost, sl_result *r) {
+    int64_t t = now.mono_ns;
+    i128 tat = tat_at(state, t);
+    memset(r, 0, sizeof(*r));
+    r->limit = lim->capacity;
+    sl_gcra_state *n = next;
+    int64_t stored = state ? ((const sl_gcra_state *)state)->tat_ns : t;
+
+    if (cost > lim->capacity) { /* inc > DVT: can never fit */
+        n->tat_ns = stored;
+        r->retry_after_ns = SLUICE_NEVER;
+        r->reset_after_ns = clamp64(tat - t);
+        r->remaining = remaining_of(lim, tat, t);
+        return false;
+    }
+    i128 new_tat = tat + (i128)cost * lim->emission_ns;
+    i128 allow_at = new_tat - (i128)lim->capacity * lim->emission_ns;
+    i128 diff = (i128)t - allow_at;
+    if (diff < 0) { /* deny, state unchanged; at now - diff, diff is exactly 0 */
+        n->tat_ns = stored;
+        r->retry_after_ns = clamp64(-diff);
+        r->reset_after_ns = clamp64(tat - t);
+        r->remaining = remaining_of(lim, tat, t);
+        return false;
+    }
+    r->allowed = true;
+    r->reset_after_ns = clamp64(new_tat - t);
+    r->remaining = (uint64_t)(diff / lim->emission_ns);
+    if (cost == 0) { /* peek */
+        n->tat_ns = stored;
+        return false;
+    }
+    n->tat_ns = clamp64(new_tat);
+    return true;
+}
+
+/* Charge: TAT += delta*T (from max(TAT, now)); refund: TAT -= delta*T, never below now. */
+void sl_gcra_settle(const sl_limit *lim, const void *state, void *next, sluice_time now,
+                    int64_t delta, sl_result *r) {
+    int64_t t = now.mono_ns;
+    i128 tat = tat_at(state, t) + (i128)delta * lim->emission_ns;
+    if (tat < t) tat = t;
+    if (tat > (i128)t + GCRA_MAX_AHEAD) tat = (i128)t + GCRA_MAX_AHEAD;
+    ((sl_gcra_state *)next)->tat_ns = clamp64(tat);
+    sl_gcra_decide(lim, next, next, now, 0, r);
+}
+
+/* TAT <= now is a fresh key. */
+int64_t sl_gcra_fresh_at(const sl_limit *lim, const void *state, sluice_time now) {
+    (void)lim;
+    return state ? ((const sl_gcra_state *)state)->tat_ns : now.mono_ns;
+}
+
+void sl_gcra_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
+    (void)lim;
+    sl_gcra_state *s = state;
+    s->tat_ns = clamp64((i128)s->tat_ns + delta_ns);
+}
+
+/*
+ * "Used" is the TAT debt d = TAT - now, i.e. d/T_old units. New usage
+ * min(u, u * B_new / B_old) units, i.e. a debt of that times T_new (truncated to the ns).
+ */
+void sl_gcra_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
+                   sluice_time now) {
+    int64_t t = now.mono_ns;
+    i128 d = tat_at(state, t) - t;
+    i128 keep = d * lim->emission_ns / old->emission_ns;
+    if (lim->capacity < old->capacity)
+        keep = d * lim->emission_ns * (i128)lim->capacity /
+               ((i128)old->emission_ns * (i128)old->capacity);
+    if (keep > GCRA_MAX_AHEAD) keep = GCRA_MAX_AHEAD;
+    ((sl_gcra_state *)next)->tat_ns = clamp64((i128)t + keep);
+}

@@ -1,0 +1,146 @@
+/*
+ * tb.c -- token bucket: refilled at limit units per period_ns up to a capacity of burst
+ * units (limit when burst is 0). State: tokens in micro-units at last_ns (monotonic); a
+ * fresh key is a full bucket. Refill is lazy, computed from last_ns at full precision
+ * (__int128) and truncated down to the micro-unit. An admission restarts the state at
+ * `now`, so each admission may drop < 1 micro-unit of refill: the bucket is never faster
+ * than the ideal one and at most 1e-6 unit per admission slower (conservative). Tokens
+ * go below zero only through settle charges (debt, repaid by the refill).
+ */
+#include "algo_impl.h"
+
+typedef __int128 i128;
+
+/* Lowest token level (debt) kept, in micro-units; charges beyond it are dropped. */
+#define TB_DEBT_MIN (-INT64_C(4000000000000000000))
+
+static int64_t cap_u(const sl_limit *lim) { return (int64_t)lim->capacity * SL_MICRO; }
+
+int sl_tb_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf, size_t errbuf_len) {
+    (void)errbuf;
+    (void)errbuf_len;
+    out->limit = spec->limit;
+    out->capacity = spec->burst ? spec->burst : spec->limit;
+    out->period_ns = spec->period_ns;
+    out->state_size = sizeof(sl_tb_state);
+    return SLUICE_OK;
+}
+
+/* The smallest d (ns) whose refill, floor(d * limit * M / period), reaches need_u. */
+static i128 ns_for(const sl_limit *lim, i128 need_u) {
+    if (need_u <= 0) return 0;
+    i128 den = (i128)lim->limit * SL_MICRO;
+    return (need_u * lim->period_ns + den - 1) / den;
+}
+
+static int64_t clamp64(i128 v) {
+    if (v > INT64_MAX) return INT64_MAX;
+    if (v < INT64_MIN) return INT64_MIN;
+    return (int64_t)v;
+}
+
+static sl_tb_state load(const sl_limit *lim, const void *state, int64_t now) {
+    if (state == NULL) return (sl_tb_state){now, cap_u(lim)};
+    return *(const sl_tb_state *)state;
+}
+
+/* Tokens (micro-units) at `now`: the stored amount plus the truncated refill, capped. */
+static int64_t tokens_at(const sl_limit *lim, const sl_tb_state *s, int64_t now) {
+    i128 el = (i128)now - s->last_ns;
+    if (el <= 0) return s->tokens_u;
+    int64_t cap = cap_u(lim);
+    if (s->tokens_u >= cap) return s->tokens_u > cap ? cap : s->tokens_u;
+    /* Past the time to fill, the product could exceed even 128 bits: cap first. */
+    if (el >= ns_for(lim, (i128)cap - s->tokens_u)) return cap;
+    i128 tok = s->tokens_u + el * lim->limit * SL_MICRO / lim->period_ns;
+    return tok > cap ? cap : (int64_t)tok;
+}
+
+/* ns from now until the bucket is full again (0 when it is). */
+static int64_t full_after(const sl_limit *lim, const sl_tb_state *s, int64_t now) {
+    i128 at = (i128)s->last_ns + ns_for(lim, (i128)cap_u(lim) - s->tokens_u);
+    return at > now ? clamp64(at - now) : 0;
+}
+
+static uint64_t units(int64_t tokens_u) { return tokens_u > 0 ? (uint64_t)(tokens_u / SL_MICRO) : 0; }
+
+bool sl_tb_decide(const sl_limit *lim, const void *state, void *next, sluice_time now,
+                  uint64_t cost, sl_result *r) {
+    int64_t t = now.mono_ns;
+    sl_tb_state s = load(lim, state, t);
+    int64_t tok = tokens_at(lim, &s, t);
+    sl_tb_state *n = next;
+    memset(r, 0, sizeof(*r));
+    r->limit = lim->capacity;
+    if (cost > lim->capacity) {
+        *n = s;
+        r->retry_after_ns = SLUICE_NEVER;
+        r->remaining = units(tok);
+        r->reset_after_ns = full_after(lim, &s, t);
+        return false;
+    }
+    int64_t need = (int64_t)cost * SL_MICRO;
+    if (tok < need) {
+        /* Denied, state unchanged. The same request is next decided from this stored
+         * state, whose refill from last_ns reaches `need` first at last_ns + ns_for(). */
+        *n = s;
+        i128 at = (i128)s.last_ns + ns_for(lim, (i128)need - s.tokens_u);
+        r->retry_after_ns = clamp64(at - t);
+        r->remaining = units(tok);
+        r->reset_after_ns = full_after(lim, &s, t);
+        return false;
+    }
+    r->allowed = true;
+    if (cost == 0) {
+        *n = s;
+        r->remaining = units(tok);
+        r->reset_after_ns = full_after(lim, &s, t);
+        return false;
+    }
+    n->last_ns = t;
+    n->tokens_u = tok - need;
+    r->remaining = units(n->tokens_u);
+    r->reset_after_ns = full_after(lim, n, t);
+    return true;
+}
+
+/* Refund adds tokens up to the capacity; charge takes them even below zero (debt). */
+void sl_tb_settle(const sl_limit *lim, const void *state, void *next, sluice_time now,
+                  int64_t delta, sl_result *r) {
+    int64_t t = now.mono_ns;
+    sl_tb_state s = load(lim, state, t);
+    i128 tok = (i128)tokens_at(lim, &s, t) - (i128)delta * SL_MICRO;
+    if (tok > cap_u(lim)) tok = cap_u(lim);
+    if (tok < TB_DEBT_MIN) tok = TB_DEBT_MIN;
+    sl_tb_state *n = next;
+    n->last_ns = t;
+    n->tokens_u = (int64_t)tok;
+    sl_tb_decide(lim, next, next, now, 0, r);
+}
+
+int64_t sl_tb_fresh_at(const sl_limit *lim, const void *state, sluice_time now) {
+    if (state == NULL) return now.mono_ns;
+    const sl_tb_state *s = state;
+    return clamp64((i128)s->last_ns + ns_for(lim, (i128)cap_u(lim) - s->tokens_u));
+}
+
+void sl_tb_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
+    (void)lim;
+    sl_tb_state *s = state;
+    s->last_ns = clamp64((i128)s->last_ns + delta_ns);
+}
+
+/* used = capacity - tokens (consumed tokens, debt included), kept as
+ * min(used, used * new_capacity / old_capacity). */
+void sl_tb_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
+                 sluice_time now) {
+    int64_t t = now.mono_ns;
+    sl_tb_state s = load(old, state, t);
+    i128 used = (i128)cap_u(old) - tokens_at(old, &s, t);
+    if (lim->capacity < old->capacity) used = used * (i128)lim->capacity / (i128)old->capacity;
+    i128 tok = (i128)cap_u(lim) - used;
+    if (tok < TB_DEBT_MIN) tok = TB_DEBT_MIN;
+    sl_tb_state *n = next;
+    n->last_ns = t;
+    n->tokens_u = (int64_t)tok;
+}
