@@ -8,27 +8,6 @@
 
 #include "algo_impl.h"
 
-/*
- * Concurrency (conc.c) and quota (quota.c) are written by another engineer. Until those
- * files exist, weak references keep the tree linking: an undefined weak symbol is NULL,
- * and sl_limit_init refuses such a limit with "not available" instead of failing to link.
- */
-#define SL_WEAK_ALGO(X)                                                              \
-    extern __typeof__(sl_##X##_init) sl_##X##_init __attribute__((weak));           \
-    extern __typeof__(sl_##X##_decide) sl_##X##_decide __attribute__((weak));       \
-    extern __typeof__(sl_##X##_settle) sl_##X##_settle __attribute__((weak));       \
-    extern __typeof__(sl_##X##_fresh_at) sl_##X##_fresh_at __attribute__((weak));   \
-    extern __typeof__(sl_##X##_rebase) sl_##X##_rebase __attribute__((weak));       \
-    extern __typeof__(sl_##X##_carry) sl_##X##_carry __attribute__((weak));
-
-SL_WEAK_ALGO(conc)
-SL_WEAK_ALGO(quota)
-/* Transitional, until their files are committed in this series. */
-SL_WEAK_ALGO(fixed)
-SL_WEAK_ALGO(sliding)
-SL_WEAK_ALGO(log)
-SL_WEAK_ALGO(leaky)
-
 typedef struct algo_ops {
     int (*init)(sl_limit *, const sluice_limit_spec *, char *, size_t);
     bool (*decide)(const sl_limit *, const void *, void *, sluice_time, uint64_t, sl_result *);
@@ -54,14 +33,12 @@ static const algo_ops ops_table[] = {
     [SLUICE_QUOTA] = SL_OPS(quota, false),
 };
 
-/* The operations of `algo`, or NULL for an unknown algorithm or one not linked in. */
+/* The operations of `algo`, or NULL for an unknown algorithm. (The references are strong
+ * on purpose: a weak one would not pull conc.o or quota.o out of the static archive.) */
 static const algo_ops *ops_of(sluice_algo algo) {
     if ((unsigned)algo >= sizeof(ops_table) / sizeof(ops_table[0])) return NULL;
     const algo_ops *o = &ops_table[algo];
-    if (o->init == NULL || o->decide == NULL || o->settle == NULL || o->fresh_at == NULL ||
-        o->rebase == NULL || o->carry == NULL)
-        return NULL;
-    return o;
+    return o->init != NULL ? o : NULL;
 }
 
 int sl_algo_error(char *errbuf, size_t errbuf_len, int code, const char *fmt, ...) {
@@ -97,7 +74,7 @@ int sl_limit_init(sl_limit *out, const sluice_limit_spec *spec, const struct sl_
     const algo_ops *o = ops_of(spec->algo);
     if (o == NULL)
         return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL,
-                             "limit '%s': algorithm %s is not available in this build",
+                             "limit '%s': algorithm %s is not available",
                              spec->name, algo_name);
     if (o->rate) {
         /* What the six rate algorithms share: limit units per period_ns. */
@@ -133,8 +110,8 @@ int sl_limit_init(sl_limit *out, const sluice_limit_spec *spec, const struct sl_
     return SLUICE_OK;
 }
 
-/* A decision for an algorithm that is not linked in (only reachable with a limit that
- * sl_limit_init refused): never admits. */
+/* A decision under a limit sl_limit_init never accepted (an unknown algorithm): never
+ * admits. */
 static bool unavailable(const sl_limit *lim, sl_result *r) {
     memset(r, 0, sizeof(*r));
     r->limit = lim->capacity;

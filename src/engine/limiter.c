@@ -9,12 +9,6 @@
 #include "limiter.h"
 #include "tz.h"
 
-/* tz.c comes from another engineer; until it is in the tree, a weak reference keeps
- * the library linking and quota limiters with a zone are refused as "not available".
- * (A weak reference does not pull tz.o out of a static archive: once tz.c is in, drop
- * the attribute.) */
-extern __typeof__(sl_tz_get) sl_tz_get __attribute__((weak));
-
 static sluice_limiter *fail(int *err, int code) {
     if (err != NULL) *err = code;
     return NULL;
@@ -45,11 +39,6 @@ sluice_limiter *sluice_limiter_create(const sluice_limit_spec *spec, int *err, c
 
     const struct sl_tz *tz = NULL;
     if (spec->algo == SLUICE_QUOTA && spec->tz != NULL && spec->tz[0] != '\0') {
-        if (sl_tz_get == NULL)
-            return fail(err, sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL,
-                                           "limit '%s': time zones are not available in this "
-                                           "build",
-                                           spec->name));
         int tz_err = SLUICE_ENOTFOUND;
         tz = sl_tz_get(spec->tz, &tz_err);
         if (tz == NULL)
