@@ -1,0 +1,602 @@
+/*
+ * memory.c -- the memory store: creation, the limiter registry, the per-class sharded
+ * tables (linear probing, backward-shift deletion), capacity pressure and statistics.
+ * Units: times in ns (sluice_time), capacities in entries, sizes in bytes. All table
+ * memory is allocated at register time; decisions never allocate (see memory.h).
+ */
+#include "store/memory.h"
+
+#include <math.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define DEFAULT_MAX_KEYS UINT64_C(1000000)
+#define DEFAULT_SHARDS 256u
+/* Each shard holds at least this many keys on average: fewer shards for small stores,
+ * so that per-shard capacity stays close to max_keys / shards. */
+#define MIN_KEYS_PER_SHARD 64u
+/* Large states (sliding logs) would make max_keys entries huge: such a class table
+ * holds at most this many bytes of entries (at least 1024 entries). */
+#define BIG_CLASS_BYTES (UINT64_C(256) << 20)
+
+/* ---- locks -------------------------------------------------------------------------- */
+
+/*
+ * A test-and-test-and-set spinlock. Why not a mutex: critical sections are a few dozen
+ * ns (one lookup and an algorithm step), and an uncontended lock+unlock here costs one
+ * atomic exchange instead of two. The cores are shared, so a waiter that spins for long
+ * (the holder was preempted) yields the CPU instead of burning its slice.
+ */
+void sl_shard_lock(sl_shard *sh) {
+    for (;;) {
+        if (!atomic_exchange_explicit(&sh->lock, 1, memory_order_acquire)) return;
+        unsigned spins = 0;
+        while (atomic_load_explicit(&sh->lock, memory_order_relaxed)) {
+            if (++spins >= 128) {
+                sched_yield();
+                spins = 0;
+            } else {
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+            }
+        }
+    }
+}
+
+/* Tables are separate allocations; locking them in increasing address order, each
+ * table's shards in array order, is the same global address order decisions use. */
+static int table_addr_cmp(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)(*(sl_table *const *)a)->shards;
+    uintptr_t y = (uintptr_t)(*(sl_table *const *)b)->shards;
+    return x < y ? -1 : x > y;
+}
+
+static void sorted_tables(sluice_store *st, sl_table **out) {
+    memcpy(out, st->tables, st->ntables * sizeof(*out));
+    qsort(out, st->ntables, sizeof(*out), table_addr_cmp);
+}
+
+void sl_store_lock_all(sluice_store *st) {
+    sl_table *t[SL_STORE_MAX_CLASSES];
+    sorted_tables(st, t);
+    for (unsigned i = 0; i < st->ntables; i++)
+        for (uint32_t s = 0; s < t[i]->nshards; s++) sl_shard_lock(&t[i]->shards[s]);
+}
+
+void sl_store_unlock_all(sluice_store *st) {
+    for (unsigned i = 0; i < st->ntables; i++)
+        for (uint32_t s = 0; s < st->tables[i]->nshards; s++)
+            sl_shard_unlock(&st->tables[i]->shards[s]);
+}
+
+/* ---- hashing -------------------------------------------------------------------------- */
+
+/* The identity of (name, index): a 128-bit keyed hash of len32(name) || name || index32,
+ * length-prefixed so that no two (name, index) pairs share an encoding. A key's hash is
+ * then SipHash over identity(16 bytes) || key: the identity has a fixed width, so the
+ * key's bytes are unambiguous too, and the 16-byte prefix is absorbed once per family. */
+static void family_prefix(const sl_hash_key *seed, const char *name, size_t name_len,
+                          uint32_t index, sl_sip *out) {
+    unsigned char buf[4 + 255 + 4];
+    size_t n = name_len > 255 ? 255 : name_len;
+    for (int i = 0; i < 4; i++) buf[i] = (unsigned char)((uint32_t)n >> (8 * i));
+    memcpy(buf + 4, name, n);
+    for (int i = 0; i < 4; i++) buf[4 + n + (size_t)i] = (unsigned char)(index >> (8 * i));
+    sl_hash128 id = sl_hash128_of(seed, buf, 8 + n);
+    unsigned char idb[16];
+    for (int i = 0; i < 8; i++) {
+        idb[i] = (unsigned char)(id.lo >> (8 * i));
+        idb[8 + i] = (unsigned char)(id.hi >> (8 * i));
+    }
+    sl_sip_init(out, seed);
+    sl_sip_blocks(out, idb, 2, SL_HASH_C);
+}
+
+sl_hash128 sl_store_key_hash(const sl_hash_key *seed, const char *name, size_t name_len,
+                             uint32_t index, const void *key, size_t key_len) {
+    sl_sip s;
+    family_prefix(seed, name, name_len, index, &s);
+    return sl_sip_finish(&s, key, key_len, SL_HASH_C, SL_HASH_D);
+}
+
+void sl_store_reseed(sluice_store *st, const sl_hash_key *seed) {
+    st->seed = *seed;
+    for (unsigned i = 1; i <= st->nfams; i++) {
+        sl_family *f = st->fams[i];
+        family_prefix(seed, f->name, f->name_len, f->index, &f->prefix);
+    }
+}
+
+/* ---- tables ---------------------------------------------------------------------------- */
+
+static void *big_alloc(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    /* Transparent huge pages where the system allows them (Debian: "madvise"): one TLB
+     * entry per 2 MiB matters at millions of keys. Failure is harmless. */
+    if (bytes >= (size_t)(4u << 20)) (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+/*
+ * Sizing. Capacity is exact globally (st->keys vs max_keys); a shard additionally has a
+ * hard cap so that its probe lengths stay bounded (load <= 0.85). With uniformly hashed
+ * keys a shard's share is binomial, so the hard cap is the mean plus four standard
+ * deviations: a shard fills up before the store does with negligible probability, and
+ * then pressure is handled in that shard. One shard: the hard cap is max_keys exactly.
+ * Memory at full capacity is about esize * 1.2-1.6 bytes per key (more for small stores).
+ */
+static sl_table *table_create(sluice_store *st, uint32_t ssize) {
+    sl_table *t = calloc(1, sizeof(*t));
+    if (t == NULL) return NULL;
+    t->ssize = ssize;
+    t->esize = (uint32_t)sizeof(sl_ehdr) + ssize;
+    uint64_t cap = st->max_keys;
+    if (t->esize > 64) {
+        uint64_t big = BIG_CLASS_BYTES / t->esize;
+        if (big < 1024) big = 1024;
+        if (cap > big) cap = big;
+    }
+    uint32_t ns = st->shards_opt;
+    while (ns > 1 && cap / ns < MIN_KEYS_PER_SHARD) ns >>= 1;
+    t->nshards = ns;
+    t->shard_mask = ns - 1;
+    uint64_t mean = (cap + ns - 1) / ns;
+    t->hard_cap = ns == 1 ? cap : mean + (uint64_t)(4.0 * sqrt((double)mean)) + 8;
+    t->nslots = (uint64_t)((double)t->hard_cap / 0.85) + 2;
+    t->slots_bytes = (size_t)(t->nslots * ns * t->esize);
+    t->slots = big_alloc(t->slots_bytes);
+    t->shards = aligned_alloc(64, sizeof(sl_shard) * ns);
+    if (t->slots == NULL || t->shards == NULL) {
+        if (t->slots != NULL) munmap(t->slots, t->slots_bytes);
+        free(t->shards);
+        free(t);
+        return NULL;
+    }
+    memset(t->shards, 0, sizeof(sl_shard) * ns);
+    return t;
+}
+
+static void table_destroy(sl_table *t) {
+    munmap(t->slots, t->slots_bytes);
+    free(t->shards);
+    free(t);
+}
+
+static inline unsigned char *slot_at(const sl_loc *loc, uint64_t i) {
+    return loc->base + (size_t)i * loc->t->esize;
+}
+
+static inline uint64_t home_of(const sl_table *t, uint64_t k0) {
+    return (uint64_t)(((unsigned __int128)k0 * t->nslots) >> 64);
+}
+
+void *sl_table_find(const sl_loc *loc) {
+    uint64_t n = loc->t->nslots, i = loc->home;
+    for (;;) {
+        sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
+        if (e->fam == 0) return NULL;
+        if (e->k0 == loc->k0 && e->k1 == loc->k1 && e->fam == loc->fam) return e;
+        if (++i == n) i = 0;
+    }
+}
+
+/* Is the entry equivalent to a fresh state at `now` (so dropping it changes nothing)? */
+static bool entry_fresh(sluice_store *st, sl_ehdr *e, sluice_time now) {
+    sl_family *f = sl_store_family(st, e->fam);
+    if (f == NULL) return true;
+    sl_lver *v = sl_family_cur(f);
+    return sl_algo_fresh_at(&v->lim, sl_entry_state(e), now) <= now.mono_ns;
+}
+
+static bool kept(const sl_ehdr *e, const sl_keep *keep, size_t nkeep) {
+    for (size_t i = 0; i < nkeep; i++)
+        if (keep[i].k0 == e->k0 && keep[i].k1 == e->k1 && keep[i].fam == e->fam) return true;
+    return false;
+}
+
+/* Backward-shift deletion: pull later members of the probe run into the hole as long as
+ * that keeps each of them at or after its home slot, so lookups never need tombstones. */
+static void remove_at(const sl_loc *loc, uint64_t hole) {
+    const sl_table *t = loc->t;
+    uint64_t n = t->nslots, j = hole;
+    for (;;) {
+        if (++j == n) j = 0;
+        sl_ehdr *e = (sl_ehdr *)slot_at(loc, j);
+        if (e->fam == 0) break;
+        uint64_t h = home_of(t, e->k0);
+        bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
+        if (stays) continue;
+        memcpy(slot_at(loc, hole), e, t->esize);
+        hole = j;
+    }
+    memset(slot_at(loc, hole), 0, t->esize);
+}
+
+void sl_table_remove(sluice_store *st, const sl_loc *loc, void *e) {
+    uint64_t i = (uint64_t)((unsigned char *)e - loc->base) / loc->t->esize;
+    remove_at(loc, i);
+    loc->sh->count--;
+    atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
+}
+
+static bool try_reserve(sluice_store *st, const sl_loc *loc) {
+    sl_shard *sh = loc->sh;
+    if ((uint64_t)sh->count + sh->reserved >= loc->t->hard_cap) return false;
+    uint64_t before = atomic_fetch_add_explicit(&st->keys, 1, memory_order_relaxed);
+    if (before >= st->max_keys) {
+        atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
+        return false;
+    }
+    sh->reserved++;
+    return true;
+}
+
+/* Drops every fresh-equivalent entry among the next SL_STORE_SCAN slots from the shard's
+ * hand (a slot emptied by a removal is examined again: a later entry may have moved in).
+ * Returns how many were dropped. */
+static unsigned drop_fresh(sluice_store *st, const sl_loc *loc, sluice_time now,
+                           const sl_keep *keep, size_t nkeep) {
+    uint64_t n = loc->t->nslots, i = loc->sh->hand % n;
+    unsigned dropped = 0, looked = 0;
+    while (looked < SL_STORE_SCAN && looked < n) {
+        sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
+        if (e->fam != 0 && !kept(e, keep, nkeep) && entry_fresh(st, e, now)) {
+            remove_at(loc, i);
+            loc->sh->count--;
+            atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
+            dropped++;
+            continue; /* the hole may have been refilled */
+        }
+        looked++;
+        if (++i == n) i = 0;
+    }
+    loc->sh->expired += dropped;
+    return dropped;
+}
+
+/*
+ * Sampled LRU: among the SL_STORE_SCAN slots after the hand, the entry with the oldest
+ * stamp. Approximation, documented: stamps are 4.3 s units mod 2^16 (ages wrap after
+ * ~78 hours, and entries untouched that long usually were dropped as fresh first), and
+ * only this shard's window is sampled (keys are hashed uniformly, so the window is a
+ * random sample of the shard). The hand advances so successive evictions sample anew.
+ */
+static bool evict_lru(sluice_store *st, const sl_loc *loc, sluice_time now, const sl_keep *keep,
+                      size_t nkeep) {
+    uint64_t n = loc->t->nslots, i = loc->sh->hand % n, victim = UINT64_MAX;
+    uint16_t stamp = SL_TOUCH(now), oldest_age = 0;
+    for (unsigned looked = 0; looked < SL_STORE_SCAN && looked < n; looked++) {
+        sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
+        if (e->fam != 0 && !kept(e, keep, nkeep)) {
+            uint16_t age = (uint16_t)(stamp - e->touch);
+            if (victim == UINT64_MAX || age > oldest_age) victim = i, oldest_age = age;
+        }
+        if (++i == n) i = 0;
+    }
+    loc->sh->hand = (uint32_t)i;
+    if (victim == UINT64_MAX) return false;
+    remove_at(loc, victim);
+    loc->sh->count--;
+    atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
+    loc->sh->evicted++;
+    return true;
+}
+
+int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const sl_keep *keep,
+                     size_t nkeep, bool *moved) {
+    if (try_reserve(st, loc)) return SLUICE_OK;
+    if (drop_fresh(st, loc, now, keep, nkeep) > 0) {
+        *moved = true;
+        if (try_reserve(st, loc)) return SLUICE_OK;
+    }
+    if (st->on_full == SLUICE_EVICT_LRU) {
+        /* Two attempts: the first window may hold only this decision's own keys. */
+        for (int a = 0; a < 2; a++) {
+            if (!evict_lru(st, loc, now, keep, nkeep)) continue;
+            *moved = true;
+            if (try_reserve(st, loc)) return SLUICE_OK;
+        }
+    }
+    loc->sh->refused++;
+    return SLUICE_EFULL;
+}
+
+void sl_store_unreserve(sluice_store *st, const sl_loc *loc) {
+    loc->sh->reserved--;
+    atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
+}
+
+/* Reusing a fresh-equivalent slot on the probe path is safe for lookups: the slot stays
+ * occupied, so no probe run is cut, and the new key is reachable from its home. */
+void *sl_table_insert(sluice_store *st, const sl_loc *loc, sluice_time now) {
+    uint64_t n = loc->t->nslots, i = loc->home;
+    sl_shard *sh = loc->sh;
+    sh->reserved--;
+    for (;;) {
+        sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
+        if (e->fam == 0) {
+            sh->count++;
+            break;
+        }
+        if (entry_fresh(st, e, now)) {
+            sh->expired++;
+            atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
+            break;
+        }
+        if (++i == n) i = 0;
+    }
+    sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
+    e->k0 = loc->k0;
+    e->k1 = loc->k1;
+    e->fam = loc->fam;
+    e->touch = SL_TOUCH(now);
+    return e;
+}
+
+bool sl_table_insert_raw(sluice_store *st, sl_table *t, uint64_t k0, uint32_t k1, uint16_t fam,
+                         uint16_t touch, const void *state) {
+    sl_hash128 h = {.lo = k1, .hi = k0};
+    sl_loc loc;
+    sl_table_locate(t, h, fam, &loc);
+    if (loc.sh->count >= t->hard_cap) return false;
+    if (sl_table_find(&loc) != NULL) return false;
+    uint64_t n = t->nslots, i = loc.home;
+    while (((sl_ehdr *)slot_at(&loc, i))->fam != 0)
+        if (++i == n) i = 0;
+    sl_ehdr *e = (sl_ehdr *)slot_at(&loc, i);
+    e->k0 = k0;
+    e->k1 = k1;
+    e->fam = fam;
+    e->touch = touch;
+    memcpy(sl_entry_state(e), state, t->ssize);
+    loc.sh->count++;
+    atomic_fetch_add_explicit(&st->keys, 1, memory_order_relaxed);
+    return true;
+}
+
+/* ---- store ------------------------------------------------------------------------------ */
+
+sluice_store *sluice_store_create(const sluice_store_options *opt, int *err) {
+    int e = SLUICE_OK;
+    sluice_store *st = NULL;
+    unsigned shards = opt != NULL && opt->shards ? opt->shards : DEFAULT_SHARDS;
+    if (opt != NULL && (opt->on_full != SLUICE_EVICT_LRU && opt->on_full != SLUICE_REFUSE_NEW))
+        e = SLUICE_EINVAL;
+    else if ((shards & (shards - 1)) != 0 || shards > 65536)
+        e = SLUICE_EINVAL;
+    else if ((st = calloc(1, sizeof(*st))) == NULL)
+        e = SLUICE_ENOMEM;
+    if (e != SLUICE_OK) {
+        if (err != NULL) *err = e;
+        return NULL;
+    }
+    st->max_keys = opt != NULL && opt->max_keys ? opt->max_keys : DEFAULT_MAX_KEYS;
+    st->on_full = opt != NULL ? opt->on_full : SLUICE_EVICT_LRU;
+    st->shards_opt = shards;
+    if (opt != NULL && opt->seed != NULL) {
+        st->seed = sl_hash_key_from_bytes(opt->seed);
+    } else if (sl_hash_random_key(&st->seed) != 0) {
+        free(st);
+        if (err != NULL) *err = SLUICE_EIO;
+        return NULL;
+    }
+    atomic_init(&st->keys, 0);
+    pthread_mutex_init(&st->reg_lock, NULL);
+    if (err != NULL) *err = SLUICE_OK;
+    return st;
+}
+
+void sluice_store_destroy(sluice_store *st) {
+    if (st == NULL) return;
+    for (unsigned i = 0; i < st->ntables; i++) table_destroy(st->tables[i]);
+    for (unsigned i = 1; i <= st->nfams; i++) {
+        sl_family *f = st->fams[i];
+        sl_lver *v = f->cur;
+        while (v != NULL) {
+            sl_lver *o = v->older;
+            free(v);
+            v = o;
+        }
+        free(f);
+    }
+    pthread_mutex_destroy(&st->reg_lock);
+    free(st);
+}
+
+void sluice_store_stats_get(sluice_store *st, sluice_store_stats *out) {
+    if (out == NULL) return;
+    memset(out, 0, sizeof(*out));
+    if (st == NULL) return;
+    pthread_mutex_lock(&st->reg_lock);
+    out->keys = atomic_load_explicit(&st->keys, memory_order_relaxed);
+    out->capacity = st->max_keys;
+    uint64_t bytes = sizeof(*st);
+    for (unsigned i = 0; i < st->ntables; i++) {
+        sl_table *t = st->tables[i];
+        bytes += t->slots_bytes + sizeof(sl_shard) * t->nshards + sizeof(*t);
+        for (uint32_t s = 0; s < t->nshards; s++) {
+            sl_shard *sh = &t->shards[s];
+            sl_shard_lock(sh);
+            out->expired += sh->expired;
+            out->evicted += sh->evicted;
+            out->refused += sh->refused;
+            sl_shard_unlock(sh);
+        }
+    }
+    bytes += (uint64_t)st->nfams * (sizeof(sl_family) + sizeof(sl_lver));
+    out->bytes = bytes;
+    pthread_mutex_unlock(&st->reg_lock);
+}
+
+/* ---- registry ---------------------------------------------------------------------------- */
+
+static inline uint32_t reg_slot(const void *p) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 31;
+    x *= UINT64_C(0x9e3779b97f4a7c15);
+    return (uint32_t)(x >> 40) & (SL_STORE_REG_SLOTS - 1);
+}
+
+/* Lock-free read of the pointer map. The family found is checked against the limiter's
+ * own name and index, so a limiter destroyed and another created at the same address
+ * without being registered is not mistaken for the old one (it gets EINVAL) unless it
+ * has the same name and index, in which case it shares that state by definition. */
+sl_family *sl_store_family_of(sluice_store *st, const sluice_limiter *lim) {
+    uint32_t i = reg_slot(lim);
+    for (unsigned probes = 0; probes < SL_STORE_REG_SLOTS; probes++) {
+        const sluice_limiter *p = atomic_load_explicit(&st->regs[i].lim, memory_order_acquire);
+        if (p == NULL) return NULL;
+        if (p == lim) {
+            sl_family *f = atomic_load_explicit(&st->regs[i].fam, memory_order_acquire);
+            if (f->index != lim->spec.index || strcmp(f->name, lim->name) != 0) return NULL;
+            return f;
+        }
+        i = (i + 1) & (SL_STORE_REG_SLOTS - 1);
+    }
+    return NULL;
+}
+
+sl_family *sl_store_family_by_name(sluice_store *st, const char *name, size_t name_len,
+                                   uint32_t index) {
+    for (unsigned i = 1; i <= st->nfams; i++) {
+        sl_family *f = st->fams[i];
+        if (f->index == index && f->name_len == name_len && memcmp(f->name, name, name_len) == 0)
+            return f;
+    }
+    return NULL;
+}
+
+static bool same_params(const sl_limit *a, const sl_limit *b) {
+    return a->algo == b->algo && a->state_size == b->state_size && a->limit == b->limit &&
+           a->capacity == b->capacity && a->period_ns == b->period_ns &&
+           a->max_delay_ns == b->max_delay_ns && a->lease_ns == b->lease_ns &&
+           a->quota_period == b->quota_period && a->tz == b->tz &&
+           a->emission_ns == b->emission_ns;
+}
+
+static sl_table *table_for(sluice_store *st, uint32_t ssize) {
+    for (unsigned i = 0; i < st->ntables; i++)
+        if (st->tables[i]->ssize == ssize) return st->tables[i];
+    if (st->ntables == SL_STORE_MAX_CLASSES) return NULL;
+    sl_table *t = table_create(st, ssize);
+    if (t != NULL) st->tables[st->ntables++] = t;
+    return t;
+}
+
+static inline unsigned char *slot_of(sl_table *t, uint32_t s, uint64_t i) {
+    return t->slots + ((size_t)s * t->nslots + i) * t->esize;
+}
+
+/*
+ * Eager carry-over when a family's parameters change: with every shard of the old and
+ * new tables locked (in address order), each entry of the family is carried with
+ * sl_algo_carry and rewritten in place or moved to the new size class; then the new
+ * version is published. Time: the store reads no clock, so the carry uses the latest
+ * time any decision brought to the old table (shard last_now), which lags real time by
+ * at most the idle gap before the reload. Cost: a scan of the old table while decisions
+ * on it wait (a reload of a changed limit pauses its table for the scan).
+ */
+static void migrate(sluice_store *st, sl_family *f, sl_lver *old, sl_lver *nv) {
+    sl_table *ot = old->table, *nt = nv->table;
+    sluice_time t = {0, 0};
+    sl_store_lock_all(st);
+    for (uint32_t s = 0; s < ot->nshards; s++)
+        if (ot->shards[s].last_now.mono_ns > t.mono_ns) t = ot->shards[s].last_now;
+    union {
+        int64_t align;
+        unsigned char b[sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX];
+    } next;
+    for (uint32_t s = 0; s < ot->nshards; s++) {
+        sl_loc oloc = {.t = ot, .sh = &ot->shards[s], .base = slot_of(ot, s, 0)};
+        for (uint64_t i = 0; i < ot->nslots;) {
+            sl_ehdr *e = (sl_ehdr *)slot_of(ot, s, i);
+            if (e->fam != f->id) {
+                i++;
+                continue;
+            }
+            sl_algo_carry(&old->lim, sl_entry_state(e), &nv->lim, next.b, t);
+            if (nt == ot) {
+                memcpy(sl_entry_state(e), next.b, nt->ssize);
+                i++;
+                continue;
+            }
+            uint64_t k0 = e->k0;
+            uint32_t k1 = e->k1;
+            uint16_t touch = e->touch;
+            remove_at(&oloc, i);
+            ot->shards[s].count--;
+            atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
+            if (!sl_table_insert_raw(st, nt, k0, k1, f->id, touch, next.b))
+                nt->shards[k1 & nt->shard_mask].evicted++; /* new class shard full */
+        }
+    }
+    atomic_store_explicit(&f->cur, nv, memory_order_release);
+    sl_store_unlock_all(st);
+}
+
+static int reg_add(sluice_store *st, const sluice_limiter *lim, sl_family *f) {
+    uint32_t i = reg_slot(lim);
+    for (;;) {
+        const sluice_limiter *p = atomic_load_explicit(&st->regs[i].lim, memory_order_relaxed);
+        if (p == lim) {
+            atomic_store_explicit(&st->regs[i].fam, f, memory_order_release);
+            return SLUICE_OK;
+        }
+        if (p == NULL) break;
+        i = (i + 1) & (SL_STORE_REG_SLOTS - 1);
+    }
+    if (st->nregs + 1 >= SL_STORE_REG_SLOTS / 2) return SLUICE_ERANGE;
+    atomic_store_explicit(&st->regs[i].fam, f, memory_order_release);
+    atomic_store_explicit(&st->regs[i].lim, lim, memory_order_release);
+    st->nregs++;
+    return SLUICE_OK;
+}
+
+int sluice_store_register(sluice_store *st, const sluice_limiter *lim) {
+    if (st == NULL || lim == NULL || lim->spec.name == NULL) return SLUICE_EINVAL;
+    size_t name_len = strnlen(lim->name, sizeof(lim->name));
+    if (name_len == 0 || name_len >= sizeof(lim->name)) return SLUICE_EINVAL;
+    int rc = SLUICE_OK;
+    pthread_mutex_lock(&st->reg_lock);
+    sl_family *f = sl_store_family_by_name(st, lim->name, name_len, lim->spec.index);
+    sl_lver *cur = f != NULL ? f->cur : NULL;
+    if (cur == NULL || !same_params(&cur->lim, &lim->lim)) {
+        sl_lver *v = calloc(1, sizeof(*v));
+        sl_table *t = table_for(st, lim->lim.state_size);
+        if (v == NULL || t == NULL) {
+            free(v);
+            rc = t == NULL && st->ntables == SL_STORE_MAX_CLASSES ? SLUICE_ERANGE : SLUICE_ENOMEM;
+            goto out;
+        }
+        v->lim = lim->lim;
+        v->table = t;
+        if (f == NULL) {
+            if (st->nfams == SL_STORE_MAX_FAMILIES || (f = calloc(1, sizeof(*f))) == NULL) {
+                free(v);
+                rc = f == NULL && st->nfams < SL_STORE_MAX_FAMILIES ? SLUICE_ENOMEM : SLUICE_ERANGE;
+                goto out;
+            }
+            f->id = (uint16_t)(st->nfams + 1);
+            f->index = lim->spec.index;
+            f->name_len = name_len;
+            memcpy(f->name, lim->name, name_len);
+            family_prefix(&st->seed, f->name, name_len, f->index, &f->prefix);
+            atomic_init(&f->cur, v);
+            atomic_store_explicit(&st->fams[f->id], f, memory_order_release);
+            st->nfams++;
+        } else {
+            v->older = cur;
+            migrate(st, f, cur, v);
+        }
+    }
+    rc = reg_add(st, lim, f);
+out:
+    pthread_mutex_unlock(&st->reg_lock);
+    return rc;
+}

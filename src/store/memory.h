@@ -1,0 +1,199 @@
+/*
+ * memory.h -- the memory store's internals, shared by store/memory.c (tables, registry,
+ * pressure), engine/decide.c (decisions) and store/snapshot.c. Not public API.
+ *
+ * Layout: one table per state size ("class"), created when the first limiter of that
+ * size registers; each table is split into power-of-two shards, each shard a linear-
+ * probing array of fixed-size entries guarded by its own spinlock. An entry is a 16-byte
+ * header (96 bits of the key's 128-bit hash, the limiter family, an LRU stamp) followed
+ * by the algorithm's state. Invariants: an entry's shard is k1 & shard_mask and its home
+ * slot is k0 scaled to nslots; a slot is empty iff fam == 0; every field of a shard's
+ * slots and of struct sl_shard is read or written only under that shard's lock.
+ */
+#ifndef SL_STORE_MEMORY_H
+#define SL_STORE_MEMORY_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algo/algo.h"
+#include "core/hash.h"
+#include "engine/limiter.h"
+#include "sluice.h"
+
+#define SL_STORE_MAX_FAMILIES 16383 /* distinct limiter name+index per store */
+#define SL_STORE_REG_SLOTS 32768    /* registered limiter objects (pointer map, power of 2) */
+#define SL_STORE_MAX_CLASSES 16     /* distinct state sizes */
+#define SL_STORE_SCAN 64            /* slots the pressure scan examines per attempt */
+#define SL_STORE_SMALL_STATE 32     /* states up to this size get per-item scratch in decide */
+
+/* ---- entries ---------------------------------------------------------------------- */
+
+typedef struct sl_ehdr {
+    uint64_t k0;    /* hash word hi: picks the home slot */
+    uint32_t k1;    /* low 32 bits of hash word lo: its low bits pick the shard */
+    uint16_t fam;   /* limiter family id; 0 = empty slot */
+    uint16_t touch; /* last use, in 2^32 ns (~4.3 s) units, mod 2^16: the sampled LRU */
+} sl_ehdr;
+
+#define SL_TOUCH(now) ((uint16_t)((uint64_t)(now).mono_ns >> 32))
+
+static inline void *sl_entry_state(void *e) {
+    return (unsigned char *)e + sizeof(sl_ehdr);
+}
+
+/* ---- tables and shards ------------------------------------------------------------ */
+
+typedef struct sl_shard {
+    _Alignas(64) atomic_uint lock;
+    uint32_t count;    /* entries held */
+    uint32_t reserved; /* room promised to inserts of the decision in progress */
+    uint32_t hand;     /* where the next pressure scan starts */
+    sluice_time last_now; /* latest time a decision brought here (register's carry) */
+    uint64_t expired, evicted, refused;
+} sl_shard;
+
+typedef struct sl_table {
+    uint32_t ssize;      /* state bytes */
+    uint32_t esize;      /* entry bytes: sizeof(sl_ehdr) + ssize */
+    uint32_t nshards, shard_mask;
+    uint64_t nslots;     /* per shard */
+    uint64_t hard_cap;   /* per shard: at most this many entries (load <= 0.85) */
+    unsigned char *slots; /* nshards * nslots * esize bytes, zero = empty */
+    size_t slots_bytes;
+    sl_shard *shards;
+} sl_table;
+
+/* One set of parameters of a family (a re-registration with other parameters makes a
+ * new version; old ones are kept until the store is destroyed). */
+typedef struct sl_lver {
+    sl_limit lim;
+    sl_table *table;
+    struct sl_lver *older;
+} sl_lver;
+
+/* A limiter identity: name + index. */
+typedef struct sl_family {
+    uint16_t id;
+    uint32_t index;
+    size_t name_len;
+    char name[256];
+    sl_sip prefix; /* SipHash state after the 16-byte identity of (name, index) */
+    _Atomic(sl_lver *) cur;
+} sl_family;
+
+typedef struct sl_reg {
+    _Atomic(const sluice_limiter *) lim;
+    _Atomic(sl_family *) fam;
+} sl_reg;
+
+struct sluice_store {
+    sl_hash_key seed;
+    uint64_t max_keys;
+    sluice_on_full on_full;
+    unsigned shards_opt;
+    _Alignas(64) atomic_uint_fast64_t keys; /* entries held + reserved, all tables */
+    _Alignas(64) pthread_mutex_t reg_lock;  /* registry changes only, never decisions */
+    sl_table *tables[SL_STORE_MAX_CLASSES];
+    unsigned ntables;
+    _Atomic(sl_family *) fams[SL_STORE_MAX_FAMILIES + 1];
+    unsigned nfams;
+    sl_reg regs[SL_STORE_REG_SLOTS];
+    unsigned nregs;
+};
+
+/* A key's position: which table and shard, where probing starts, what to compare. */
+typedef struct sl_loc {
+    sl_table *t;
+    sl_shard *sh;
+    unsigned char *base; /* first slot of the shard */
+    uint64_t home;
+    uint64_t k0;
+    uint32_t k1;
+    uint16_t fam;
+} sl_loc;
+
+/* ---- hashing ---------------------------------------------------------------------- */
+
+/* The hash of (name, index, key) exactly as the store computes it (tests, tools). */
+sl_hash128 sl_store_key_hash(const sl_hash_key *seed, const char *name, size_t name_len,
+                             uint32_t index, const void *key, size_t key_len);
+
+static inline sl_hash128 sl_family_hash(const sl_family *f, const void *key, size_t len) {
+    return sl_sip_finish(&f->prefix, key, len, SL_HASH_C, SL_HASH_D);
+}
+
+/* Recomputes every family's prefix after the seed changed (restore into an empty store). */
+void sl_store_reseed(sluice_store *st, const sl_hash_key *seed);
+
+/* ---- registry --------------------------------------------------------------------- */
+
+/* The family of a registered limiter, or NULL. Lock-free; safe against concurrent
+ * registration. */
+sl_family *sl_store_family_of(sluice_store *st, const sluice_limiter *lim);
+sl_family *sl_store_family_by_name(sluice_store *st, const char *name, size_t name_len,
+                                   uint32_t index);
+static inline sl_lver *sl_family_cur(sl_family *f) {
+    return atomic_load_explicit(&f->cur, memory_order_acquire);
+}
+static inline sl_family *sl_store_family(sluice_store *st, uint16_t id) {
+    return atomic_load_explicit(&st->fams[id], memory_order_acquire);
+}
+
+/* ---- locks ------------------------------------------------------------------------ */
+
+void sl_shard_lock(sl_shard *sh);
+static inline void sl_shard_unlock(sl_shard *sh) {
+    atomic_store_explicit(&sh->lock, 0, memory_order_release);
+}
+/* Locks every shard of every table in address order (register, snapshot, restore). */
+void sl_store_lock_all(sluice_store *st);
+void sl_store_unlock_all(sluice_store *st);
+
+/* ---- table operations (caller holds the shard lock) ------------------------------- */
+
+static inline void sl_table_locate(sl_table *t, sl_hash128 h, uint16_t fam, sl_loc *loc) {
+    uint32_t k1 = (uint32_t)h.lo;
+    uint32_t s = k1 & t->shard_mask;
+    loc->t = t;
+    loc->sh = &t->shards[s];
+    loc->base = t->slots + (size_t)s * t->nslots * t->esize;
+    loc->k0 = h.hi;
+    loc->k1 = k1;
+    loc->home = (uint64_t)(((unsigned __int128)h.hi * t->nslots) >> 64);
+    loc->fam = fam;
+}
+
+void *sl_table_find(const sl_loc *loc);
+
+/* Room for one new entry in loc's shard: reserves it (global count and shard), first
+ * dropping fresh-equivalent entries, then evicting or refusing per on_full. Entries
+ * matching `keep` (the other keys of the decision) are never dropped. *moved is set when
+ * entries moved (pointers from sl_table_find are then stale). SLUICE_OK or SLUICE_EFULL. */
+typedef struct sl_keep {
+    uint64_t k0;
+    uint32_t k1;
+    uint16_t fam;
+} sl_keep;
+int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const sl_keep *keep,
+                     size_t nkeep, bool *moved);
+void sl_store_unreserve(sluice_store *st, const sl_loc *loc);
+/* Inserts (room reserved); returns the entry with its state uninitialised. May reuse a
+ * fresh-equivalent slot on the probe path (counted as expired). */
+void *sl_table_insert(sluice_store *st, const sl_loc *loc, sluice_time now);
+/* Removes the entry `e` (backward-shift deletion: no tombstones). */
+void sl_table_remove(sluice_store *st, const sl_loc *loc, void *e);
+
+/* Restore path: inserts without pressure handling; false when the shard is full. */
+bool sl_table_insert_raw(sluice_store *st, sl_table *t, uint64_t k0, uint32_t k1, uint16_t fam,
+                         uint16_t touch, const void *state);
+
+/* Restore from memory (the fuzz target's entry point; sluice_store_restore reads the
+ * file and calls this). Same contract as sluice_store_restore. */
+int sl_store_restore_buf(sluice_store *st, const uint8_t *buf, size_t len, sluice_time now,
+                         uint64_t *skipped, char *errbuf, size_t errbuf_len);
+
+#endif /* SL_STORE_MEMORY_H */
