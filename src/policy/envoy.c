@@ -1,0 +1,350 @@
+/*
+ * envoy.c -- the envoyproxy/ratelimit config format (domain + nested descriptors) and its
+ * matching rules: a descriptor of N entries only reaches rules at depth N; at each level
+ * an exact key/value wins over the first matching wildcard value, which wins over the
+ * bare key. Each rule with a rate_limit becomes an internal policy (fixed window per unit
+ * by default, as envoyproxy/ratelimit counts), optionally with sluice's algorithm, burst
+ * and extra windows.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+static const struct {
+    const char *name;
+    int code;      /* RateLimitResponse.RateLimit.Unit */
+    int64_t secs;
+} envoy_units[] = {
+    {"second", 1, 1},     {"minute", 2, 60},         {"hour", 3, 3600},
+    {"day", 4, 86400},    {"month", 5, 2592000},     {"year", 6, 31536000},
+    {"week", 7, 604800},
+};
+
+static const char *const desc_fields[] = {
+    "key", "value", "rate_limit", "shadow_mode", "quota_mode", "detailed_metric",
+    "value_to_metric", "share_threshold", "metadata", "descriptors", NULL};
+static const char *const rl_fields[] = {"unit", "requests_per_unit", "unlimited", "name",
+                                        "replaces", "algorithm", "burst", "extra_limits",
+                                        NULL};
+
+static char *keep(sl__ctx *cx, const char *s) {
+    return sl__strndup(&cx->cfg->arena, s, strlen(s));
+}
+
+/* A stable limiter name for a rule: its place in the tree, so a reload finds the same
+ * counters. Paths too long for a limiter name fall back to a hash of the path. */
+static const char *rule_name(sl__ctx *cx, const char *path) {
+    if (strlen(path) < 250) return keep(cx, path);
+    char buf[64];
+    snprintf(buf, sizeof(buf), "envoy#%016llx",
+             (unsigned long long)sl__hash64(path, strlen(path), "", 0));
+    return keep(cx, buf);
+}
+
+static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, const char *label) {
+    if (!sl__check_fields(cx, rl, "rate_limit", rl_fields)) return false;
+    bool ok = true;
+    const sl_ynode *unit = sl__get(rl, "unit"), *rpu = sl__get(rl, "requests_per_unit"),
+                   *unl = sl__get(rl, "unlimited"), *x;
+    bool unlimited = false;
+    if (unl != NULL) ok &= sl__get_bool(cx, unl, &unlimited);
+    if ((x = sl__get(rl, "name")) != NULL) {
+        const char *s = sl__get_str(cx, x, "rate_limit name");
+        if (s == NULL || *s == '\0') {
+            sl__err(cx, x, "empty rate_limit name (expected a name other rules can replace)");
+            ok = false;
+        } else {
+            p->rule_name = keep(cx, s);
+        }
+    }
+    if ((x = sl__get(rl, "replaces")) != NULL) {
+        if (x->kind != SL_YSEQ) {
+            sl__err(cx, x, "replaces must be a list (expected - name: other_rule)");
+            ok = false;
+        } else {
+            p->replaces = sl__alloc(&cx->cfg->arena, (x->n ? x->n : 1) * sizeof(char *));
+            if (p->replaces == NULL) return false;
+            for (size_t i = 0; i < x->n; i++) {
+                static const char *const rf[] = {"name", NULL};
+                const sl_ynode *e = x->v[i];
+                if (!sl__check_fields(cx, e, "a replaces entry", rf)) {
+                    ok = false;
+                    continue;
+                }
+                const sl_ynode *nm = sl__get(e, "name");
+                if (nm == NULL || nm->kind != SL_YSCALAR || nm->len == 0) {
+                    sl__err(cx, e, "empty replaces entry (expected name: <rule name>)");
+                    ok = false;
+                    continue;
+                }
+                if (p->rule_name != NULL && strcmp(nm->s, p->rule_name) == 0) {
+                    sl__err(cx, nm, "rule '%s' replaces itself (expected another rule's name)",
+                            nm->s);
+                    ok = false;
+                    continue;
+                }
+                p->replaces[p->n_replaces++] = keep(cx, nm->s);
+            }
+        }
+    }
+    if (unlimited) {
+        if (unit != NULL) {
+            sl__err(cx, unit, "unit given with unlimited: true (expected no unit for an "
+                    "unlimited rule)");
+            ok = false;
+        }
+        if (rpu != NULL) {
+            sl__err(cx, rpu, "requests_per_unit given with unlimited: true (expected none)");
+            ok = false;
+        }
+        static const char *const ext[] = {"algorithm", "burst", "extra_limits", NULL};
+        for (size_t i = 0; ext[i]; i++)
+            if ((x = sl__get(rl, ext[i])) != NULL) {
+                sl__err(cx, x, "%s given with unlimited: true (expected none)", ext[i]);
+                ok = false;
+            }
+        p->unlimited = true;
+        return ok;
+    }
+    if (unit == NULL) {
+        sl__err(cx, rl, "rate_limit needs a unit (expected second, minute, hour, day, week, "
+                "month or year)");
+        return false;
+    }
+    int code = 0;
+    int64_t secs = 0;
+    for (size_t i = 0; i < sizeof(envoy_units) / sizeof(envoy_units[0]); i++)
+        if (unit->kind == SL_YSCALAR && strcasecmp(unit->s, envoy_units[i].name) == 0) {
+            code = envoy_units[i].code;
+            secs = envoy_units[i].secs;
+        }
+    if (code == 0) {
+        sl__err(cx, unit, "invalid rate limit unit '%.40s' (expected second, minute, hour, "
+                "day, week, month or year)", unit->kind == SL_YSCALAR ? unit->s : "");
+        ok = false;
+    }
+    uint64_t n = 0;
+    if (rpu == NULL) {
+        sl__err(cx, rl, "rate_limit needs requests_per_unit (expected a whole number)");
+        ok = false;
+    } else {
+        ok &= sl__get_u64(cx, rpu, UINT32_MAX, &n);
+    }
+    sluice_algo algo = SLUICE_FIXED_WINDOW;
+    if ((x = sl__get(rl, "algorithm")) != NULL) {
+        if (x->kind != SL_YSCALAR || sluice_algo_parse(x->s, &algo) != SLUICE_OK ||
+            algo == SLUICE_CONCURRENCY || algo == SLUICE_QUOTA) {
+            sl__err(cx, x, "bad algorithm '%.40s' for a rate_limit (expected fixed_window, "
+                    "sliding_window, sliding_log, token_bucket, gcra or leaky_bucket)",
+                    x->kind == SL_YSCALAR ? x->s : "");
+            ok = false;
+        }
+    }
+    const sl_ynode *extra = sl__get(rl, "extra_limits");
+    size_t nextra = 0;
+    if (extra != NULL) {
+        if (extra->kind != SL_YSEQ || extra->n == 0 || extra->n > 15) {
+            sl__err(cx, extra, "extra_limits must be a list of 1 to 15 limits (expected - "
+                    "{rate: 1000/min})");
+            return false;
+        }
+        nextra = extra->n;
+    }
+    if (!ok) return false;
+    p->algo = algo;
+    p->nwin = 1 + nextra;
+    p->win = sl__alloc(&cx->cfg->arena, p->nwin * sizeof(*p->win));
+    if (p->win == NULL) return false;
+    sl_cwindow *w = &p->win[0];
+    w->spec.algo = algo;
+    w->spec.limit = n;
+    w->spec.period_ns = secs * SLUICE_NS_PER_S;
+    w->envoy_unit = code;
+    w->requests_per_unit = (uint32_t)n;
+    w->label = label;
+    if (n == 0) w->deny_all = true; /* requests_per_unit: 0 blocks every request */
+    if ((x = sl__get(rl, "burst")) != NULL) {
+        if (algo != SLUICE_TOKEN_BUCKET && algo != SLUICE_GCRA && algo != SLUICE_LEAKY_BUCKET) {
+            sl__err(cx, x, "burst needs algorithm token_bucket, gcra or leaky_bucket (the "
+                    "default here is fixed_window)");
+            ok = false;
+        } else {
+            ok &= sl__get_u64(cx, x, UINT32_MAX, &w->spec.burst);
+        }
+    }
+    ok = ok && sl__validate_spec(cx, rl, w, p->name);
+    for (size_t i = 0; i < nextra; i++) {
+        sl_cwindow *e = &p->win[1 + i];
+        if (!sl__parse_window(cx, extra->v[i], algo, true, e)) {
+            ok = false;
+            continue;
+        }
+        e->spec.index = (uint32_t)(1 + i);
+        if (e->label == NULL) {
+            char lab[300];
+            snprintf(lab, sizeof(lab), "%s.%zu", label, 1 + i);
+            e->label = keep(cx, lab);
+        }
+        ok &= sl__validate_spec(cx, extra->v[i], e, p->name);
+    }
+    return ok;
+}
+
+static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
+                       const char *prefix, int depth, sl_enode **out, size_t *nout) {
+    *out = NULL;
+    *nout = 0;
+    if (list->kind != SL_YSEQ) {
+        sl__err(cx, list, "descriptors must be a list (expected - key: ...)");
+        return;
+    }
+    if (depth > 16) {
+        sl__err(cx, list, "descriptors nested too deep (expected at most 16 levels)");
+        return;
+    }
+    sl_enode *nodes = sl__alloc(&cx->cfg->arena, (list->n ? list->n : 1) * sizeof(*nodes));
+    if (nodes == NULL) return;
+    size_t cnt = 0;
+    for (size_t i = 0; i < list->n; i++) {
+        const sl_ynode *d = list->v[i];
+        if (!sl__check_fields(cx, d, "a descriptor", desc_fields) && d->kind != SL_YMAP)
+            continue;
+        const sl_ynode *k = sl__get(d, "key"), *v = sl__get(d, "value"), *x;
+        if (k == NULL || k->kind != SL_YSCALAR || k->len == 0) {
+            sl__err(cx, k ? k : d, "descriptor key must not be empty (expected key: <name>)");
+            continue;
+        }
+        if (v != NULL && v->kind != SL_YSCALAR) {
+            sl__err(cx, v, "descriptor value must be a string");
+            continue;
+        }
+        sl_enode *e = &nodes[cnt];
+        e->key = keep(cx, k->s);
+        e->value = v && v->len ? keep(cx, v->s) : NULL;
+        e->wildcard = e->value && strchr(e->value, '*') != NULL;
+        e->policy = -1;
+        bool dup = false;
+        for (size_t j = 0; j < cnt; j++)
+            if (strcmp(nodes[j].key, e->key) == 0 &&
+                ((nodes[j].value == NULL && e->value == NULL) ||
+                 (nodes[j].value && e->value && strcmp(nodes[j].value, e->value) == 0)))
+                dup = true;
+        if (dup) {
+            sl__err(cx, k, "duplicate descriptor '%s%s%s' at this level (expected unique "
+                    "key/value pairs)", e->key, e->value ? "_" : "", e->value ? e->value : "");
+            continue;
+        }
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/%s%s%s", prefix, e->key, e->value ? "=" : "",
+                 e->value ? e->value : "");
+        if ((x = sl__get(d, "quota_mode")) != NULL) {
+            sl__err(cx, x, "quota_mode is not supported by sluice (expected it removed; use "
+                    "a calendar quota in a sluice policy)");
+        }
+        if ((x = sl__get(d, "metadata")) != NULL)
+            sl__err(cx, x, "metadata is not supported by sluice (expected it removed)");
+        bool share = false;
+        if ((x = sl__get(d, "share_threshold")) != NULL && sl__get_bool(cx, x, &share) && share &&
+            !e->wildcard)
+            sl__err(cx, x, "share_threshold needs a wildcard value (expected a value with '*')");
+        e->share_threshold = share;
+        const sl_ynode *rl = sl__get(d, "rate_limit");
+        if (rl != NULL) {
+            sl_cpolicy *p = sl__new_policy(cx);
+            if (p == NULL) return;
+            p->envoy = true;
+            p->line = d->line;
+            p->col = d->col;
+            p->name = rule_name(cx, path);
+            p->objective = "protection";
+            p->domain = domain;
+            p->n_chains = 1;
+            p->chains[0].n = 1;
+            p->chains[0].parts[0].kind = SL_PART_ENVOY;
+            p->on_missing = SL_MISSING_SKIP;
+            const sl_ynode *nm = rl->kind == SL_YMAP ? sl__get(rl, "name") : NULL;
+            const char *label = nm && nm->kind == SL_YSCALAR && nm->len ? keep(cx, nm->s)
+                                                                        : p->name;
+            parse_rate_limit(cx, rl, p, label);
+            bool shadow = false;
+            if ((x = sl__get(d, "shadow_mode")) != NULL && sl__get_bool(cx, x, &shadow) && shadow)
+                p->rollout_pct = 0;
+            if ((x = sl__get(d, "detailed_metric")) != NULL)
+                sl__get_bool(cx, x, &p->detailed_metric);
+            if ((x = sl__get(d, "value_to_metric")) != NULL)
+                sl__get_bool(cx, x, &p->value_to_metric);
+            e->policy = (int)(cx->n_pol - 1);
+        } else {
+            static const char *const only_rl[] = {"shadow_mode", "detailed_metric",
+                                                  "value_to_metric", NULL};
+            bool b;
+            for (size_t j = 0; only_rl[j]; j++)
+                if ((x = sl__get(d, only_rl[j])) != NULL) sl__get_bool(cx, x, &b);
+        }
+        if ((x = sl__get(d, "descriptors")) != NULL)
+            load_level(cx, x, domain, path, depth + 1, &e->children, &e->n_children);
+        cnt++;
+    }
+    *out = nodes;
+    *nout = cnt;
+}
+
+void sl__envoy_load(sl__ctx *cx, const sl_ynode *doc) {
+    static const char *const top[] = {"domain", "descriptors", NULL};
+    if (!sl__check_fields(cx, doc, "an envoyproxy/ratelimit config", top) &&
+        doc->kind != SL_YMAP)
+        return;
+    const sl_ynode *d = sl__get(doc, "domain"), *ds = sl__get(doc, "descriptors");
+    if (d == NULL || d->kind != SL_YSCALAR || d->len == 0) {
+        sl__err(cx, d ? d : doc, "domain must not be empty (expected domain: <name>)");
+        return;
+    }
+    for (size_t i = 0; i < cx->n_dom; i++)
+        if (strcmp(cx->dom[i]->domain, d->s) == 0) {
+            sl__err(cx, d, "duplicate domain '%s' (expected each domain once)", d->s);
+            return;
+        }
+    sl_edomain *dom = sl__new_domain(cx);
+    if (dom == NULL) return;
+    dom->domain = keep(cx, d->s);
+    if (ds == NULL) return; /* a domain with no rules limits nothing, as upstream */
+    load_level(cx, ds, dom->domain, dom->domain, 0, &dom->roots, &dom->n_roots);
+}
+
+/* ---- matching ----------------------------------------------------------------------- */
+
+static bool str_eq(const char *a, sl_str b) {
+    return b.p != NULL && strlen(a) == b.len && memcmp(a, b.p, b.len) == 0;
+}
+
+const sl_enode *sl__envoy_match(const sl_edomain *dom, const sl_descriptor *desc) {
+    if (dom == NULL || desc == NULL || desc->n == 0) return NULL;
+    const sl_enode *level = dom->roots;
+    size_t n = dom->n_roots;
+    const sl_enode *hit = NULL;
+    for (size_t i = 0; i < desc->n; i++) {
+        const sl_entry *en = &desc->entries[i];
+        const sl_enode *exact = NULL, *wild = NULL, *bare = NULL;
+        for (size_t j = 0; j < n; j++) {
+            const sl_enode *c = &level[j];
+            if (!str_eq(c->key, en->key)) continue;
+            if (c->value == NULL) {
+                if (bare == NULL) bare = c;
+            } else if (c->wildcard) {
+                if (wild == NULL && en->value.p != NULL &&
+                    sl__glob(c->value, en->value.p, en->value.len))
+                    wild = c;
+            } else if (exact == NULL && str_eq(c->value, en->value)) {
+                exact = c;
+            }
+        }
+        hit = exact ? exact : wild ? wild : bare;
+        if (hit == NULL) return NULL;
+        level = hit->children;
+        n = hit->n_children;
+    }
+    return hit;
+}

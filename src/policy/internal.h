@@ -1,0 +1,238 @@
+/*
+ * internal.h -- the compiled form of a config, shared by the files of src/policy.
+ * Everything a config owns lives in its arena and is freed at once by sl_config_destroy;
+ * after loading it is immutable, so engines on many threads may read it freely.
+ */
+#ifndef SL_POLICY_INTERNAL_H
+#define SL_POLICY_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy.h"
+
+/* ---- arena ------------------------------------------------------------------------ */
+
+typedef struct sl__arena_blk {
+    struct sl__arena_blk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+} sl__arena_blk;
+
+typedef struct sl__arena {
+    sl__arena_blk *head;
+    bool oom;
+} sl__arena;
+
+void *sl__alloc(sl__arena *a, size_t n); /* zeroed; NULL (and a->oom) when out of memory */
+char *sl__strndup(sl__arena *a, const char *s, size_t n);
+void sl__arena_free(sl__arena *a);
+
+/* ---- YAML tree (temporary, built from libyaml events) ----------------------------- */
+
+typedef enum { SL_YSCALAR, SL_YMAP, SL_YSEQ } sl_ykind;
+
+typedef struct sl_ynode {
+    sl_ykind kind;
+    int line, col;      /* 1-based */
+    bool plain;         /* an unquoted scalar (so `null`/`~` mean null) */
+    const char *s;      /* scalar text, NUL-terminated */
+    size_t len;
+    size_t n;           /* map: pairs; seq: items */
+    struct sl_ynode **v;/* map: key0, val0, key1, val1...; seq: items */
+} sl_ynode;
+
+/* ---- compiled policy ---------------------------------------------------------------- */
+
+typedef enum {
+    SL_PART_CLIENT_IP = 1,
+    SL_PART_HEADER,
+    SL_PART_METHOD,
+    SL_PART_PATH,
+    SL_PART_ROUTE,
+    SL_PART_HOST,
+    SL_PART_DESCRIPTOR, /* descriptor.NAME: the value of entry NAME */
+    SL_PART_ENVOY,      /* envoy rule: every entry of the descriptor (key + value) */
+    SL_PART_BODY_BYTES  /* costs only */
+} sl_part_kind;
+
+typedef struct sl_part {
+    sl_part_kind kind;
+    const char *name;   /* header / descriptor entry name (lowercase for headers) */
+    size_t name_len;
+    unsigned v6_prefix; /* client_ip/N: group IPv6 addresses by their first N bits */
+} sl_part;
+
+#define SL_MAX_PARTS 8
+#define SL_MAX_CHAINS 4
+
+typedef struct sl_chain {
+    size_t n;
+    sl_part parts[SL_MAX_PARTS];
+} sl_chain;
+
+typedef enum { SL_MISSING_REJECT = 0, SL_MISSING_SKIP = 1 } sl_missing;
+
+typedef struct sl_hdr_cond {
+    const char *name;    /* lowercase */
+    const char *pattern; /* glob; NULL with `present` */
+    bool present;        /* true: must be present; false with pattern NULL: must be absent */
+} sl_hdr_cond;
+
+typedef struct sl_op_cost {
+    const char *method;  /* uppercase, "*" = any */
+    const char *path;    /* glob */
+    uint64_t cost;
+} sl_op_cost;
+
+typedef enum { SL_PATH_ANY = 0, SL_PATH_EXACT, SL_PATH_GLOB, SL_PATH_PREFIX } sl_path_kind;
+
+typedef enum { SL_REACT_REJECT = 0, SL_REACT_DELAY, SL_REACT_SHADOW } sl_react;
+
+typedef struct sl_cwindow {
+    sluice_limit_spec spec;     /* spec.name/index filled per plan by the engine */
+    const char *label;          /* RateLimit item name */
+    bool deny_all;              /* envoy requests_per_unit: 0 (block list) */
+    int envoy_unit;
+    uint32_t requests_per_unit;
+} sl_cwindow;
+
+typedef struct sl_cplan {
+    const char *name;
+    size_t nwin;
+    sl_cwindow *win;
+} sl_cplan;
+
+typedef struct sl_cpolicy {
+    const char *name;
+    const char *objective;
+    int line, col;
+    bool envoy;                 /* an envoyproxy/ratelimit rule */
+    /* match */
+    size_t n_methods;
+    const char **methods;
+    sl_path_kind path_kind;
+    const char *path;
+    const char *host;           /* glob, lowercase */
+    size_t n_hdr;
+    sl_hdr_cond *hdr;
+    const char *domain;         /* requests with this domain only (descriptor-evaluated) */
+    size_t n_desc;
+    sl_hdr_cond *desc;          /* descriptor entry conditions */
+    /* key */
+    size_t n_chains;
+    sl_chain chains[SL_MAX_CHAINS];
+    sl_missing on_missing;
+    /* cost */
+    bool cost_explicit;
+    uint64_t cost_default;
+    bool cost_from_set;
+    sl_part cost_from;
+    size_t n_ops;
+    sl_op_cost *ops;
+    bool settle;
+    sl_quota_unit qu;
+    const char *unit_name;
+    /* windows and plans */
+    sluice_algo algo;
+    size_t nwin;
+    sl_cwindow *win;
+    bool plan_from_set;
+    sl_part plan_from;
+    size_t n_plans;
+    sl_cplan *plans;
+    /* reaction, mode, failure */
+    sl_react react;
+    int64_t max_delay_ns;
+    unsigned rollout_pct;       /* 100 = enforce, 0 = shadow */
+    bool fail_closed;
+    bool headers;               /* render RateLimit fields for this policy */
+    /* envoy */
+    bool unlimited;
+    const char *rule_name;      /* rate_limit.name (target of replaces) */
+    size_t n_replaces;
+    const char **replaces;
+    bool detailed_metric, value_to_metric;
+} sl_cpolicy;
+
+/* Envoy descriptor tree: one node per `- key:` entry. */
+typedef struct sl_enode {
+    const char *key;
+    const char *value;          /* NULL = any value */
+    bool wildcard;              /* value contains '*' */
+    bool share_threshold;
+    int policy;                 /* index into cfg->pol, -1 when the node has no rate_limit */
+    size_t n_children;
+    struct sl_enode *children;
+} sl_enode;
+
+typedef struct sl_edomain {
+    const char *domain;
+    size_t n_roots;
+    sl_enode *roots;
+} sl_edomain;
+
+struct sl_config {
+    sl__arena arena;
+    sl_settings settings;
+    bool envoy_format;
+    size_t n_pol;
+    sl_cpolicy *pol;
+    size_t n_domains;
+    sl_edomain *domains;
+    size_t n_limiters;
+};
+
+/* ---- helpers shared between files ------------------------------------------------- */
+
+/* glob with '*' matching any run of bytes (including '/'); exact otherwise. */
+bool sl__glob(const char *pat, const char *s, size_t len);
+/* Parses "10/s", "100/5m": limit and period. Returns false on a bad rate. */
+bool sl__parse_rate(const char *s, uint64_t *limit, int64_t *period_ns);
+/* Parses "30s", "5m", "1h", "500ms", "2d". */
+bool sl__parse_duration(const char *s, int64_t *ns);
+/* Parses "50000/day" into a calendar period. */
+bool sl__parse_quota(const char *s, uint64_t *limit, sluice_period *p);
+uint64_t sl__hash64(const void *a, size_t alen, const void *b, size_t blen);
+
+/* Envoy format: the loader for a `domain:` document (one per file, or each entry of a
+ * sluice file's `domains:` list). Reports errors through the loader's context. */
+struct sl__ctx;
+void sl__envoy_load(struct sl__ctx *cx, const sl_ynode *doc);
+/* The rule a descriptor reaches in `dom` (SPECS §4.2), or NULL. */
+const sl_enode *sl__envoy_match(const sl_edomain *dom, const sl_descriptor *desc);
+
+/* The loader context (config.c) and its diagnostics. */
+typedef struct sl__ctx {
+    sl_config *cfg;
+    sl_diag_list *dl;
+    size_t errors;
+    sl__arena tmp;              /* the YAML tree */
+    /* growable arrays while loading (malloc'd, moved into the arena at the end) */
+    sl_cpolicy **pol;           /* each policy lives in the config arena */
+    size_t n_pol, cap_pol;
+    sl_edomain **dom;
+    size_t n_dom, cap_dom;
+} sl__ctx;
+
+void sl__err(sl__ctx *cx, const sl_ynode *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+sl_cpolicy *sl__new_policy(sl__ctx *cx); /* appended; its index is cx->n_pol - 1 */
+sl_edomain *sl__new_domain(sl__ctx *cx);
+sl_ynode *sl__yaml_parse(sl__ctx *cx, const char *buf, size_t len);
+/* Parses a key part ("client_ip/64", "header.x-api-key", ...); false on a bad one. */
+bool sl__parse_part(sl__ctx *cx, const sl_ynode *n, bool for_cost, sl_part *out);
+const sl_ynode *sl__get(const sl_ynode *map, const char *key);
+bool sl__check_fields(sl__ctx *cx, const sl_ynode *map, const char *what,
+                      const char *const *allowed);
+bool sl__get_bool(sl__ctx *cx, const sl_ynode *n, bool *out);
+bool sl__get_u64(sl__ctx *cx, const sl_ynode *n, uint64_t max, uint64_t *out);
+const char *sl__get_str(sl__ctx *cx, const sl_ynode *n, const char *what);
+/* Reads one window (a `limits:` entry) of `algo` into w; returns false on an error. */
+bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool algo_set,
+                      sl_cwindow *w);
+/* Validates w->spec through sluice_limiter_create (reports its message at `at`). */
+bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const char *name);
+
+#endif /* SL_POLICY_INTERNAL_H */

@@ -1,0 +1,513 @@
+/*
+ * yaml.c -- the loader's plumbing: an arena for everything a config owns, a YAML tree
+ * built from libyaml events (with marks for file:line:col), diagnostics, and the value
+ * syntaxes people write (rates "10/s", durations "30s", quotas "50000/day").
+ * Bounded: nesting depth, node count and scalar length are capped so a hostile file
+ * cannot exhaust the stack or memory.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "internal.h"
+
+#define YAML_MAX_DEPTH 64
+#define YAML_MAX_NODES 200000
+
+/* ---- arena ------------------------------------------------------------------------ */
+
+void *sl__alloc(sl__arena *a, size_t n) {
+    n = (n + 15) & ~(size_t)15;
+    if (n == 0) n = 16;
+    sl__arena_blk *b = a->head;
+    if (b == NULL || b->cap - b->used < n) {
+        size_t cap = n > 16384 ? n : 16384;
+        b = malloc(sizeof(*b) + cap);
+        if (b == NULL) {
+            a->oom = true;
+            return NULL;
+        }
+        b->cap = cap;
+        b->used = 0;
+        b->next = a->head;
+        a->head = b;
+    }
+    void *p = b->data + b->used;
+    b->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *sl__strndup(sl__arena *a, const char *s, size_t n) {
+    char *p = sl__alloc(a, n + 1);
+    if (p != NULL) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+void sl__arena_free(sl__arena *a) {
+    sl__arena_blk *b = a->head;
+    while (b != NULL) {
+        sl__arena_blk *next = b->next;
+        free(b);
+        b = next;
+    }
+    a->head = NULL;
+}
+
+/* ---- diagnostics ------------------------------------------------------------------ */
+
+static void diag_add(sl__ctx *cx, int line, int col, const char *msg) {
+    cx->errors++;
+    if (cx->dl == NULL) return;
+    if (cx->dl->n >= SL_DIAG_MAX) {
+        cx->dl->dropped++;
+        return;
+    }
+    sl_diag *d = &cx->dl->items[cx->dl->n++];
+    d->line = line;
+    d->col = col;
+    snprintf(d->msg, sizeof(d->msg), "%s", msg);
+}
+
+void sl__err(sl__ctx *cx, const sl_ynode *at, const char *fmt, ...) {
+    char msg[SL_DIAG_MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    diag_add(cx, at ? at->line : 1, at ? at->col : 1, msg);
+}
+
+size_t sl_diag_format(const sl_diag_list *dl, size_t i, char *buf, size_t len) {
+    if (buf == NULL || len == 0) return 0;
+    buf[0] = '\0';
+    if (dl == NULL || i >= dl->n) return 0;
+    const sl_diag *d = &dl->items[i];
+    int n = snprintf(buf, len, "%s:%d:%d: %s", dl->file, d->line, d->col, d->msg);
+    if (n < 0) return 0;
+    return (size_t)n < len ? (size_t)n : len - 1;
+}
+
+/* ---- YAML tree -------------------------------------------------------------------- */
+
+typedef struct ybuild {
+    sl__ctx *cx;
+    yaml_parser_t parser;
+    size_t nodes;
+    bool failed;
+} ybuild;
+
+static void yaml_problem(ybuild *b) {
+    const yaml_parser_t *p = &b->parser;
+    char msg[SL_DIAG_MSG];
+    if (p->context != NULL)
+        snprintf(msg, sizeof(msg), "YAML syntax error: %s %s (expected well-formed YAML)",
+                 p->problem ? p->problem : "error", p->context);
+    else
+        snprintf(msg, sizeof(msg), "YAML syntax error: %s (expected well-formed YAML)",
+                 p->problem ? p->problem : "error");
+    diag_add(b->cx, (int)p->problem_mark.line + 1, (int)p->problem_mark.column + 1, msg);
+    b->failed = true;
+}
+
+static sl_ynode *ynode_new(ybuild *b, sl_ykind k, const yaml_mark_t *m) {
+    if (++b->nodes > YAML_MAX_NODES) {
+        diag_add(b->cx, (int)m->line + 1, (int)m->column + 1,
+                 "document too large (expected at most 200000 YAML nodes)");
+        b->failed = true;
+        return NULL;
+    }
+    sl_ynode *n = sl__alloc(&b->cx->tmp, sizeof(*n));
+    if (n == NULL) {
+        b->failed = true;
+        return NULL;
+    }
+    n->kind = k;
+    n->line = (int)m->line + 1;
+    n->col = (int)m->column + 1;
+    return n;
+}
+
+/* Why recursive descent over events rather than libyaml's document API: it keeps the
+ * marks we need, refuses aliases before they can multiply (billion laughs) and bounds
+ * depth while parsing. `ev` is the node's first event, already read. */
+static sl_ynode *ybuild_node(ybuild *b, yaml_event_t *ev, int depth) {
+    if (depth > YAML_MAX_DEPTH) {
+        diag_add(b->cx, (int)ev->start_mark.line + 1, (int)ev->start_mark.column + 1,
+                 "nesting too deep (expected at most 64 levels)");
+        b->failed = true;
+        return NULL;
+    }
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT: {
+        sl_ynode *n = ynode_new(b, SL_YSCALAR, &ev->start_mark);
+        if (n == NULL) return NULL;
+        n->s = sl__strndup(&b->cx->tmp, (const char *)ev->data.scalar.value,
+                           ev->data.scalar.length);
+        if (n->s == NULL) {
+            b->failed = true;
+            return NULL;
+        }
+        n->len = ev->data.scalar.length;
+        n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+        return n;
+    }
+    case YAML_ALIAS_EVENT:
+        diag_add(b->cx, (int)ev->start_mark.line + 1, (int)ev->start_mark.column + 1,
+                 "YAML aliases are not supported (expected the value written out)");
+        b->failed = true;
+        return NULL;
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT: {
+        bool map = ev->type == YAML_MAPPING_START_EVENT;
+        sl_ynode *n = ynode_new(b, map ? SL_YMAP : SL_YSEQ, &ev->start_mark);
+        if (n == NULL) return NULL;
+        size_t cap = 0, cnt = 0;
+        sl_ynode **kids = NULL;
+        for (;;) {
+            yaml_event_t e;
+            if (!yaml_parser_parse(&b->parser, &e)) {
+                yaml_problem(b);
+                free(kids);
+                return NULL;
+            }
+            if (e.type == YAML_SEQUENCE_END_EVENT || e.type == YAML_MAPPING_END_EVENT) {
+                yaml_event_delete(&e);
+                break;
+            }
+            sl_ynode *k = ybuild_node(b, &e, depth + 1);
+            yaml_event_delete(&e);
+            if (k == NULL) {
+                free(kids);
+                return NULL;
+            }
+            if (map && cnt % 2 == 0 && k->kind != SL_YSCALAR) {
+                diag_add(b->cx, k->line, k->col,
+                         "a mapping key must be a plain string (expected key: value)");
+                b->failed = true;
+                free(kids);
+                return NULL;
+            }
+            if (cnt == cap) {
+                size_t nc = cap ? cap * 2 : 8;
+                sl_ynode **nk = realloc(kids, nc * sizeof(*nk));
+                if (nk == NULL) {
+                    free(kids);
+                    b->cx->cfg->arena.oom = true;
+                    b->failed = true;
+                    return NULL;
+                }
+                kids = nk;
+                cap = nc;
+            }
+            kids[cnt++] = k;
+        }
+        n->n = map ? cnt / 2 : cnt;
+        if (cnt > 0) {
+            n->v = sl__alloc(&b->cx->tmp, cnt * sizeof(*n->v));
+            if (n->v == NULL) {
+                free(kids);
+                b->failed = true;
+                return NULL;
+            }
+            memcpy(n->v, kids, cnt * sizeof(*n->v));
+        }
+        free(kids);
+        return n;
+    }
+    default:
+        diag_add(b->cx, (int)ev->start_mark.line + 1, (int)ev->start_mark.column + 1,
+                 "unexpected YAML event (expected a value)");
+        b->failed = true;
+        return NULL;
+    }
+}
+
+/* Parses one YAML document from buf into the context's temporary arena. NULL (with
+ * diagnostics) on a syntax error, an empty stream or several documents. */
+sl_ynode *sl__yaml_parse(sl__ctx *cx, const char *buf, size_t len) {
+    ybuild b = {.cx = cx};
+    if (!yaml_parser_initialize(&b.parser)) {
+        cx->cfg->arena.oom = true;
+        return NULL;
+    }
+    yaml_parser_set_input_string(&b.parser, (const unsigned char *)buf, len);
+    sl_ynode *root = NULL;
+    bool done = false;
+    int docs = 0;
+    while (!done && !b.failed) {
+        yaml_event_t e;
+        if (!yaml_parser_parse(&b.parser, &e)) {
+            yaml_problem(&b);
+            break;
+        }
+        switch (e.type) {
+        case YAML_STREAM_END_EVENT: done = true; break;
+        case YAML_DOCUMENT_START_EVENT:
+            if (++docs > 1) {
+                diag_add(cx, (int)e.start_mark.line + 1, (int)e.start_mark.column + 1,
+                         "several YAML documents in one file (expected one)");
+                b.failed = true;
+            }
+            break;
+        case YAML_STREAM_START_EVENT:
+        case YAML_DOCUMENT_END_EVENT: break;
+        default:
+            root = ybuild_node(&b, &e, 0);
+            if (root == NULL) b.failed = true;
+            break;
+        }
+        yaml_event_delete(&e);
+    }
+    yaml_parser_delete(&b.parser);
+    if (b.failed) return NULL;
+    if (root == NULL) {
+        diag_add(cx, 1, 1, "empty config (expected a mapping with 'policies' or 'domain')");
+        return NULL;
+    }
+    return root;
+}
+
+/* ---- tree access ------------------------------------------------------------------ */
+
+const sl_ynode *sl__get(const sl_ynode *map, const char *key) {
+    if (map == NULL || map->kind != SL_YMAP) return NULL;
+    for (size_t i = 0; i < map->n; i++)
+        if (strcmp(map->v[2 * i]->s, key) == 0) return map->v[2 * i + 1];
+    return NULL;
+}
+
+/* Reports every key of `map` not in `allowed` (listing what is expected) and every
+ * repeated key: both would otherwise be ignored silently. */
+bool sl__check_fields(sl__ctx *cx, const sl_ynode *map, const char *what,
+                      const char *const *allowed) {
+    if (map == NULL || map->kind != SL_YMAP) {
+        sl__err(cx, map, "%s must be a mapping (expected key: value pairs)", what);
+        return false;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < map->n; i++) {
+        const sl_ynode *k = map->v[2 * i];
+        bool known = false;
+        for (size_t j = 0; allowed[j] != NULL; j++)
+            if (strcmp(k->s, allowed[j]) == 0) known = true;
+        if (!known) {
+            char list[160];
+            size_t off = 0;
+            list[0] = '\0';
+            for (size_t j = 0; allowed[j] != NULL && off < sizeof(list); j++) {
+                int w = snprintf(list + off, sizeof(list) - off, "%s%s", j ? ", " : "",
+                                 allowed[j]);
+                if (w < 0) break;
+                off += (size_t)w;
+            }
+            if (off >= sizeof(list)) memcpy(list + sizeof(list) - 4, "...", 4);
+            sl__err(cx, k, "unknown field '%.60s' in %s (expected one of: %s)", k->s, what,
+                    list);
+            ok = false;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(map->v[2 * j]->s, k->s) == 0) {
+                sl__err(cx, k, "duplicate field '%.60s' in %s (first at %d:%d)", k->s, what,
+                        map->v[2 * j]->line, map->v[2 * j]->col);
+                ok = false;
+                break;
+            }
+    }
+    return ok;
+}
+
+static bool is_null(const sl_ynode *n) {
+    return n != NULL && n->kind == SL_YSCALAR && n->plain &&
+           (n->len == 0 || strcmp(n->s, "null") == 0 || strcmp(n->s, "~") == 0);
+}
+
+const char *sl__get_str(sl__ctx *cx, const sl_ynode *n, const char *what) {
+    if (n == NULL) return NULL;
+    if (n->kind != SL_YSCALAR || is_null(n)) {
+        sl__err(cx, n, "%s must be a string", what);
+        return NULL;
+    }
+    return n->s;
+}
+
+bool sl__get_bool(sl__ctx *cx, const sl_ynode *n, bool *out) {
+    if (n != NULL && n->kind == SL_YSCALAR) {
+        if (strcmp(n->s, "true") == 0 || strcmp(n->s, "True") == 0) {
+            *out = true;
+            return true;
+        }
+        if (strcmp(n->s, "false") == 0 || strcmp(n->s, "False") == 0) {
+            *out = false;
+            return true;
+        }
+    }
+    sl__err(cx, n, "bad boolean '%.40s' (expected true or false)",
+            n && n->kind == SL_YSCALAR ? n->s : "");
+    return false;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    if (*s == '\0') return false;
+    uint64_t v = 0;
+    for (; *s; s++) {
+        if (*s == '_') continue; /* 1_000_000 reads better than 1000000 */
+        if (*s < '0' || *s > '9') return false;
+        if (v > (UINT64_MAX - 9) / 10) return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+bool sl__get_u64(sl__ctx *cx, const sl_ynode *n, uint64_t max, uint64_t *out) {
+    uint64_t v;
+    if (n == NULL || n->kind != SL_YSCALAR || !parse_u64(n->s, &v)) {
+        sl__err(cx, n, "bad number '%.40s' (expected a whole number)",
+                n && n->kind == SL_YSCALAR ? n->s : "");
+        return false;
+    }
+    if (v > max) {
+        sl__err(cx, n, "number %.40s is too large (expected at most %llu)", n->s,
+                (unsigned long long)max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* ---- values ----------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    int64_t ns;
+} units[] = {
+    {"ns", 1},
+    {"us", 1000},
+    {"ms", 1000000},
+    {"s", SLUICE_NS_PER_S},
+    {"sec", SLUICE_NS_PER_S},
+    {"second", SLUICE_NS_PER_S},
+    {"seconds", SLUICE_NS_PER_S},
+    {"m", 60 * SLUICE_NS_PER_S},
+    {"min", 60 * SLUICE_NS_PER_S},
+    {"minute", 60 * SLUICE_NS_PER_S},
+    {"minutes", 60 * SLUICE_NS_PER_S},
+    {"h", 3600 * SLUICE_NS_PER_S},
+    {"hour", 3600 * SLUICE_NS_PER_S},
+    {"hours", 3600 * SLUICE_NS_PER_S},
+    {"d", 86400 * SLUICE_NS_PER_S},
+    {"day", 86400 * SLUICE_NS_PER_S},
+    {"days", 86400 * SLUICE_NS_PER_S},
+    {"w", 7 * 86400 * SLUICE_NS_PER_S},
+    {"week", 7 * 86400 * SLUICE_NS_PER_S},
+    {"weeks", 7 * 86400 * SLUICE_NS_PER_S},
+};
+
+static bool unit_ns(const char *u, int64_t *ns) {
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcmp(u, units[i].name) == 0) {
+            *ns = units[i].ns;
+            return true;
+        }
+    return false;
+}
+
+/* "<digits><unit>", the unit mandatory: a bare 30 could be seconds or milliseconds. */
+bool sl__parse_duration(const char *s, int64_t *ns) {
+    const char *p = s;
+    uint64_t v = 0;
+    if (*p < '0' || *p > '9') return false;
+    while (*p >= '0' && *p <= '9') {
+        if (v > (uint64_t)INT64_MAX / 10) return false;
+        v = v * 10 + (uint64_t)(*p - '0');
+        p++;
+    }
+    while (*p == ' ') p++;
+    int64_t u;
+    if (!unit_ns(p, &u)) return false;
+    if (v > (uint64_t)(INT64_MAX / u)) return false;
+    *ns = (int64_t)v * u;
+    return true;
+}
+
+/* "N/unit" or "N/<duration>" (100/5m). Months and years have no fixed length: a rate
+ * over them is refused here (use a calendar quota instead). */
+bool sl__parse_rate(const char *s, uint64_t *limit, int64_t *period_ns) {
+    const char *slash = strchr(s, '/');
+    if (slash == NULL || slash == s || slash - s > 20) return false;
+    char num[24];
+    size_t nl = 0;
+    for (const char *p = s; p < slash; p++)
+        if (*p != ' ') num[nl++] = *p;
+    num[nl] = '\0';
+    if (!parse_u64(num, limit)) return false;
+    const char *per = slash + 1;
+    while (*per == ' ') per++;
+    if (unit_ns(per, period_ns)) return true;
+    return sl__parse_duration(per, period_ns) && *period_ns > 0;
+}
+
+bool sl__parse_quota(const char *s, uint64_t *limit, sluice_period *p) {
+    const char *slash = strchr(s, '/');
+    if (slash == NULL || slash == s || slash - s > 20) return false;
+    char num[24];
+    size_t nl = 0;
+    for (const char *q = s; q < slash; q++)
+        if (*q != ' ') num[nl++] = *q;
+    num[nl] = '\0';
+    if (!parse_u64(num, limit)) return false;
+    const char *per = slash + 1;
+    while (*per == ' ') per++;
+    if (!strcmp(per, "h") || !strcmp(per, "hour")) *p = SLUICE_PERIOD_HOUR;
+    else if (!strcmp(per, "d") || !strcmp(per, "day")) *p = SLUICE_PERIOD_DAY;
+    else if (!strcmp(per, "w") || !strcmp(per, "week")) *p = SLUICE_PERIOD_WEEK;
+    else if (!strcmp(per, "mo") || !strcmp(per, "month")) *p = SLUICE_PERIOD_MONTH;
+    else return false;
+    return true;
+}
+
+/* ---- matching helpers ------------------------------------------------------------- */
+
+/* Why iterative with one backtrack point: '*'-only globs match in O(n*m) worst case
+ * without recursion, so a hostile path cannot blow the stack. */
+bool sl__glob(const char *pat, const char *s, size_t len) {
+    size_t pi = 0, si = 0, star = (size_t)-1, mark = 0;
+    size_t plen = strlen(pat);
+    while (si < len) {
+        if (pi < plen && pat[pi] == '*') {
+            star = pi++;
+            mark = si;
+        } else if (pi < plen && pat[pi] == s[si]) {
+            pi++;
+            si++;
+        } else if (star != (size_t)-1) {
+            pi = star + 1;
+            si = ++mark;
+        } else {
+            return false;
+        }
+    }
+    while (pi < plen && pat[pi] == '*') pi++;
+    return pi == plen;
+}
+
+/* FNV-1a over two byte strings: stable across processes and machines, so every
+ * instance puts the same client in or out of a rollout. Not a security boundary. */
+uint64_t sl__hash64(const void *a, size_t alen, const void *b, size_t blen) {
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    const unsigned char *p = a;
+    for (size_t i = 0; i < alen; i++) h = (h ^ p[i]) * UINT64_C(0x100000001b3);
+    h = (h ^ 0xff) * UINT64_C(0x100000001b3);
+    p = b;
+    for (size_t i = 0; i < blen; i++) h = (h ^ p[i]) * UINT64_C(0x100000001b3);
+    h ^= h >> 33;
+    h *= UINT64_C(0xff51afd7ed558ccd);
+    h ^= h >> 33;
+    return h;
+}
