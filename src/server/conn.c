@@ -1,0 +1,366 @@
+/*
+ * conn.c -- connections: accept, bounded read and write buffers, request framing for
+ * both protocols (pipelined requests are answered in order, in one write when possible),
+ * output backpressure, timeouts and draining.
+ * Bounds: the read buffer grows only as far as one request may need (HTTP head + body
+ * limits; RESP SL_CONN_RESP_MAX) and the output buffer to SL_CONN_WMAX; a peer that sends
+ * faster than it reads stops being read (EPOLLOUT only) until its output drains.
+ * Timeouts: a started request must complete within read_timeout (not refreshed by more
+ * bytes: a slowloris client cannot keep it alive), an idle keep-alive connection lives
+ * idle_timeout, stalled output write_timeout.
+ */
+#include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "server/server.h"
+
+#define SL_CONN_RINIT 16384
+#define SL_CONN_WINIT 16384
+#define SL_CONN_WMAX (4u << 20)
+#define SL_CONN_RESP_MAX (1u << 20)
+/* Stop parsing more pipelined requests while this much output is unsent. */
+#define SL_CONN_WHIGH (256u << 10)
+
+static void conn_io(void *ud, uint32_t events);
+
+static void conn_close(sl_conn *c) {
+    sl_worker *w = c->w;
+    sl_loop_del(&w->loop, &c->io);
+    close(c->io.fd);
+    sl_dnode_disarm(&c->timer);
+    if (c->prev_all)
+        c->prev_all->next_all = c->next_all;
+    else
+        w->conns = c->next_all;
+    if (c->next_all) c->next_all->prev_all = c->prev_all;
+    w->nconns--;
+    atomic_fetch_sub(&w->srv->nconns, 1);
+    free(c->rbuf);
+    free(c->wbuf);
+    free(c);
+}
+
+void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
+    sl_server *s = w->srv;
+    for (int i = 0; i < 32; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return; /* EAGAIN, or EMFILE and friends: try again on the next event */
+        if (atomic_load(&s->draining)) {
+            close(fd);
+            continue;
+        }
+        unsigned n = atomic_fetch_add(&s->nconns, 1);
+        if (n >= s->opt.max_conns) {
+            atomic_fetch_sub(&s->nconns, 1);
+            sl_met_inc(&w->met->conns_refused, 1);
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        sl_conn *c = calloc(1, sizeof(*c));
+        if (c) {
+            c->rbuf = malloc(SL_CONN_RINIT);
+            c->wbuf = malloc(SL_CONN_WINIT);
+        }
+        if (c == NULL || c->rbuf == NULL || c->wbuf == NULL) {
+            if (c) {
+                free(c->rbuf);
+                free(c->wbuf);
+                free(c);
+            }
+            atomic_fetch_sub(&s->nconns, 1);
+            close(fd);
+            continue;
+        }
+        c->rcap = SL_CONN_RINIT;
+        c->wcap = SL_CONN_WINIT;
+        c->w = w;
+        c->kind = kind;
+        c->proto = 2;
+        c->io = (sl_io){.fd = fd, .cb = conn_io, .ud = c};
+        sl_dnode_init(&c->timer);
+        if (ss.ss_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, c->peer_ip, sizeof(c->peer_ip));
+        else if (ss.ss_family == AF_INET6)
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, c->peer_ip,
+                      sizeof(c->peer_ip));
+        if (sl_loop_add(&w->loop, &c->io, EPOLLIN | EPOLLRDHUP) != 0) {
+            atomic_fetch_sub(&s->nconns, 1);
+            close(fd);
+            free(c->rbuf);
+            free(c->wbuf);
+            free(c);
+            continue;
+        }
+        c->next_all = w->conns;
+        if (w->conns) w->conns->prev_all = c;
+        w->conns = c;
+        w->nconns++;
+        sl_dlist_arm(&w->tl[SL_TL_IDLE], &c->timer, w->now_ns);
+    }
+}
+
+int sl_conn_reserve(sl_conn *c, size_t n) {
+    if (c->woff > 0 && c->woff == c->wlen) c->woff = c->wlen = 0;
+    if (c->wcap - c->wlen >= n) return 0;
+    if (c->woff > 0) {
+        memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
+        c->wlen -= c->woff;
+        c->woff = 0;
+        if (c->wcap - c->wlen >= n) return 0;
+    }
+    size_t need = c->wlen + n;
+    if (need > SL_CONN_WMAX) return -1;
+    size_t cap = c->wcap;
+    while (cap < need) cap *= 2;
+    if (cap > SL_CONN_WMAX) cap = SL_CONN_WMAX;
+    char *p = realloc(c->wbuf, cap);
+    if (p == NULL) return -1;
+    c->wbuf = p;
+    c->wcap = cap;
+    return 0;
+}
+
+void sl_conn_wbuf(sl_conn *c, sl_wbuf *wb) { sl_wbuf_init(wb, c->wbuf + c->wlen, c->wcap - c->wlen); }
+
+void sl_conn_commit(sl_conn *c, const sl_wbuf *wb) {
+    if (!wb->overflow) c->wlen += wb->len;
+}
+
+/* Writes pending output; returns 0, or -1 when the connection is broken. */
+static int conn_flush(sl_conn *c) {
+    while (c->woff < c->wlen) {
+        ssize_t n = send(c->io.fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->woff += (size_t)n;
+            if (c->timer.list == SL_TL_WRITE)
+                sl_dlist_arm(&c->w->tl[SL_TL_WRITE], &c->timer, c->w->now_ns);
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (n < 0 && errno == EINTR) continue;
+        return -1;
+    }
+    c->woff = c->wlen = 0;
+    if (c->wcap > 4 * SL_CONN_WINIT) { /* give back a buffer grown for one big reply */
+        char *p = realloc(c->wbuf, SL_CONN_WINIT);
+        if (p) {
+            c->wbuf = p;
+            c->wcap = SL_CONN_WINIT;
+        }
+    }
+    return 0;
+}
+
+static void raw_reply(sl_conn *c, const char *s) {
+    size_t n = strlen(s);
+    if (sl_conn_reserve(c, n) == 0) {
+        memcpy(c->wbuf + c->wlen, s, n);
+        c->wlen += n;
+    }
+}
+
+static int grow_rbuf(sl_conn *c, size_t max) {
+    if (c->rcap >= max) return -1;
+    size_t cap = c->rcap * 2;
+    if (cap > max) cap = max;
+    char *p = realloc(c->rbuf, cap);
+    if (p == NULL) return -1;
+    c->rbuf = p;
+    c->rcap = cap;
+    return 0;
+}
+
+static size_t http_rmax(const sl_server *s) {
+    return s->opt.http_limits.max_head + s->opt.http_limits.max_body + 4096;
+}
+
+/* Frames and answers every complete request in the read buffer. */
+static void conn_process(sl_conn *c) {
+    sl_worker *w = c->w;
+    sl_server *s = w->srv;
+    size_t off = 0;
+    bool draining = atomic_load_explicit(&s->draining, memory_order_relaxed);
+    while (off < c->rlen && !c->close_after) {
+        if (c->wlen - c->woff > SL_CONN_WHIGH) break; /* backpressure */
+        /* latency is sampled (1 request in 16) so the clock is not read per request */
+        bool sample = ((w->met->lat_count + atomic_load_explicit(&w->met->http_requests, memory_order_relaxed) +
+                        atomic_load_explicit(&w->met->resp_commands, memory_order_relaxed)) & 15) == 0;
+        int64_t t0 = sample ? sl_clock_mono_ns() : 0;
+        if (c->kind == SL_KIND_RESP) {
+            static _Thread_local sl_resp_cmd cmd;
+            int rc = sl_resp_parse(c->rbuf + off, c->rlen - off, &cmd, w->scratch, sizeof(w->scratch));
+            if (rc == SL_RESP_INCOMPLETE) {
+                if (off == 0 && c->rlen == c->rcap && grow_rbuf(c, SL_CONN_RESP_MAX) != 0) {
+                    raw_reply(c, "-ERR Protocol error: request too large\r\n");
+                    c->close_after = true;
+                    off = c->rlen;
+                }
+                break;
+            }
+            if (rc < 0) {
+                char line[128];
+                snprintf(line, sizeof(line), "-ERR %s\r\n", cmd.err);
+                raw_reply(c, line);
+                sl_met_inc(&w->met->bad_requests, 1);
+                c->close_after = true;
+                off = c->rlen;
+                break;
+            }
+            off += (size_t)rc;
+            if (cmd.argc > 0) {
+                sl_met_inc(&w->met->resp_commands, 1);
+                sl_resp_handle(c, &cmd);
+            }
+        } else {
+            sl_http_req req;
+            int rc = sl_http1_parse(c->rbuf + off, c->rlen - off, &s->opt.http_limits, &req,
+                                    w->body_buf, s->opt.http_limits.max_body);
+            if (rc == SL_HTTP_INCOMPLETE) {
+                if (req.head_done && req.expect_continue && !c->sent_continue) {
+                    raw_reply(c, req.minor == 0 ? "HTTP/1.0 100 Continue\r\n\r\n"
+                                                : "HTTP/1.1 100 Continue\r\n\r\n");
+                    c->sent_continue = true;
+                }
+                if (c->rlen - off == c->rcap || (off == 0 && c->rlen == c->rcap)) {
+                    if (grow_rbuf(c, http_rmax(s)) != 0) {
+                        sl_http_error(c, 1, 413, "request too large");
+                        c->close_after = true;
+                        off = c->rlen;
+                    }
+                }
+                break;
+            }
+            if (rc < 0) {
+                sl_met_inc(&w->met->bad_requests, 1);
+                sl_http_error(c, req.minor, -rc, NULL);
+                c->close_after = true;
+                off = c->rlen;
+                break;
+            }
+            off += (size_t)rc;
+            c->sent_continue = false;
+            sl_met_inc(&w->met->http_requests, 1);
+            if (!req.keep_alive || draining) c->close_after = true;
+            sl_http_handle(c, &req);
+        }
+        if (sample) sl_server_observe_latency(w, sl_clock_mono_ns() - t0);
+        if (draining) c->close_after = true;
+    }
+    if (off > 0) {
+        memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+        c->rlen -= off;
+    }
+}
+
+/* Chooses the interest set and the timeout list from the connection's state. */
+static void conn_settle_state(sl_conn *c) {
+    sl_worker *w = c->w;
+    bool pending = c->woff < c->wlen;
+    if (pending != c->want_out) {
+        sl_loop_mod(&w->loop, &c->io, pending ? EPOLLOUT : (EPOLLIN | EPOLLRDHUP));
+        c->want_out = pending;
+    }
+    if (pending) {
+        if (c->timer.list != SL_TL_WRITE) sl_dlist_arm(&w->tl[SL_TL_WRITE], &c->timer, w->now_ns);
+    } else if (c->rlen > 0) {
+        if (c->timer.list != SL_TL_READ) sl_dlist_arm(&w->tl[SL_TL_READ], &c->timer, w->now_ns);
+    } else {
+        sl_dlist_arm(&w->tl[SL_TL_IDLE], &c->timer, w->now_ns);
+    }
+}
+
+static void conn_io(void *ud, uint32_t events) {
+    sl_conn *c = ud;
+    bool eof = false;
+    if (events & EPOLLERR) {
+        conn_close(c);
+        return;
+    }
+    if (events & EPOLLOUT) {
+        if (conn_flush(c) != 0) {
+            conn_close(c);
+            return;
+        }
+        if (c->woff == c->wlen && c->rlen > 0 && !c->close_after) conn_process(c);
+    }
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) && !c->want_out) {
+        for (int k = 0; k < 4 && c->rlen < c->rcap; k++) {
+            ssize_t n = recv(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+            if (n > 0) {
+                c->rlen += (size_t)n;
+                if (c->rlen < c->rcap) break;
+                conn_process(c); /* make room: a full buffer may hold many requests */
+                if (c->rlen == c->rcap || c->close_after) break;
+                continue;
+            }
+            if (n == 0) {
+                eof = true;
+                break;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+            if (errno == EINTR) continue;
+            conn_close(c);
+            return;
+        }
+        if (!c->close_after) conn_process(c);
+    }
+    if (conn_flush(c) != 0) {
+        conn_close(c);
+        return;
+    }
+    if ((c->close_after || eof) && c->woff == c->wlen) {
+        conn_close(c);
+        return;
+    }
+    if (eof) {
+        /* peer half-closed with output pending: finish writing, then close */
+        c->close_after = true;
+        c->rlen = 0;
+    }
+    conn_settle_state(c);
+}
+
+void sl_worker_tick(sl_worker *w) {
+    sl_dnode *n;
+    for (int l = 0; l < 3; l++) {
+        while ((n = sl_dlist_expired(&w->tl[l], w->now_ns)) != NULL) {
+            sl_conn *c = (sl_conn *)((char *)n - offsetof(sl_conn, timer));
+            if (l == SL_TL_READ) {
+                sl_met_inc(&w->met->timeouts, 1);
+                if (c->kind != SL_KIND_RESP && c->woff == c->wlen) {
+                    sl_http_error(c, 1, 408, "the request was not received in time");
+                    (void)conn_flush(c); /* best effort, never waits */
+                }
+            } else if (l == SL_TL_WRITE) {
+                sl_met_inc(&w->met->timeouts, 1);
+            }
+            conn_close(c);
+        }
+    }
+}
+
+void sl_worker_drain(sl_worker *w) {
+    sl_conn *c = w->conns;
+    while (c) {
+        sl_conn *next = c->next_all;
+        if (c->rlen == 0 && c->woff == c->wlen) conn_close(c);
+        c = next;
+    }
+}
+
+void sl_worker_close_all(sl_worker *w) {
+    while (w->conns) conn_close(w->conns);
+}

@@ -1,0 +1,586 @@
+/*
+ * http_api.c -- the HTTP endpoints: decisions (/v1/check, /v1/auth, settle, acquire,
+ * release) on the data listener, and the admin endpoints (/metrics, /healthz, /readyz,
+ * /v1/policies, /v1/clock, /v1/reload) on the admin listener.
+ * /v1/auth and the rest of the decision path allocate nothing: attributes point into the
+ * connection's read buffer, the verdict is the worker's. The JSON endpoints parse their
+ * body with jansson (which allocates); that cost belongs to the JSON form, not to the
+ * gateway form. Logs and metrics never carry a raw key.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "server/server.h"
+
+#define HDRS_MAX 3072
+#define BODY_MAX 16384
+
+typedef struct http_ctx {
+    sl_conn *c;
+    const sl_http_req *req;
+    const char *path;
+    size_t path_len;
+    const char *query;
+    size_t query_len;
+    int is_head;
+} http_ctx;
+
+/* Writes one whole response. `hdrs` holds complete header lines (or NULL). */
+static void reply(sl_conn *c, int minor, int status, const char *hdrs, const char *ctype,
+                  const char *body, size_t body_len, int send_body) {
+    size_t hl = hdrs ? strlen(hdrs) : 0;
+    if (sl_conn_reserve(c, 256 + hl + body_len) != 0) {
+        c->close_after = true;
+        return;
+    }
+    sl_wbuf wb;
+    sl_conn_wbuf(c, &wb);
+    sl_http1_begin(&wb, minor, status);
+    sl_wbuf_puts(&wb, "Server: sluice\r\n");
+    if (status == 429) sl_wbuf_puts(&wb, "Cache-Control: no-store\r\n");
+    if (hl) sl_wbuf_put(&wb, hdrs, hl);
+    sl_http1_end(&wb, !c->close_after, minor, ctype, body, body_len, send_body);
+    if (wb.overflow) c->close_after = true;
+    sl_conn_commit(c, &wb);
+}
+
+static void reply_json(http_ctx *x, int status, const char *hdrs, const char *body, size_t n) {
+    reply(x->c, x->req->minor, status, hdrs, "application/json", body, n, !x->is_head);
+}
+
+static void problem(sl_conn *c, int minor, int status, const char *detail, int send_body) {
+    char body[1024];
+    sl_wbuf wb;
+    sl_wbuf_init(&wb, body, sizeof(body));
+    sl_wbuf_printf(&wb, "{\"type\":\"about:blank\",\"title\":\"%s\",\"status\":%d",
+                   sl_http1_reason(status), status);
+    if (detail) {
+        sl_wbuf_puts(&wb, ",\"detail\":\"");
+        for (const char *p = detail; *p && !wb.overflow; p++) {
+            unsigned char ch = (unsigned char)*p;
+            if (ch == '"' || ch == '\\')
+                sl_wbuf_printf(&wb, "\\%c", ch);
+            else if (ch < 0x20)
+                sl_wbuf_printf(&wb, "\\u%04x", ch);
+            else
+                sl_wbuf_putc(&wb, (char)ch);
+        }
+        sl_wbuf_putc(&wb, '"');
+    }
+    sl_wbuf_puts(&wb, "}");
+    if (wb.overflow) wb.len = 0;
+    reply(c, minor, status, NULL, "application/problem+json", body, wb.len, send_body);
+}
+
+void sl_http_error(sl_conn *c, int minor, int status, const char *detail) {
+    if (detail == NULL) {
+        switch (status) {
+        case 400: detail = "malformed HTTP request"; break;
+        case 413: detail = "the request body exceeds the server's limit"; break;
+        case 414: detail = "the request target exceeds the server's limit"; break;
+        case 431: detail = "the request header section exceeds the server's limits"; break;
+        case 501: detail = "method or transfer coding not implemented"; break;
+        case 505: detail = "only HTTP/1.0 and HTTP/1.1 are served here"; break;
+        default: break;
+        }
+    }
+    c->close_after = true;
+    problem(c, minor == 0 ? 0 : 1, status, detail, 1);
+}
+
+static int path_is(const http_ctx *x, const char *p) {
+    return strlen(p) == x->path_len && memcmp(x->path, p, x->path_len) == 0;
+}
+
+static int method_is(const http_ctx *x, const char *m) {
+    return strlen(m) == x->req->method_len && memcmp(x->req->method, m, x->req->method_len) == 0;
+}
+
+static sl_str hstr(const sl_http_header *h) {
+    sl_str s = {NULL, 0};
+    if (h && h->value_len) {
+        s.p = h->value;
+        s.len = h->value_len;
+    }
+    return s;
+}
+
+/* Looks up `name=` in the query string; returns its value length or -1. */
+static long query_param(const http_ctx *x, const char *name, const char **val) {
+    size_t nl = strlen(name);
+    const char *p = x->query, *end = x->query + x->query_len;
+    while (p && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *e = amp ? amp : end;
+        if ((size_t)(e - p) > nl && memcmp(p, name, nl) == 0 && p[nl] == '=') {
+            *val = p + nl + 1;
+            return (long)(e - p - (long)nl - 1);
+        }
+        p = amp ? amp + 1 : end;
+    }
+    return -1;
+}
+
+/* Metrics result of a verdict, and the deciding policy's slot. */
+static void count_verdict(sl_worker *w, int rc, const sl_verdict *v) {
+    unsigned slot = 0;
+    if (rc == 0 && v->deciding >= 0 && (size_t)v->deciding < v->n && v->items[v->deciding].info)
+        slot = sl_gen_slot(w->gen, v->items[v->deciding].info->policy);
+    sl_met_result r;
+    if (rc != 0 || v->action == SL_FAIL)
+        r = SL_MET_ERROR;
+    else if (v->action == SL_REJECT)
+        r = SL_MET_LIMITED;
+    else if (v->store_error)
+        r = SL_MET_FAIL_OPEN;
+    else if (v->shadow_limited)
+        r = SL_MET_SHADOW;
+    else
+        r = SL_MET_ALLOWED;
+    sl_server_count(w, slot, r);
+}
+
+static int rejected(const sl_verdict *v) { return v->action == SL_REJECT || v->action == SL_FAIL; }
+
+/* Gateway forward-auth: the original request's attributes from the forwarded headers. */
+static void handle_auth(http_ctx *x) {
+    sl_conn *c = x->c;
+    sl_worker *w = c->w;
+    const sl_http_req *req = x->req;
+    sl_request r;
+    memset(&r, 0, sizeof(r));
+    sl_header hdrs[SL_HTTP_MAX_HEADERS];
+    for (size_t i = 0; i < req->nheaders; i++) {
+        hdrs[i].name = (sl_str){req->headers[i].name, req->headers[i].name_len};
+        hdrs[i].value = (sl_str){req->headers[i].value, req->headers[i].value_len};
+    }
+    r.headers = hdrs;
+    r.n_headers = req->nheaders;
+    const sl_http_header *h;
+    r.method = hstr(sl_http1_header(req, "x-original-method"));
+    if (!r.method.p) r.method = hstr(sl_http1_header(req, "x-forwarded-method"));
+    if (!r.method.p) r.method = (sl_str){req->method, req->method_len};
+    sl_str uri = hstr(sl_http1_header(req, "x-original-uri"));
+    if (!uri.p) uri = hstr(sl_http1_header(req, "x-forwarded-uri"));
+    if (!uri.p) uri = (sl_str){req->target, req->target_len};
+    const char *q = memchr(uri.p, '?', uri.len);
+    r.path = (sl_str){uri.p, q ? (size_t)(q - uri.p) : uri.len};
+    r.host = hstr(sl_http1_header(req, "x-forwarded-host"));
+    if (!r.host.p) r.host = hstr(sl_http1_header(req, "host"));
+    if ((h = sl_http1_header(req, "x-forwarded-for")) != NULL && h->value_len) {
+        /* the left-most address is the client as the first proxy saw it */
+        const char *comma = memchr(h->value, ',', h->value_len);
+        size_t n = comma ? (size_t)(comma - h->value) : h->value_len;
+        while (n && (h->value[n - 1] == ' ' || h->value[n - 1] == '\t')) n--;
+        r.client_ip = (sl_str){h->value, n};
+    } else if ((h = sl_http1_header(req, "x-real-ip")) != NULL && h->value_len) {
+        r.client_ip = hstr(h);
+    } else {
+        r.client_ip = (sl_str){c->peer_ip, strlen(c->peer_ip)};
+    }
+    sl_verdict *v = &w->verdict;
+    int rc = sl_engine_check(w->gen->engine, &r, sluice_clock_now(w->srv->clock), v);
+    count_verdict(w, rc, v);
+    char hbuf[HDRS_MAX];
+    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
+    if (hl < 0) hbuf[0] = '\0';
+    if (rc != 0 && v->action != SL_FAIL) v->action = SL_FAIL;
+    if (!rejected(v)) {
+        reply(c, req->minor, 200, hbuf, NULL, "", 0, 0);
+        return;
+    }
+    int status = v->action == SL_FAIL ? 503 : w->srv->opt.auth_deny_status;
+    const char *val;
+    long vl = query_param(x, "status", &val);
+    if (v->action == SL_REJECT && vl == 3) {
+        int st = (val[0] - '0') * 100 + (val[1] - '0') * 10 + (val[2] - '0');
+        if (st >= 400 && st <= 599) status = st;
+    }
+    char body[BODY_MAX];
+    const sl_http_header *tp = sl_http1_header(req, "traceparent");
+    char tpbuf[128] = "";
+    if (tp && tp->value_len < sizeof(tpbuf)) {
+        memcpy(tpbuf, tp->value, tp->value_len);
+        tpbuf[tp->value_len] = '\0';
+    }
+    int bl = sl_render_problem(v, tpbuf[0] ? tpbuf : NULL, body, sizeof(body));
+    if (bl < 0) bl = 0;
+    reply(c, req->minor, status, hbuf, "application/problem+json", body, (size_t)bl, !x->is_head);
+}
+
+/* ---- JSON endpoints ---- */
+
+static json_t *parse_body(http_ctx *x) {
+    if (x->req->body_len == 0) return NULL;
+    json_error_t err;
+    json_t *j = json_loadb(x->req->body, x->req->body_len, 0, &err);
+    if (j && !json_is_object(j)) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+static int json_u64(json_t *o, const char *k, uint64_t *out, int *present) {
+    json_t *v = json_object_get(o, k);
+    *present = v != NULL;
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return -1;
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* Adds "headers" (the lines a gateway should send) and "token" to the engine's JSON. */
+static void verdict_reply(http_ctx *x, int rc, sl_verdict *v) {
+    sl_worker *w = x->c->w;
+    char hbuf[HDRS_MAX];
+    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
+    if (hl < 0) hbuf[0] = '\0';
+    char body[BODY_MAX];
+    int bl = rc == 0 ? sl_render_json(v, false, body, sizeof(body)) : -1;
+    json_t *o = bl > 0 ? json_loadb(body, (size_t)bl, 0, NULL) : NULL;
+    if (o == NULL || !json_is_object(o)) {
+        if (o) json_decref(o);
+        o = json_object();
+        json_object_set_new(o, "allowed", json_boolean(!rejected(v)));
+        if (rc != 0) json_object_set_new(o, "error", json_string(sluice_strerror(rc)));
+    }
+    if (json_object_get(o, "headers") == NULL) {
+        json_t *h = json_object();
+        char *line = hbuf;
+        while (*line) {
+            char *eol = strstr(line, "\r\n");
+            if (!eol) break;
+            *eol = '\0';
+            char *colon = strchr(line, ':');
+            if (colon) {
+                *colon = '\0';
+                const char *val = colon + 1;
+                while (*val == ' ') val++;
+                json_object_set_new(h, line, json_string(val));
+                *colon = ':';
+            }
+            *eol = '\r';
+            line = eol + 2;
+        }
+        json_object_set_new(o, "headers", h);
+    }
+    bool needs_token = false;
+    for (size_t i = 0; i < v->n; i++)
+        if (v->items[i].settle || v->items[i].result.lease) needs_token = true;
+    if (rc == 0 && needs_token && !rejected(v) && json_object_get(o, "token") == NULL) {
+        char tok[SL_TOKEN_MAX + 1];
+        int tl = sl_verdict_token(v, tok, sizeof(tok));
+        if (tl > 0) json_object_set_new(o, "token", json_stringn(tok, (size_t)tl));
+    }
+    char *out = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    int status = rc != 0 || v->action == SL_FAIL ? (rc == SLUICE_ENOTFOUND ? 404 : 503)
+                 : v->action == SL_REJECT        ? 429
+                                                 : 200;
+    if (out) {
+        reply_json(x, status, hbuf, out, strlen(out));
+        free(out);
+    } else {
+        problem(x->c, x->req->minor, 500, "out of memory", 1);
+    }
+}
+
+static int json_str(json_t *o, const char *k, const char **p, size_t *n) {
+    json_t *v = json_object_get(o, k);
+    if (!v || !json_is_string(v)) return -1;
+    *p = json_string_value(v);
+    *n = json_string_length(v);
+    return 0;
+}
+
+static sl_str jstr(json_t *o, const char *k) {
+    sl_str s = {NULL, 0};
+    json_t *v = json_object_get(o, k);
+    if (v && json_is_string(v)) {
+        s.p = json_string_value(v);
+        s.len = json_string_length(v);
+    }
+    return s;
+}
+
+static void handle_check(http_ctx *x, int acquire) {
+    sl_worker *w = x->c->w;
+    json_t *j = parse_body(x);
+    if (j == NULL) {
+        problem(x->c, x->req->minor, 400, "the body must be a JSON object", 1);
+        return;
+    }
+    sl_verdict *v = &w->verdict;
+    const char *policy, *key;
+    size_t pl, kl;
+    uint64_t cost = 0;
+    int has_cost = 0, rc;
+    if (json_u64(j, "cost", &cost, &has_cost) != 0) {
+        json_decref(j);
+        problem(x->c, x->req->minor, 400, "\"cost\" must be a non-negative integer", 1);
+        return;
+    }
+    if (json_str(j, "policy", &policy, &pl) == 0) {
+        if (json_str(j, "key", &key, &kl) != 0) {
+            json_decref(j);
+            problem(x->c, x->req->minor, 400, "\"key\" (a string) is required with \"policy\"", 1);
+            return;
+        }
+        sluice_time now = sluice_clock_now(w->srv->clock);
+        rc = acquire ? sl_engine_acquire(w->gen->engine, policy, key, kl, now, v)
+                     : sl_engine_check_named(w->gen->engine, policy, key, kl, has_cost, cost, now, v);
+        if (rc == SLUICE_ENOTFOUND) {
+            json_decref(j);
+            problem(x->c, x->req->minor, 404, "no such policy", 1);
+            return;
+        }
+    } else if (acquire) {
+        json_decref(j);
+        problem(x->c, x->req->minor, 400, "\"policy\" and \"key\" are required", 1);
+        return;
+    } else {
+        json_t *a = json_object_get(j, "request");
+        if (!json_is_object(a)) a = j;
+        sl_request r;
+        memset(&r, 0, sizeof(r));
+        r.method = jstr(a, "method");
+        r.path = jstr(a, "path");
+        r.host = jstr(a, "host");
+        r.client_ip = jstr(a, "client_ip");
+        if (!r.client_ip.p) r.client_ip = jstr(a, "ip");
+        r.route = jstr(a, "route");
+        sl_header hdrs[SL_HTTP_MAX_HEADERS];
+        json_t *hj = json_object_get(a, "headers");
+        if (json_is_object(hj)) {
+            const char *hk;
+            json_t *hv;
+            json_object_foreach(hj, hk, hv) {
+                if (r.n_headers >= SL_HTTP_MAX_HEADERS || !json_is_string(hv)) continue;
+                hdrs[r.n_headers].name = (sl_str){hk, strlen(hk)};
+                hdrs[r.n_headers].value = (sl_str){json_string_value(hv), json_string_length(hv)};
+                r.n_headers++;
+            }
+        }
+        r.headers = hdrs;
+        uint64_t bb;
+        int hb;
+        if (json_u64(a, "body_bytes", &bb, &hb) == 0 && hb) {
+            r.has_body_bytes = true;
+            r.body_bytes = bb;
+        }
+        if (has_cost) r.hits_addend = cost;
+        rc = sl_engine_check(w->gen->engine, &r, sluice_clock_now(w->srv->clock), v);
+    }
+    count_verdict(w, rc, v);
+    verdict_reply(x, rc, v);
+    json_decref(j);
+}
+
+static void handle_token(http_ctx *x, int settle) {
+    sl_worker *w = x->c->w;
+    json_t *j = parse_body(x);
+    const char *tok;
+    size_t tl;
+    uint64_t actual = 0;
+    int has_actual = 0;
+    if (j == NULL || json_str(j, "token", &tok, &tl) != 0 ||
+        json_u64(j, "actual", &actual, &has_actual) != 0 || (settle && !has_actual)) {
+        if (j) json_decref(j);
+        problem(x->c, x->req->minor, 400,
+                settle ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
+        return;
+    }
+    sluice_time now = sluice_clock_now(w->srv->clock);
+    int rc = settle ? sl_engine_settle_token(w->gen->engine, tok, tl, actual, now)
+                    : sl_engine_release_token(w->gen->engine, tok, tl, now);
+    json_decref(j);
+    if (rc == 0) {
+        const char *b = settle ? "{\"settled\":true}" : "{\"released\":true}";
+        reply_json(x, 200, NULL, b, strlen(b));
+    } else if (rc == SLUICE_ENOTFOUND) {
+        problem(x->c, x->req->minor, 404,
+                settle ? "unknown policy or key in the token" : "the lease had already expired", 1);
+    } else if (rc == SLUICE_EINVAL) {
+        problem(x->c, x->req->minor, 400, "invalid token", 1);
+    } else {
+        problem(x->c, x->req->minor, 503, sluice_strerror(rc), 1);
+    }
+}
+
+/* ---- admin ---- */
+
+static int admin_authorized(http_ctx *x) {
+    const char *tok = x->c->w->srv->opt.admin_token;
+    if (tok[0] == '\0') return 1;
+    const sl_http_header *h = sl_http1_header(x->req, "authorization");
+    size_t n = strlen(tok);
+    if (h == NULL || h->value_len != 7 + n || strncasecmp(h->value, "Bearer ", 7) != 0) return 0;
+    /* constant-time comparison */
+    unsigned char d = 0;
+    for (size_t i = 0; i < n; i++) d |= (unsigned char)(h->value[7 + i] ^ tok[i]);
+    return d == 0;
+}
+
+static void handle_policies(http_ctx *x) {
+    sl_gen *g = x->c->w->gen;
+    json_t *o = json_object();
+    json_t *a = json_array();
+    size_t n = sl_config_policy_count(g->cfg);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = sl_config_policy_name(g->cfg, i);
+        if (name) json_array_append_new(a, json_string(name));
+    }
+    json_object_set_new(o, "generation", json_integer((json_int_t)g->id));
+    json_object_set_new(o, "format", json_string(sl_config_is_envoy(g->cfg) ? "envoy" : "sluice"));
+    json_object_set_new(o, "limiters", json_integer((json_int_t)sl_config_limiter_count(g->cfg)));
+    json_object_set_new(o, "policies", a);
+    char *out = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (out) {
+        reply_json(x, 200, NULL, out, strlen(out));
+        free(out);
+    }
+}
+
+static void handle_clock(http_ctx *x) {
+    sl_server *s = x->c->w->srv;
+    if (!s->opt.test_clock) {
+        problem(x->c, x->req->minor, 403, "the clock can only be moved with --test-clock", 1);
+        return;
+    }
+    json_t *j = parse_body(x);
+    int rc = 0;
+    if (j) {
+        json_t *set = json_object_get(j, "set_ms"), *adv = json_object_get(j, "advance_ms");
+        if (set && json_is_integer(set))
+            rc = sluice_clock_set_wall(s->clock, json_integer_value(set) * SLUICE_NS_PER_MS);
+        else if (adv && json_is_integer(adv))
+            rc = sluice_clock_advance(s->clock, json_integer_value(adv) * SLUICE_NS_PER_MS);
+        else
+            rc = SLUICE_EINVAL;
+        json_decref(j);
+    } else if (method_is(x, "POST")) {
+        rc = SLUICE_EINVAL;
+    }
+    if (rc != 0) {
+        problem(x->c, x->req->minor, 400, "expected {\"set_ms\": UNIX_MS} or {\"advance_ms\": MS >= 0}", 1);
+        return;
+    }
+    sluice_time t = sluice_clock_now(s->clock);
+    char b[128];
+    int n = snprintf(b, sizeof(b), "{\"wall_ms\":%lld,\"mono_ms\":%lld}",
+                     (long long)(t.wall_ns / SLUICE_NS_PER_MS), (long long)(t.mono_ns / SLUICE_NS_PER_MS));
+    reply_json(x, 200, NULL, b, (size_t)n);
+}
+
+static void handle_reload(http_ctx *x) {
+    sl_server *s = x->c->w->srv;
+    static _Thread_local char err[8192];
+    if (sl_server_reload(s, err, sizeof(err)) == 0) {
+        sl_gen *g = atomic_load(&s->gen);
+        char b[96];
+        int n = snprintf(b, sizeof(b), "{\"reloaded\":true,\"generation\":%llu}", (unsigned long long)g->id);
+        reply_json(x, 200, NULL, b, (size_t)n);
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("about:blank"));
+    json_object_set_new(o, "title", json_string("Unprocessable Content"));
+    json_object_set_new(o, "status", json_integer(422));
+    json_object_set_new(o, "detail", json_string("invalid configuration: the old one is kept"));
+    json_t *a = json_array();
+    char *line = err;
+    while (line && *line) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        json_array_append_new(a, json_string(line));
+        line = nl ? nl + 1 : NULL;
+    }
+    json_object_set_new(o, "errors", a);
+    char *out = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (out) {
+        reply(x->c, x->req->minor, 422, NULL, "application/problem+json", out, strlen(out), 1);
+        free(out);
+    }
+}
+
+static void handle_admin(http_ctx *x) {
+    sl_conn *c = x->c;
+    sl_server *s = c->w->srv;
+    int get = method_is(x, "GET") || x->is_head;
+    if (path_is(x, "/healthz")) {
+        reply(c, x->req->minor, 200, NULL, "text/plain", "ok\n", 3, !x->is_head);
+        return;
+    }
+    if (path_is(x, "/readyz")) {
+        if (atomic_load(&s->draining))
+            reply(c, x->req->minor, 503, NULL, "text/plain", "draining\n", 9, !x->is_head);
+        else
+            reply(c, x->req->minor, 200, NULL, "text/plain", "ready\n", 6, !x->is_head);
+        return;
+    }
+    if (!admin_authorized(x)) {
+        problem(c, x->req->minor, 401, "a valid bearer token is required", !x->is_head);
+        return;
+    }
+    if (path_is(x, "/metrics") && get) {
+        size_t n = 0;
+        char *m = sl_metrics_render(s, &n);
+        if (m == NULL) {
+            problem(c, x->req->minor, 500, "out of memory", 1);
+            return;
+        }
+        reply(c, x->req->minor, 200, NULL, "text/plain; version=0.0.4", m, n, !x->is_head);
+        free(m);
+    } else if (path_is(x, "/v1/policies") && get) {
+        handle_policies(x);
+    } else if (path_is(x, "/v1/clock") && (method_is(x, "POST") || get)) {
+        handle_clock(x);
+    } else if (path_is(x, "/v1/reload") && method_is(x, "POST")) {
+        handle_reload(x);
+    } else {
+        problem(c, x->req->minor, 404, "no such endpoint on the admin listener", !x->is_head);
+    }
+}
+
+void sl_http_handle(sl_conn *c, const sl_http_req *req) {
+    http_ctx x = {.c = c, .req = req, .path = req->target, .path_len = req->target_len};
+    const char *q = memchr(req->target, '?', req->target_len);
+    if (q) {
+        x.path_len = (size_t)(q - req->target);
+        x.query = q + 1;
+        x.query_len = req->target_len - x.path_len - 1;
+    }
+    x.is_head = method_is(&x, "HEAD");
+    if (c->kind == SL_KIND_ADMIN) {
+        handle_admin(&x);
+        return;
+    }
+    int post = method_is(&x, "POST");
+    if (path_is(&x, "/v1/auth")) {
+        handle_auth(&x);
+    } else if (path_is(&x, "/v1/check") && post) {
+        handle_check(&x, 0);
+    } else if (path_is(&x, "/v1/acquire") && post) {
+        handle_check(&x, 1);
+    } else if (path_is(&x, "/v1/settle") && post) {
+        handle_token(&x, 1);
+    } else if (path_is(&x, "/v1/release") && post) {
+        handle_token(&x, 0);
+    } else if (path_is(&x, "/healthz")) {
+        reply(c, req->minor, 200, NULL, "text/plain", "ok\n", 3, !x.is_head);
+    } else if (path_is(&x, "/v1/check") || path_is(&x, "/v1/acquire") || path_is(&x, "/v1/settle") ||
+               path_is(&x, "/v1/release")) {
+        static const char b405[] =
+            "{\"type\":\"about:blank\",\"title\":\"Method Not Allowed\",\"status\":405}";
+        reply(c, req->minor, 405, "Allow: POST\r\n", "application/problem+json", b405,
+              sizeof(b405) - 1, !x.is_head);
+    } else {
+        problem(c, req->minor, 404, "no such endpoint", !x.is_head);
+    }
+}

@@ -1,0 +1,563 @@
+/*
+ * server.c -- `sluice serve` as a process: listeners, worker threads, the policy
+ * generation that reload swaps, signals (SIGTERM/SIGINT drain, SIGHUP reload), snapshots.
+ * Generation lifetime: a worker publishes the generation it uses in its hazard slot
+ * (refreshed every loop turn, so at most one poll interval stale); a reload publishes
+ * the new one and retires the old, which the main thread frees once no hazard names it.
+ * Nothing here is on the decision path except sl_worker_pin (two atomic loads, a store).
+ */
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+
+void sl_server_opts_default(sl_server_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->read_timeout_ns = 10 * SLUICE_NS_PER_S;
+    o->idle_timeout_ns = 60 * SLUICE_NS_PER_S;
+    o->write_timeout_ns = 10 * SLUICE_NS_PER_S;
+    o->drain_timeout_ns = 10 * SLUICE_NS_PER_S;
+    o->max_conns = 10000;
+    o->auth_deny_status = 0; /* 0: the config's value */
+    sl_http1_limits_default(&o->http_limits);
+}
+
+/* ---- addresses and listeners ---- */
+
+/* "host:port", "[v6]:port" or ":port" (loopback) into a socket address. */
+static int parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *sl) {
+    char host[SL_ADDR_MAX];
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL || colon[1] == '\0') return -1;
+    size_t hl = (size_t)(colon - s);
+    if (hl >= sizeof(host)) return -1;
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 0 || port > 65535) return -1;
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    if (host[0] == '\0') strcpy(host, "127.0.0.1");
+    memset(ss, 0, sizeof(*ss));
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)port);
+        *sl = sizeof(*a4);
+        return 0;
+    }
+    if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)port);
+        *sl = sizeof(*a6);
+        return 0;
+    }
+    if (strcmp(host, "localhost") == 0) {
+        a4->sin_family = AF_INET;
+        a4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a4->sin_port = htons((uint16_t)port);
+        *sl = sizeof(*a4);
+        return 0;
+    }
+    return -1;
+}
+
+/* One listening socket shared by every worker (EPOLLEXCLUSIVE wakes one of them).
+ * Trade-off: SO_REUSEPORT per worker would spread accepts more evenly, but it would
+ * also let a second server bind the same port silently; one socket keeps "port in use"
+ * an error. */
+static int open_listener(const char *what, const char *addr, char *err, size_t errlen) {
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (parse_addr(addr, &ss, &sl) != 0) {
+        snprintf(err, errlen, "invalid %s address '%s' (expected HOST:PORT)", what, addr);
+        return -1;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s listener %s: %s", what, addr, strerror(errno));
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 1024) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "cannot listen on %s address %s: %s", what, addr,
+                 e == EADDRINUSE ? "address already in use" : strerror(e));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* ---- generations ---- */
+
+static uint64_t hash_name(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The metrics slot of a policy name, adding it on first sight (reload time only). */
+static unsigned met_slot_for(sl_server *s, const char *name) {
+    pthread_mutex_lock(&s->names_mu);
+    unsigned n = atomic_load(&s->met_nnames);
+    unsigned slot = 0;
+    for (unsigned i = 1; i < n; i++)
+        if (strcmp(s->met_names[i], name) == 0) slot = i;
+    if (slot == 0 && n < SL_MET_POLICIES) {
+        snprintf(s->met_names[n], sizeof(s->met_names[n]), "%s", name);
+        slot = n;
+        atomic_store(&s->met_nnames, n + 1);
+    }
+    pthread_mutex_unlock(&s->names_mu);
+    return slot; /* 0 when the table is full: counted as "" */
+}
+
+static void gen_destroy(sl_gen *g) {
+    if (g == NULL) return;
+    sl_engine_destroy(g->engine);
+    sl_config_destroy(g->cfg);
+    free(g->names);
+    free(g->slots);
+    free(g);
+}
+
+/* Formats every diagnostic of a failed load, one per line. */
+static void format_diags(const sl_diag_list *dl, int rc, const char *path, char *err,
+                         size_t errlen) {
+    size_t off = 0;
+    err[0] = '\0';
+    for (size_t i = 0; i < dl->n && off + 1 < errlen; i++) {
+        char line[SL_DIAG_MSG + 300];
+        sl_diag_format(dl, i, line, sizeof(line));
+        int n = snprintf(err + off, errlen - off, "%s%s", off ? "\n" : "", line);
+        if (n < 0) break;
+        off += (size_t)n < errlen - off ? (size_t)n : errlen - off - 1;
+    }
+    if (off == 0) snprintf(err, errlen, "%s: %s", path, sluice_strerror(rc));
+}
+
+static sl_gen *gen_create(sl_server *s, char *err, size_t errlen) {
+    static sl_diag_list dl; /* large; loads are serialised by reload_mu or startup */
+    memset(&dl, 0, sizeof(dl));
+    sl_config *cfg = NULL;
+    int rc = sl_config_load(s->opt.config_path, &cfg, &dl);
+    if (rc != 0 || cfg == NULL) {
+        format_diags(&dl, rc, s->opt.config_path, err, errlen);
+        return NULL;
+    }
+    sl_gen *g = calloc(1, sizeof(*g));
+    if (g == NULL) {
+        sl_config_destroy(cfg);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    g->cfg = cfg;
+    int e = 0;
+    char ebuf[512] = "";
+    g->engine = sl_engine_create(cfg, s->store, &e, ebuf, sizeof(ebuf));
+    if (g->engine == NULL) {
+        snprintf(err, errlen, "%s: %s", s->opt.config_path, ebuf[0] ? ebuf : sluice_strerror(e));
+        gen_destroy(g);
+        return NULL;
+    }
+    size_t np = sl_config_policy_count(cfg);
+    size_t cap = 16;
+    while (cap < np * 2 + 2) cap *= 2;
+    g->name_cap = cap;
+    g->names = calloc(cap, sizeof(*g->names));
+    g->slots = calloc(cap, sizeof(*g->slots));
+    if (g->names == NULL || g->slots == NULL) {
+        snprintf(err, errlen, "out of memory");
+        gen_destroy(g);
+        return NULL;
+    }
+    for (size_t i = 0; i < np; i++) {
+        const char *name = sl_config_policy_name(cfg, i);
+        if (name == NULL) continue;
+        size_t h = (size_t)hash_name(name) & (cap - 1);
+        while (g->names[h] != NULL && strcmp(g->names[h], name) != 0) h = (h + 1) & (cap - 1);
+        g->names[h] = name;
+        g->slots[h] = (uint16_t)met_slot_for(s, name);
+    }
+    g->id = ++s->next_gen_id;
+    return g;
+}
+
+/* Hot path: the metrics slot of the deciding policy (a string hash, no lock). */
+unsigned sl_gen_slot(const sl_gen *g, const char *policy) {
+    if (policy == NULL || g == NULL) return 0;
+    size_t h = (size_t)hash_name(policy) & (g->name_cap - 1);
+    for (size_t k = 0; k < g->name_cap; k++) {
+        if (g->names[h] == NULL) return 0;
+        if (strcmp(g->names[h], policy) == 0) return g->slots[h];
+        h = (h + 1) & (g->name_cap - 1);
+    }
+    return 0;
+}
+
+sl_gen *sl_worker_pin(sl_worker *w) {
+    sl_gen *g;
+    do {
+        g = atomic_load(&w->srv->gen);
+        atomic_store(&w->hazard, g);
+    } while (g != atomic_load(&w->srv->gen));
+    w->gen = g;
+    return g;
+}
+
+int sl_server_reload(sl_server *s, char *err, size_t errlen) {
+    pthread_mutex_lock(&s->reload_mu);
+    sl_gen *g = gen_create(s, err, errlen);
+    if (g == NULL) {
+        atomic_fetch_add(&s->reloads_failed, 1);
+        pthread_mutex_unlock(&s->reload_mu);
+        return -1;
+    }
+    sl_gen *old = atomic_exchange(&s->gen, g);
+    old->retired_next = s->retired;
+    s->retired = old;
+    atomic_fetch_add(&s->reloads_ok, 1);
+    pthread_mutex_unlock(&s->reload_mu);
+    return 0;
+}
+
+/* Frees retired generations that no worker's hazard names any more. */
+static void reap_retired(sl_server *s, bool all) {
+    pthread_mutex_lock(&s->reload_mu);
+    sl_gen **pp = &s->retired;
+    while (*pp) {
+        sl_gen *g = *pp;
+        bool used = false;
+        for (unsigned i = 0; i < s->nworkers && !all; i++)
+            if (atomic_load(&s->workers[i]->hazard) == g) used = true;
+        if (used) {
+            pp = &g->retired_next;
+        } else {
+            *pp = g->retired_next;
+            gen_destroy(g);
+        }
+    }
+    pthread_mutex_unlock(&s->reload_mu);
+}
+
+/* ---- metrics helpers ---- */
+
+void sl_server_count(sl_worker *w, unsigned slot, sl_met_result r) {
+    if (slot >= SL_MET_POLICIES) slot = 0;
+    sl_met_inc(&w->met->dec[slot][r], 1);
+}
+
+/* Bucket bounds in ns: 1us .. 100ms */
+static const int64_t lat_bounds[SL_LAT_BUCKETS] = {
+    1000,    2500,    5000,     10000,    25000,    50000,     100000,
+    250000,  500000,  1000000,  2500000,  10000000, 25000000,  100000000};
+
+void sl_server_observe_latency(sl_worker *w, int64_t ns) {
+    int b = 0;
+    while (b < SL_LAT_BUCKETS && ns > lat_bounds[b]) b++;
+    sl_met_inc(&w->met->lat[b], 1);
+    sl_met_inc(&w->met->lat_sum_ns, ns > 0 ? (uint64_t)ns : 0);
+    sl_met_inc(&w->met->lat_count, 1);
+}
+
+const int64_t *sl__lat_bounds(void);
+const int64_t *sl__lat_bounds(void) { return lat_bounds; }
+
+/* ---- workers ---- */
+
+static void accept_cb(void *ud, uint32_t events) {
+    (void)events;
+    sl_listen_ctx *lc = ud;
+    sl_conn_accept(lc->w, lc->fd, lc->kind);
+}
+
+static void stop_listening(sl_worker *w) {
+    if (!w->listening) return;
+    for (int k = 0; k < 3; k++)
+        if (w->srv->lfd[k] >= 0) sl_loop_del(&w->loop, &w->listen_io[k]);
+    w->listening = false;
+}
+
+static void *worker_main(void *arg) {
+    sl_worker *w = arg;
+    sl_server *s = w->srv;
+    int64_t drain_deadline = 0;
+    for (;;) {
+        sl_worker_pin(w);
+        w->now_ns = sl_clock_mono_ns();
+        if (atomic_load(&s->stop_now)) break;
+        if (atomic_load(&s->draining)) {
+            if (drain_deadline == 0) {
+                drain_deadline = w->now_ns + s->opt.drain_timeout_ns;
+                stop_listening(w);
+            }
+            sl_worker_drain(w);
+            if (w->nconns == 0 || w->now_ns >= drain_deadline) break;
+        }
+        sl_loop_poll(&w->loop, 50);
+        w->now_ns = sl_clock_mono_ns();
+        sl_worker_tick(w);
+    }
+    stop_listening(w);
+    sl_worker_close_all(w);
+    atomic_store(&w->hazard, NULL);
+    w->done = true;
+    return NULL;
+}
+
+static sl_worker *worker_create(sl_server *s, unsigned id, char *err, size_t errlen) {
+    sl_worker *w = calloc(1, sizeof(*w));
+    if (w == NULL) goto oom;
+    w->met = calloc(1, sizeof(*w->met));
+    w->body_buf = malloc(s->opt.http_limits.max_body + 1);
+    if (w->met == NULL || w->body_buf == NULL) goto oom;
+    w->srv = s;
+    w->id = id;
+    if (sl_loop_init(&w->loop) != 0) {
+        snprintf(err, errlen, "epoll: %s", strerror(errno));
+        goto fail;
+    }
+    sl_dlist_init(&w->tl[SL_TL_READ], SL_TL_READ, s->opt.read_timeout_ns);
+    sl_dlist_init(&w->tl[SL_TL_IDLE], SL_TL_IDLE, s->opt.idle_timeout_ns);
+    sl_dlist_init(&w->tl[SL_TL_WRITE], SL_TL_WRITE, s->opt.write_timeout_ns);
+    for (int k = 0; k < 3; k++) {
+        if (s->lfd[k] < 0) continue;
+        w->lctx[k] = (sl_listen_ctx){.w = w, .kind = (sl_conn_kind)k, .fd = s->lfd[k]};
+        w->listen_io[k] = (sl_io){.fd = s->lfd[k], .cb = accept_cb, .ud = &w->lctx[k]};
+        if (sl_loop_add(&w->loop, &w->listen_io[k], EPOLLIN | EPOLLEXCLUSIVE) != 0) {
+            snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
+            goto fail;
+        }
+    }
+    w->listening = true;
+    return w;
+oom:
+    snprintf(err, errlen, "out of memory");
+fail:
+    if (w) {
+        sl_loop_deinit(&w->loop);
+        free(w->met);
+        free(w->body_buf);
+        free(w);
+    }
+    return NULL;
+}
+
+static void worker_destroy(sl_worker *w) {
+    if (w == NULL) return;
+    sl_loop_deinit(&w->loop);
+    free(w->met);
+    free(w->body_buf);
+    free(w);
+}
+
+/* ---- store ---- */
+
+static int open_store(sl_server *s, const sl_settings *st, char *err, size_t errlen) {
+    const char *url = s->opt.store_url;
+    if (url[0] == '\0') url = st->store.type == SL_STORE_MEMORY ? "memory:" : "redis:";
+    if (strncmp(url, "redis://", 8) == 0 || strncmp(url, "redis-cluster://", 16) == 0 ||
+        strcmp(url, "redis:") == 0) {
+        snprintf(err, errlen,
+                 "the Redis store is not built into this binary yet; use --store memory:");
+        return -1;
+    }
+    if (strncmp(url, "memory:", 7) != 0) {
+        snprintf(err, errlen, "unknown store '%s' (expected memory:, redis://HOST:PORT or "
+                 "redis-cluster://HOST:PORT[,HOST:PORT...])", url);
+        return -1;
+    }
+    sluice_store_options so = {0};
+    so.max_keys = st->store.max_keys;
+    so.on_full = st->store.on_full;
+    so.shards = st->store.shards;
+    int e = 0;
+    s->store = sluice_store_create(&so, &e);
+    if (s->store == NULL) {
+        snprintf(err, errlen, "cannot create the memory store: %s", sluice_strerror(e));
+        return -1;
+    }
+    snprintf(s->snapshot_path, sizeof(s->snapshot_path), "%s", st->store.snapshot_path);
+    s->snapshot_every_ns = st->store.snapshot_every_ns;
+    return 0;
+}
+
+/* ---- lifecycle ---- */
+
+int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size_t errlen) {
+    *out = NULL;
+    sl_server *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    s->opt = *opt;
+    for (int k = 0; k < 3; k++) s->lfd[k] = -1;
+    pthread_mutex_init(&s->reload_mu, NULL);
+    pthread_mutex_init(&s->names_mu, NULL);
+    atomic_store(&s->met_nnames, 1); /* slot 0: no policy */
+    sl_cell_init(&s->cell);
+    s->started_wall_ns = sl_clock_wall_ns();
+
+    /* Settings come from the config file; flags already in opt win. */
+    static sl_diag_list dl;
+    memset(&dl, 0, sizeof(dl));
+    sl_config *cfg = NULL;
+    int rc = sl_config_load(opt->config_path, &cfg, &dl);
+    if (rc != 0 || cfg == NULL) {
+        format_diags(&dl, rc, opt->config_path, err, errlen);
+        goto fail;
+    }
+    const sl_settings *st = sl_config_settings(cfg);
+    if (s->opt.http[0] == '\0') snprintf(s->opt.http, sizeof(s->opt.http), "%s", st->listen_http);
+    if (s->opt.resp[0] == '\0') snprintf(s->opt.resp, sizeof(s->opt.resp), "%s", st->listen_resp);
+    if (s->opt.admin[0] == '\0')
+        snprintf(s->opt.admin, sizeof(s->opt.admin), "%s", st->listen_admin);
+    if (s->opt.workers == 0) s->opt.workers = st->workers;
+    if (s->opt.auth_deny_status == 0) s->opt.auth_deny_status = st->auth_deny_status;
+    if (s->opt.auth_deny_status < 400 || s->opt.auth_deny_status > 599) s->opt.auth_deny_status = 429;
+    if (s->opt.admin_token[0] == '\0')
+        snprintf(s->opt.admin_token, sizeof(s->opt.admin_token), "%s", st->admin_token);
+    s->opt.legacy_headers = s->opt.legacy_headers || st->legacy_headers;
+    if (st->listen_grpc[0] != '\0' && s->opt.grpc[0] == '\0')
+        fprintf(stderr, "sluice serve: warning: the gRPC listener (%s in the config) is not built "
+                "yet; not listening on it\n", st->listen_grpc);
+    if (open_store(s, st, err, errlen) != 0) {
+        sl_config_destroy(cfg);
+        goto fail;
+    }
+    sl_config_destroy(cfg);
+
+    s->clock = opt->test_clock ? sluice_clock_create_manual(sl_clock_wall_ns())
+                               : sluice_clock_create_system();
+    if (s->clock == NULL) {
+        snprintf(err, errlen, "cannot create the clock");
+        goto fail;
+    }
+    sl_gen *g = gen_create(s, err, errlen);
+    if (g == NULL) goto fail;
+    atomic_store(&s->gen, g);
+
+    if (s->snapshot_path[0] != '\0' && access(s->snapshot_path, F_OK) == 0) {
+        uint64_t skipped = 0;
+        char ebuf[256] = "";
+        int r = sluice_store_restore(s->store, s->snapshot_path, sluice_clock_now(s->clock),
+                                     &skipped, ebuf, sizeof(ebuf));
+        if (r != 0)
+            fprintf(stderr, "sluice serve: warning: snapshot %s not restored: %s\n",
+                    s->snapshot_path, ebuf[0] ? ebuf : sluice_strerror(r));
+    }
+
+    const char *addrs[3] = {s->opt.http, s->opt.resp, s->opt.admin};
+    const char *names[3] = {"http", "resp", "admin"};
+    for (int k = 0; k < 3; k++) {
+        if (addrs[k][0] == '\0') continue;
+        s->lfd[k] = open_listener(names[k], addrs[k], err, errlen);
+        if (s->lfd[k] < 0) goto fail;
+    }
+    unsigned nw = s->opt.workers;
+    if (nw == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        nw = n > 0 ? (unsigned)n : 1;
+    }
+    if (nw > SL_MAX_WORKERS) nw = SL_MAX_WORKERS;
+    for (unsigned i = 0; i < nw; i++) {
+        s->workers[i] = worker_create(s, i, err, errlen);
+        if (s->workers[i] == NULL) goto fail;
+        s->nworkers = i + 1;
+    }
+    *out = s;
+    return 0;
+fail:
+    sl_server_destroy(s);
+    return -1;
+}
+
+void sl_server_destroy(sl_server *s) {
+    if (s == NULL) return;
+    for (unsigned i = 0; i < s->nworkers; i++) worker_destroy(s->workers[i]);
+    for (int k = 0; k < 3; k++)
+        if (s->lfd[k] >= 0) close(s->lfd[k]);
+    reap_retired(s, true);
+    gen_destroy(atomic_load(&s->gen));
+    sl_cell_deinit(&s->cell);
+    if (s->store) sluice_store_destroy(s->store);
+    if (s->clock) sluice_clock_destroy(s->clock);
+    pthread_mutex_destroy(&s->reload_mu);
+    pthread_mutex_destroy(&s->names_mu);
+    free(s);
+}
+
+static void write_snapshot(sl_server *s, const char *why) {
+    if (s->snapshot_path[0] == '\0') return;
+    int r = sluice_store_snapshot(s->store, s->snapshot_path, sluice_clock_now(s->clock));
+    if (r != 0)
+        fprintf(stderr, "sluice serve: snapshot (%s) to %s failed: %s\n", why, s->snapshot_path,
+                sluice_strerror(r));
+}
+
+int sl_server_run(sl_server *s) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* workers inherit the mask */
+    signal(SIGPIPE, SIG_IGN);
+    unsigned started = 0;
+    for (unsigned i = 0; i < s->nworkers; i++) {
+        if (pthread_create(&s->workers[i]->th, NULL, worker_main, s->workers[i]) != 0) {
+            fprintf(stderr, "sluice serve: cannot start worker threads\n");
+            atomic_store(&s->stop_now, 1);
+            break;
+        }
+        started++;
+    }
+    fprintf(stderr, "sluice serve: http %s, resp %s, admin %s, %u workers%s\n",
+            s->opt.http[0] ? s->opt.http : "off", s->opt.resp[0] ? s->opt.resp : "off",
+            s->opt.admin[0] ? s->opt.admin : "off", s->nworkers,
+            s->opt.test_clock ? ", test clock" : "");
+    int64_t next_snap = s->snapshot_every_ns > 0 ? sl_clock_mono_ns() + s->snapshot_every_ns : 0;
+    while (started == s->nworkers && !atomic_load(&s->draining)) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        int sig = sigtimedwait(&set, NULL, &ts);
+        if (sig == SIGTERM || sig == SIGINT) {
+            atomic_store(&s->draining, 1);
+        } else if (sig == SIGHUP) {
+            char err[4096];
+            if (sl_server_reload(s, err, sizeof(err)) != 0)
+                fprintf(stderr, "sluice serve: reload refused, old config kept:\n%s\n", err);
+            else
+                fprintf(stderr, "sluice serve: config reloaded\n");
+        }
+        reap_retired(s, false);
+        if (next_snap && sl_clock_mono_ns() >= next_snap) {
+            write_snapshot(s, "periodic");
+            next_snap = sl_clock_mono_ns() + s->snapshot_every_ns;
+        }
+    }
+    for (unsigned i = 0; i < started; i++) pthread_join(s->workers[i]->th, NULL);
+    write_snapshot(s, "shutdown");
+    fprintf(stderr, "sluice serve: stopped\n");
+    return started == s->nworkers ? 0 : 1;
+}

@@ -1,0 +1,227 @@
+/*
+ * server.h -- internals of `sluice serve` shared by the files of src/server: options,
+ * the server (listeners, workers, the current policy generation), connections, the
+ * CL.THROTTLE limiter cache and metrics. Threads: one event loop per worker; the main
+ * thread handles signals, periodic snapshots and frees retired generations.
+ * Times: monotonic nanoseconds for timeouts; decisions use the server clock (system or
+ * --test-clock manual), read once per request.
+ */
+#ifndef SL_SERVER_H
+#define SL_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "policy/policy.h"
+#include "proto/http1.h"
+#include "proto/resp.h"
+#include "server/loop.h"
+#include "sluice.h"
+
+/* ---- options (flags over config file settings) ---- */
+
+typedef struct sl_server_opts {
+    char config_path[SL_PATH_MAX];
+    char http[SL_ADDR_MAX], resp[SL_ADDR_MAX], grpc[SL_ADDR_MAX], admin[SL_ADDR_MAX];
+    char store_url[SL_PATH_MAX];
+    unsigned workers;          /* 0: one per CPU */
+    bool test_clock;
+    int64_t read_timeout_ns;   /* a started request must be complete within this */
+    int64_t idle_timeout_ns;   /* keep-alive connection with nothing in flight */
+    int64_t write_timeout_ns;  /* pending output that does not drain */
+    int64_t drain_timeout_ns;  /* SIGTERM: in-flight work gets this long */
+    unsigned max_conns;        /* across all workers and listeners */
+    int auth_deny_status;
+    bool legacy_headers;
+    char admin_token[128];
+    sl_http_limits http_limits;
+} sl_server_opts;
+
+void sl_server_opts_default(sl_server_opts *o);
+
+/* ---- policy generations (reload swaps them) ---- */
+
+#define SL_MET_POLICIES 256 /* distinct policy names counted in metrics */
+#define SL_MET_RESULTS 5
+
+typedef enum sl_met_result {
+    SL_MET_ALLOWED = 0,
+    SL_MET_LIMITED = 1,
+    SL_MET_SHADOW = 2,
+    SL_MET_FAIL_OPEN = 3,
+    SL_MET_ERROR = 4
+} sl_met_result;
+
+/* One loaded config and the engine compiled from it. Immutable once published. */
+typedef struct sl_gen {
+    sl_config *cfg;
+    sl_engine *engine;
+    uint64_t id;
+    /* policy name -> metrics slot, open addressing over a power-of-two table */
+    size_t name_cap;
+    const char **names;
+    uint16_t *slots;
+    struct sl_gen *retired_next;
+} sl_gen;
+
+/* ---- metrics (per worker; single writer, read by the scraper) ---- */
+
+#define SL_LAT_BUCKETS 14
+
+typedef struct sl_wmetrics {
+    _Atomic uint64_t dec[SL_MET_POLICIES][SL_MET_RESULTS];
+    _Atomic uint64_t lat[SL_LAT_BUCKETS + 1]; /* last: +Inf */
+    _Atomic uint64_t lat_sum_ns, lat_count;
+    _Atomic uint64_t http_requests, resp_commands, bad_requests, timeouts, conns_refused;
+} sl_wmetrics;
+
+static inline void sl_met_inc(_Atomic uint64_t *c, uint64_t by) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + by,
+                          memory_order_relaxed);
+}
+
+/* ---- CL.THROTTLE limiter cache ---- */
+
+#define SL_CELL_CAP 512 /* distinct (max_burst, count, period) sets */
+
+typedef struct sl_cell_entry {
+    _Atomic(const sluice_limiter *) lim;
+    int64_t burst, count, period;
+} sl_cell_entry;
+
+typedef struct sl_cell_cache {
+    pthread_mutex_t mu; /* creation only; lookups are lock-free */
+    sl_cell_entry e[SL_CELL_CAP];
+    size_t used;
+} sl_cell_cache;
+
+/* ---- connections ---- */
+
+typedef enum sl_conn_kind { SL_KIND_HTTP = 0, SL_KIND_RESP = 1, SL_KIND_ADMIN = 2 } sl_conn_kind;
+
+struct sl_worker;
+
+typedef struct sl_conn {
+    sl_io io;
+    struct sl_worker *w;
+    sl_conn_kind kind;
+    sl_dnode timer;
+    char *rbuf;
+    size_t rlen, rcap;
+    char *wbuf;
+    size_t wlen, woff, wcap;
+    bool close_after;   /* close once the output is written */
+    bool want_out;      /* EPOLLOUT armed */
+    bool sent_continue; /* 100 Continue already sent for the request being read */
+    int proto;          /* RESP protocol version: 2 or 3 */
+    char peer_ip[64];
+    struct sl_conn *next_all, *prev_all;
+} sl_conn;
+
+#define SL_TL_READ 0
+#define SL_TL_IDLE 1
+#define SL_TL_WRITE 2
+
+typedef struct sl_server sl_server;
+
+typedef struct sl_listen_ctx {
+    struct sl_worker *w;
+    sl_conn_kind kind;
+    int fd;
+} sl_listen_ctx;
+
+typedef struct sl_worker {
+    sl_server *srv;
+    unsigned id;
+    pthread_t th;
+    sl_loop loop;
+    sl_io listen_io[3];
+    sl_listen_ctx lctx[3];
+    bool listening;
+    bool done;
+    _Atomic(sl_gen *) hazard; /* the generation this worker may be using */
+    sl_gen *gen;              /* == hazard while handling events */
+    sl_dlist tl[3];
+    sl_conn *conns;           /* all connections of this worker */
+    size_t nconns;
+    int64_t now_ns;           /* loop time (monotonic), for timeouts only */
+    sl_wmetrics *met;
+    sl_verdict verdict;       /* scratch for one decision */
+    char scratch[SL_RESP_MAX_INLINE + 16];
+    char *body_buf;           /* chunked bodies are decoded here */
+} sl_worker;
+
+#define SL_MAX_WORKERS 64
+
+struct sl_server {
+    sl_server_opts opt;
+    sluice_clock *clock;
+    sluice_store *store;
+    char snapshot_path[SL_PATH_MAX];
+    int64_t snapshot_every_ns;
+    int lfd[3];               /* listening sockets per kind, -1 when disabled */
+    unsigned nworkers;
+    sl_worker *workers[SL_MAX_WORKERS];
+    _Atomic(sl_gen *) gen;
+    pthread_mutex_t reload_mu; /* serialises reloads and retirement */
+    sl_gen *retired;
+    uint64_t next_gen_id;
+    _Atomic uint64_t reloads_ok, reloads_failed;
+    _Atomic int draining;
+    _Atomic int stop_now;
+    _Atomic unsigned nconns;  /* across workers, for the connection cap */
+    int64_t started_wall_ns;
+    /* metrics names: slot -> policy name; slot 0 is "" (nothing matched) */
+    pthread_mutex_t names_mu;
+    char met_names[SL_MET_POLICIES][128];
+    _Atomic unsigned met_nnames;
+    sl_cell_cache cell;
+};
+
+/* server.c */
+int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size_t errlen);
+int sl_server_run(sl_server *s); /* until SIGTERM/SIGINT; returns the exit status */
+void sl_server_destroy(sl_server *s);
+/* Loads the config file again; on failure the old config stays and `err` holds every
+ * error (one per line). Thread-safe; called from SIGHUP and POST /v1/reload. */
+int sl_server_reload(sl_server *s, char *err, size_t errlen);
+/* The generation for the next request: publishes a hazard so it is not freed. */
+sl_gen *sl_worker_pin(sl_worker *w);
+unsigned sl_gen_slot(const sl_gen *g, const char *policy);
+void sl_server_count(sl_worker *w, unsigned slot, sl_met_result r);
+void sl_server_observe_latency(sl_worker *w, int64_t ns);
+
+/* conn.c */
+void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind);
+void sl_worker_tick(sl_worker *w);
+void sl_worker_close_all(sl_worker *w);
+void sl_worker_drain(sl_worker *w);
+/* Room for n more output bytes (grows the buffer up to a bound); 0 or -1. */
+int sl_conn_reserve(sl_conn *c, size_t n);
+/* A writer over the free part of the output buffer; commit what was written. */
+void sl_conn_wbuf(sl_conn *c, sl_wbuf *wb);
+void sl_conn_commit(sl_conn *c, const sl_wbuf *wb);
+
+/* http_api.c: handles one parsed request; the reply goes to c's output. */
+void sl_http_handle(sl_conn *c, const sl_http_req *req);
+/* The status and problem+json reply for a request that could not be parsed. */
+void sl_http_error(sl_conn *c, int minor, int status, const char *detail);
+
+/* resp_cmds.c */
+void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd);
+
+/* cell.c */
+void sl_cell_init(sl_cell_cache *cc);
+void sl_cell_deinit(sl_cell_cache *cc);
+/* The GCRA limiter for CL.THROTTLE's parameters, created and registered on first use. */
+const sluice_limiter *sl_cell_get(sl_server *s, int64_t max_burst, int64_t count,
+                                  int64_t period_s, int *err);
+/* redis-cell's rounding of a duration to whole seconds: truncate, +1 if >= 1 ms left. */
+int64_t sl_cell_round_s(int64_t ns);
+
+/* metrics.c: the Prometheus text exposition into a heap buffer (caller frees). */
+char *sl_metrics_render(sl_server *s, size_t *len);
+
+#endif /* SL_SERVER_H */
