@@ -1,0 +1,333 @@
+/*
+ * decide.c -- decisions over the memory store: all-or-nothing across up to
+ * SLUICE_MAX_ITEMS limits (check every limit into scratch state, commit only if all
+ * admit), settle, release, reset. Invariants: only the shard locks of the keys involved
+ * are taken, always in address order (no deadlock between decisions sharing shards);
+ * nothing here allocates or reads a clock; a failed call consumes nothing.
+ */
+#include <string.h>
+
+#include "store/memory.h"
+
+/* Sliding-log states are up to 8 + 8 * SL_SLIDING_LOG_MAX bytes: their scratch comes from
+ * one arena of this size per decision (two full-size logs). A decision whose large states
+ * do not fit is refused with SLUICE_ERANGE (nothing consumed); small states (<= 32 bytes,
+ * every other algorithm) always fit. */
+#define BIG_ARENA (2 * (sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX))
+
+typedef union big_state {
+    int64_t align;
+    unsigned char b[sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX];
+} big_state;
+
+typedef struct item_ctx {
+    sl_family *fam;
+    sl_lver *ver;
+    sl_hash128 h;
+    sl_loc loc;
+    void *entry;     /* the stored entry, or NULL for a fresh key */
+    const void *src; /* the state this item decides on */
+    void *dst;       /* its scratch next state */
+    int prev;        /* an earlier item with the same limiter family and key, or -1 */
+    bool changed;    /* dst must be stored if the decision commits */
+    bool writer;     /* the last changed item of its key: the one that stores */
+} item_ctx;
+
+static void to_public(const sl_result *r, sluice_result *o) {
+    o->allowed = r->allowed ? 1 : 0;
+    o->limit = r->limit;
+    o->remaining = r->remaining;
+    o->reset_after_ns = r->reset_after_ns;
+    o->retry_after_ns = r->retry_after_ns;
+    o->delay_ns = r->delay_ns;
+    o->lease = r->lease;
+}
+
+static inline bool same_key(const item_ctx *a, const item_ctx *b) {
+    return a->fam == b->fam && a->h.lo == b->h.lo && a->h.hi == b->h.hi;
+}
+
+/* Collects the distinct shards of the items, sorted by address, and locks them. */
+static size_t lock_shards(item_ctx *c, size_t n, sl_shard **locked) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        sl_shard *sh = c[i].loc.sh;
+        size_t j = m;
+        bool dup = false;
+        for (size_t k = 0; k < m; k++)
+            if (locked[k] == sh) dup = true;
+        if (dup) continue;
+        while (j > 0 && (uintptr_t)locked[j - 1] > (uintptr_t)sh) {
+            locked[j] = locked[j - 1];
+            j--;
+        }
+        locked[j] = sh;
+        m++;
+    }
+    for (size_t k = 0; k < m; k++) sl_shard_lock(locked[k]);
+    return m;
+}
+
+static void unlock_shards(sl_shard **locked, size_t m) {
+    for (size_t k = m; k-- > 0;) sl_shard_unlock(locked[k]);
+}
+
+static void note_time(sl_shard **locked, size_t m, sluice_time now) {
+    for (size_t k = 0; k < m; k++)
+        if (now.mono_ns > locked[k]->last_now.mono_ns) locked[k]->last_now = now;
+}
+
+/*
+ * Locates every item under its family's current parameters and locks the shards. A
+ * concurrent re-registration swaps the parameters while holding every shard lock, so
+ * re-reading them under our locks tells whether what we located is still current.
+ */
+static size_t locate_and_lock(item_ctx *c, size_t n, sl_shard **locked) {
+    for (;;) {
+        for (size_t i = 0; i < n; i++) {
+            c[i].ver = sl_family_cur(c[i].fam);
+            sl_table_locate(c[i].ver->table, c[i].h, c[i].fam->id, &c[i].loc);
+            __builtin_prefetch(c[i].loc.base + (size_t)c[i].loc.home * c[i].loc.t->esize);
+        }
+        size_t m = lock_shards(c, n, locked);
+        bool stable = true;
+        for (size_t i = 0; i < n && stable; i++)
+            if (sl_family_cur(c[i].fam) != c[i].ver) stable = false;
+        if (stable) return m;
+        unlock_shards(locked, m);
+    }
+}
+
+/* Ranks two admitted results by remaining/limit share (smaller = closer to exhaustion);
+ * a limit of 0 counts as a share of 0. Cross-multiplied in 128 bits: exact. */
+static bool less_share(const sluice_result *a, const sluice_result *b) {
+    if (b->limit == 0) return false;
+    if (a->limit == 0) return true;
+    return (unsigned __int128)a->remaining * b->limit < (unsigned __int128)b->remaining * a->limit;
+}
+
+static bool longer_retry(int64_t a, int64_t b) {
+    if (a == SLUICE_NEVER) return b != SLUICE_NEVER;
+    if (b == SLUICE_NEVER) return false;
+    return a > b;
+}
+
+static int pick_deciding(const sluice_decision *out) {
+    int best = 0;
+    for (size_t i = 1; i < out->n; i++) {
+        const sluice_result *r = &out->results[i], *b = &out->results[best];
+        if (out->allowed) {
+            if (less_share(r, b)) best = (int)i;
+        } else if (!r->allowed &&
+                   (b->allowed || longer_retry(r->retry_after_ns, b->retry_after_ns))) {
+            best = (int)i;
+        }
+    }
+    return best;
+}
+
+static int prepare(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
+                   item_ctx *c) {
+    if (lim == NULL || (key == NULL && key_len > 0)) return SLUICE_EINVAL;
+    c->fam = sl_store_family_of(st, lim);
+    if (c->fam == NULL) return SLUICE_EINVAL;
+    c->h = sl_family_hash(c->fam, key != NULL ? key : "", key_len);
+    return SLUICE_OK;
+}
+
+/*
+ * The all-or-nothing decision. Phase 1 decides every item into scratch (an item naming
+ * the same limiter and key as an earlier one decides on that one's scratch, so repeats
+ * add up). Only if all admit: room is reserved for the new keys that must be stored
+ * (pressure handling may move entries: then they are found again), and phase 2 writes
+ * the scratch states back. A refusal for room (SLUICE_REFUSE_NEW) fails the whole call
+ * before anything is written.
+ */
+int sluice_decide(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
+                  sluice_decision *out) {
+    if (st == NULL || out == NULL || (items == NULL && n > 0)) return SLUICE_EINVAL;
+    if (n > SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
+    out->n = n;
+    out->allowed = 1;
+    out->deciding = n > 0 ? 0 : -1;
+    if (n == 0) return SLUICE_OK;
+
+    item_ctx c[SLUICE_MAX_ITEMS];
+    for (size_t i = 0; i < n; i++) {
+        int rc = prepare(st, items[i].limiter, items[i].key, items[i].key_len, &c[i]);
+        if (rc != SLUICE_OK) return rc;
+    }
+    uint64_t small[SLUICE_MAX_ITEMS][SL_STORE_SMALL_STATE / 8];
+    big_state big[2];
+    sl_shard *locked[SLUICE_MAX_ITEMS];
+    size_t m = locate_and_lock(c, n, locked);
+    note_time(locked, m, now);
+
+    size_t big_used = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t ss = c[i].ver->lim.state_size;
+        if (ss <= SL_STORE_SMALL_STATE) {
+            c[i].dst = small[i];
+        } else if (big_used + ss <= sizeof(big)) {
+            c[i].dst = (unsigned char *)big + big_used;
+            big_used += (ss + 7) & ~(size_t)7;
+        } else {
+            unlock_shards(locked, m);
+            return SLUICE_ERANGE;
+        }
+    }
+
+    /* phase 1: check */
+    bool all = true;
+    uint16_t stamp = SL_TOUCH(now);
+    for (size_t i = 0; i < n; i++) {
+        item_ctx *x = &c[i];
+        x->prev = -1;
+        for (size_t j = i; j-- > 0;)
+            if (same_key(&c[j], x)) {
+                x->prev = (int)j;
+                break;
+            }
+        if (x->prev >= 0) {
+            item_ctx *p = &c[x->prev];
+            x->entry = p->entry;
+            x->src = p->changed ? p->dst : p->src;
+        } else {
+            x->entry = sl_table_find(&x->loc);
+            x->src = x->entry != NULL ? sl_entry_state(x->entry) : NULL;
+        }
+        sl_result r;
+        bool ch = sl_algo_decide(&x->ver->lim, x->src, x->dst, now, items[i].cost, &r);
+        x->changed = ch && items[i].cost > 0;
+        if (!r.allowed) all = false;
+        to_public(&r, &out->results[i]);
+    }
+    if (!all) {
+        for (size_t i = 0; i < n; i++)
+            if (c[i].entry != NULL) ((sl_ehdr *)c[i].entry)->touch = stamp;
+        out->allowed = 0;
+        out->deciding = pick_deciding(out);
+        unlock_shards(locked, m);
+        return SLUICE_OK;
+    }
+    for (size_t i = 0; i < n; i++) {
+        c[i].writer = c[i].changed;
+        for (size_t j = i + 1; j < n && c[i].writer; j++)
+            if (c[j].changed && same_key(&c[i], &c[j])) c[i].writer = false;
+    }
+
+    /* room for new keys */
+    sl_keep keep[SLUICE_MAX_ITEMS];
+    for (size_t i = 0; i < n; i++)
+        keep[i] = (sl_keep){c[i].loc.k0, c[i].loc.k1, c[i].loc.fam};
+    bool moved = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!c[i].writer || c[i].entry != NULL) continue;
+        int rc = sl_store_reserve(st, &c[i].loc, now, keep, n, &moved);
+        if (rc != SLUICE_OK) {
+            for (size_t j = 0; j < i; j++)
+                if (c[j].writer && c[j].entry == NULL) sl_store_unreserve(st, &c[j].loc);
+            unlock_shards(locked, m);
+            out->allowed = 0;
+            return rc;
+        }
+    }
+    if (moved)
+        for (size_t i = 0; i < n; i++)
+            if (c[i].entry != NULL) c[i].entry = sl_table_find(&c[i].loc);
+
+    /* phase 2: commit (updates first: inserts may reuse fresh slots, never move entries) */
+    for (size_t i = 0; i < n; i++) {
+        sl_ehdr *e = c[i].entry;
+        if (e == NULL) continue;
+        e->touch = stamp;
+        if (c[i].writer) memcpy(sl_entry_state(e), c[i].dst, c[i].ver->lim.state_size);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!c[i].writer || c[i].entry != NULL) continue;
+        void *e = sl_table_insert(st, &c[i].loc, now);
+        memcpy(sl_entry_state(e), c[i].dst, c[i].ver->lim.state_size);
+    }
+    unlock_shards(locked, m);
+    out->deciding = pick_deciding(out);
+    return SLUICE_OK;
+}
+
+/* One key under one limiter, its shard locked: the common part of settle/release/reset. */
+typedef struct one_ctx {
+    item_ctx c;
+    sl_shard *locked[1];
+    size_t m;
+} one_ctx;
+
+static int one_begin(sluice_store *st, const sluice_limiter *lim, const void *key,
+                     size_t key_len, sluice_time *now, one_ctx *o) {
+    if (st == NULL) return SLUICE_EINVAL;
+    int rc = prepare(st, lim, key, key_len, &o->c);
+    if (rc != SLUICE_OK) return rc;
+    o->m = locate_and_lock(&o->c, 1, o->locked);
+    if (now != NULL) note_time(o->locked, o->m, *now);
+    o->c.entry = sl_table_find(&o->c.loc);
+    return SLUICE_OK;
+}
+
+int sluice_settle(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
+                  uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out) {
+    if (out == NULL) return SLUICE_EINVAL;
+    if (reserved > (uint64_t)INT64_MAX || actual > (uint64_t)INT64_MAX) return SLUICE_ERANGE;
+    int64_t delta = (int64_t)actual - (int64_t)reserved;
+    one_ctx o;
+    int rc = one_begin(st, lim, key, key_len, &now, &o);
+    if (rc != SLUICE_OK) return rc;
+    big_state next;
+    sl_result r;
+    const sl_limit *l = &o.c.ver->lim;
+    sl_ehdr *e = o.c.entry;
+    sl_algo_settle(l, e != NULL ? sl_entry_state(e) : NULL, next.b, now, delta, &r);
+    if (e != NULL) {
+        memcpy(sl_entry_state(e), next.b, l->state_size);
+        e->touch = SL_TOUCH(now);
+    } else if (delta > 0) {
+        /* a charge on a key with no state (expired, or never decided): store it */
+        sl_keep keep = {o.c.loc.k0, o.c.loc.k1, o.c.loc.fam};
+        bool moved = false;
+        rc = sl_store_reserve(st, &o.c.loc, now, &keep, 1, &moved);
+        if (rc == SLUICE_OK) {
+            void *ne = sl_table_insert(st, &o.c.loc, now);
+            memcpy(sl_entry_state(ne), next.b, l->state_size);
+        }
+    }
+    unlock_shards(o.locked, o.m);
+    if (rc == SLUICE_OK) to_public(&r, out);
+    return rc;
+}
+
+int sluice_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
+                   uint64_t lease, sluice_time now) {
+    one_ctx o;
+    int rc = one_begin(st, lim, key, key_len, &now, &o);
+    if (rc != SLUICE_OK) return rc;
+    sl_ehdr *e = o.c.entry;
+    const sl_limit *l = &o.c.ver->lim;
+    rc = SLUICE_ENOTFOUND;
+    if (e != NULL && l->algo == SLUICE_CONCURRENCY) {
+        big_state next;
+        if (sl_conc_release(l, sl_entry_state(e), next.b, now, lease)) {
+            memcpy(sl_entry_state(e), next.b, l->state_size);
+            e->touch = SL_TOUCH(now);
+            rc = SLUICE_OK;
+        }
+    }
+    unlock_shards(o.locked, o.m);
+    return rc;
+}
+
+/* Forgetting a key that holds no state succeeds too: the outcome is the same. */
+int sluice_reset(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len) {
+    one_ctx o;
+    int rc = one_begin(st, lim, key, key_len, NULL, &o);
+    if (rc != SLUICE_OK) return rc;
+    if (o.c.entry != NULL) sl_table_remove(st, &o.c.loc, o.c.entry);
+    unlock_shards(o.locked, o.m);
+    return SLUICE_OK;
+}
