@@ -320,8 +320,9 @@ static bool str_eq(const char *a, sl_str b) {
     return b.p != NULL && strlen(a) == b.len && memcmp(a, b.p, b.len) == 0;
 }
 
-const sl_enode *sl__envoy_match(const sl_edomain *dom, const sl_descriptor *desc) {
-    if (dom == NULL || desc == NULL || desc->n == 0) return NULL;
+const sl_enode *sl__envoy_match(const sl_edomain *dom, const sl_descriptor *desc,
+                                const sl_enode **path) {
+    if (dom == NULL || desc == NULL || desc->n == 0 || desc->n > SL_ENVOY_DEPTH) return NULL;
     const sl_enode *level = dom->roots;
     size_t n = dom->n_roots;
     const sl_enode *hit = NULL;
@@ -343,6 +344,7 @@ const sl_enode *sl__envoy_match(const sl_edomain *dom, const sl_descriptor *desc
         }
         hit = exact ? exact : wild ? wild : bare;
         if (hit == NULL) return NULL;
+        if (path != NULL) path[i] = hit;
         level = hit->children;
         n = hit->n_children;
     }

@@ -200,8 +200,11 @@ uint64_t sl__hash64(const void *a, size_t alen, const void *b, size_t blen);
  * sluice file's `domains:` list). Reports errors through the loader's context. */
 struct sl__ctx;
 void sl__envoy_load(struct sl__ctx *cx, const sl_ynode *doc);
-/* The rule a descriptor reaches in `dom` (SPECS §4.2), or NULL. */
-const sl_enode *sl__envoy_match(const sl_edomain *dom, const sl_descriptor *desc);
+/* The rule a descriptor reaches in `dom` (SPECS §4.2), or NULL. `path` (may be NULL)
+ * receives the node matched at each level (SL_ENVOY_DEPTH entries at most). */
+#define SL_ENVOY_DEPTH 17
+const sl_enode *sl__envoy_match(const sl_edomain *dom, const sl_descriptor *desc,
+                                const sl_enode **path);
 
 /* The loader context (config.c) and its diagnostics. */
 typedef struct sl__ctx {

@@ -173,7 +173,8 @@ typedef struct sl_window_info {
 
 /* One (window, key, cost) of a decision. */
 typedef struct sl_verdict_item {
-    const sl_window_info *info; /* NULL for an envoy `unlimited` rule */
+    const sl_window_info *info; /* never NULL (an envoy `unlimited` rule has a pseudo-window
+                                   with limiter NULL and quota 0) */
     int descriptor;             /* RLS descriptor index, -1 for attribute requests */
     uint16_t key_off, key_len;  /* the composed key inside verdict.keys */
     uint64_t cost;              /* units asked for */
@@ -194,7 +195,9 @@ typedef struct sl_verdict {
     int error;                /* that store error (SLUICE_E*) or 0 */
     int64_t delay_ns;         /* SL_DELAY */
     int64_t retry_after_ns;   /* SL_REJECT: the deciding item's retry-after (or NEVER) */
-    int deciding;             /* index into items, -1 when nothing matched */
+    int deciding;             /* index into items, -1 when no enforced window matched */
+    const char *missing_key_policy; /* SL_REJECT with status 400: this policy's key is
+                                       missing and it says on_missing_key: reject */
     size_t n;
     sl_verdict_item items[SLUICE_MAX_ITEMS];
     size_t keys_used;

@@ -1,0 +1,1029 @@
+/*
+ * engine.c -- the decision pipeline over a loaded config: match -> key -> plan -> cost ->
+ * mode, then ONE all-or-nothing sluice_decide over every enforced window, then the
+ * reaction. Immutable after creation (any number of threads may check at once); the check
+ * path allocates nothing: keys are composed into the caller's verdict.
+ * Key encoding: one byte naming the chain that produced the key, then per part a tag
+ * byte, a 2-byte big-endian length and the bytes, so no two part lists collide.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+/* One window of one policy (or plan) as the engine runs it; `info` first so a verdict's
+ * info pointer leads back here. */
+typedef struct e_win {
+    sl_window_info info;
+    const sl_cwindow *cw;
+    const sl_cpolicy *cp;
+    struct e_pol *ep;
+    sluice_limiter *lim; /* NULL for deny_all and unlimited */
+} e_win;
+
+typedef struct e_pol {
+    const sl_cpolicy *cp;
+    e_win *win;       /* default windows (nwin), or the one `unlimited` pseudo-window */
+    size_t nwin;
+    e_win **plan_win; /* per plan */
+} e_pol;
+
+struct sl_engine {
+    const sl_config *cfg;
+    sluice_store *store;
+    size_t n_pol;
+    e_pol *pol;
+    size_t n_all;
+    e_win **all; /* every window, for token lookups */
+};
+
+/* ---- create ------------------------------------------------------------------------- */
+
+static int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; }
+
+/* The `w` a client is told: for buckets the time a full burst takes to refill, for
+ * windows their length, for calendar quotas the nominal period (none for months). */
+static int64_t window_seconds(const sl_cwindow *cw, uint64_t capacity) {
+    const sluice_limit_spec *s = &cw->spec;
+    switch (s->algo) {
+    case SLUICE_TOKEN_BUCKET:
+    case SLUICE_GCRA:
+    case SLUICE_LEAKY_BUCKET: {
+        if (s->limit == 0) return ceil_div(s->period_ns, SLUICE_NS_PER_S);
+        unsigned __int128 ns = (unsigned __int128)s->period_ns * capacity / s->limit;
+        int64_t r = ceil_div((int64_t)(ns > (unsigned __int128)INT64_MAX ? INT64_MAX : ns),
+                             SLUICE_NS_PER_S);
+        return r < 1 ? 1 : r;
+    }
+    case SLUICE_QUOTA:
+        switch (s->quota_period) {
+        case SLUICE_PERIOD_HOUR: return 3600;
+        case SLUICE_PERIOD_DAY: return 86400;
+        case SLUICE_PERIOD_WEEK: return 604800;
+        default: return 0;
+        }
+    case SLUICE_CONCURRENCY: return 0;
+    default: {
+        int64_t r = ceil_div(s->period_ns, SLUICE_NS_PER_S);
+        return r < 1 ? 1 : r;
+    }
+    }
+}
+
+static int make_win(sl_engine *e, e_pol *ep, e_win *w, const sl_cwindow *cw, const char *limname,
+                    const char *plan, char *errbuf, size_t errlen) {
+    const sl_cpolicy *cp = ep->cp;
+    w->cw = cw;
+    w->cp = cp;
+    w->ep = ep;
+    w->info.name = cw->label;
+    w->info.policy = cp->name;
+    w->info.plan = plan;
+    w->info.qu = cp->qu;
+    w->info.unit_name = cp->unit_name;
+    w->info.index = cw->spec.index;
+    w->info.envoy_unit = cw->envoy_unit;
+    w->info.requests_per_unit = cw->requests_per_unit;
+    if (cw->spec.algo == SLUICE_CONCURRENCY) w->info.qu = SL_QU_CONCURRENT;
+    if (cw->deny_all) {
+        w->info.quota = 0;
+        w->info.window_s = window_seconds(cw, 0);
+        return SLUICE_OK;
+    }
+    sluice_limit_spec s = cw->spec;
+    s.name = limname;
+    int err = 0;
+    w->lim = sluice_limiter_create(&s, &err, errbuf, errlen);
+    if (w->lim == NULL) return err ? err : SLUICE_EINVAL;
+    err = sluice_store_register(e->store, w->lim);
+    if (err != SLUICE_OK) {
+        snprintf(errbuf, errlen, "registering limit '%s' with the store: %s", limname,
+                 sluice_strerror(err));
+        return err;
+    }
+    w->info.limiter = w->lim;
+    w->info.quota = sluice_limiter_capacity(w->lim);
+    w->info.window_s = window_seconds(cw, w->info.quota);
+    return SLUICE_OK;
+}
+
+void sl_engine_destroy(sl_engine *e) {
+    if (e == NULL) return;
+    for (size_t i = 0; i < e->n_all; i++)
+        if (e->all[i] != NULL) sluice_limiter_destroy(e->all[i]->lim);
+    for (size_t i = 0; i < e->n_pol; i++) {
+        free(e->pol[i].win);
+        if (e->pol[i].plan_win != NULL)
+            for (size_t j = 0; j < e->pol[i].cp->n_plans; j++) free(e->pol[i].plan_win[j]);
+        free(e->pol[i].plan_win);
+    }
+    free(e->pol);
+    free(e->all);
+    free(e);
+}
+
+sl_engine *sl_engine_create(const sl_config *cfg, sluice_store *store, int *err, char *errbuf,
+                            size_t errbuf_len) {
+    char scratch[8];
+    if (errbuf == NULL || errbuf_len == 0) {
+        errbuf = scratch;
+        errbuf_len = sizeof(scratch);
+    }
+    errbuf[0] = '\0';
+    int rc = SLUICE_ENOMEM;
+    if (cfg == NULL || store == NULL) {
+        if (err) *err = SLUICE_EINVAL;
+        snprintf(errbuf, errbuf_len, "no config or no store");
+        return NULL;
+    }
+    sl_engine *e = calloc(1, sizeof(*e));
+    if (e == NULL) goto fail;
+    e->cfg = cfg;
+    e->store = store;
+    e->pol = calloc(cfg->n_pol ? cfg->n_pol : 1, sizeof(*e->pol));
+    e->all = calloc(cfg->n_limiters + cfg->n_pol + 1, sizeof(*e->all));
+    if (e->pol == NULL || e->all == NULL) goto fail;
+    e->n_pol = cfg->n_pol;
+    for (size_t i = 0; i < cfg->n_pol; i++) {
+        const sl_cpolicy *cp = &cfg->pol[i];
+        e_pol *ep = &e->pol[i];
+        ep->cp = cp;
+        if (cp->unlimited) {
+            ep->win = calloc(1, sizeof(*ep->win));
+            if (ep->win == NULL) goto fail;
+            ep->nwin = 0;
+            ep->win->cp = cp;
+            ep->win->ep = ep;
+            ep->win->info.name = cp->rule_name ? cp->rule_name : cp->name;
+            ep->win->info.policy = cp->name;
+            continue;
+        }
+        ep->win = calloc(cp->nwin ? cp->nwin : 1, sizeof(*ep->win));
+        if (ep->win == NULL) goto fail;
+        ep->nwin = cp->nwin;
+        for (size_t j = 0; j < cp->nwin; j++) {
+            rc = make_win(e, ep, &ep->win[j], &cp->win[j], cp->name, NULL, errbuf, errbuf_len);
+            e->all[e->n_all++] = &ep->win[j];
+            if (rc != SLUICE_OK) goto fail;
+        }
+        if (cp->n_plans > 0) {
+            ep->plan_win = calloc(cp->n_plans, sizeof(*ep->plan_win));
+            if (ep->plan_win == NULL) goto fail;
+            for (size_t k = 0; k < cp->n_plans; k++) {
+                const sl_cplan *pl = &cp->plans[k];
+                ep->plan_win[k] = calloc(pl->nwin ? pl->nwin : 1, sizeof(e_win));
+                if (ep->plan_win[k] == NULL) goto fail;
+                char lname[256];
+                snprintf(lname, sizeof(lname), "%s@%s", cp->name, pl->name);
+                for (size_t j = 0; j < pl->nwin; j++) {
+                    rc = make_win(e, ep, &ep->plan_win[k][j], &pl->win[j], lname, pl->name,
+                                  errbuf, errbuf_len);
+                    e->all[e->n_all++] = &ep->plan_win[k][j];
+                    if (rc != SLUICE_OK) goto fail;
+                }
+            }
+        }
+        rc = SLUICE_ENOMEM;
+    }
+    if (err) *err = SLUICE_OK;
+    return e;
+fail:
+    if (err) *err = rc;
+    if (rc == SLUICE_ENOMEM && errbuf[0] == '\0') snprintf(errbuf, errbuf_len, "out of memory");
+    sl_engine_destroy(e);
+    return NULL;
+}
+
+const sl_config *sl_engine_config(const sl_engine *e) { return e ? e->cfg : NULL; }
+
+/* ---- attributes --------------------------------------------------------------------- */
+
+static bool ieq(sl_str a, const char *b, size_t blen) {
+    return a.p != NULL && a.len == blen && strncasecmp(a.p, b, blen) == 0;
+}
+
+static sl_str find_header(const sl_request *r, const char *name, size_t nlen) {
+    for (size_t i = 0; i < r->n_headers; i++)
+        if (ieq(r->headers[i].name, name, nlen)) return r->headers[i].value;
+    return (sl_str){NULL, 0};
+}
+
+static sl_str find_entry(const sl_descriptor *d, const char *name, size_t nlen) {
+    if (d == NULL) return (sl_str){NULL, 0};
+    for (size_t i = 0; i < d->n; i++)
+        if (d->entries[i].key.p != NULL && d->entries[i].key.len == nlen &&
+            memcmp(d->entries[i].key.p, name, nlen) == 0)
+            return d->entries[i].value;
+    return (sl_str){NULL, 0};
+}
+
+static size_t path_len(sl_str p) {
+    if (p.p == NULL) return 0;
+    const char *q = memchr(p.p, '?', p.len);
+    return q ? (size_t)(q - p.p) : p.len;
+}
+
+/* Host without port, lowercased into buf; 0 when absent or too long. */
+static size_t host_norm(sl_str h, char *buf, size_t cap) {
+    if (h.p == NULL || h.len == 0 || h.len >= cap) return 0;
+    size_t n = h.len;
+    if (h.p[0] == '[') {
+        const char *rb = memchr(h.p, ']', h.len);
+        if (rb != NULL) n = (size_t)(rb - h.p) + 1;
+    } else {
+        const char *c = memchr(h.p, ':', h.len);
+        if (c != NULL && memchr(c + 1, ':', h.len - (size_t)(c - h.p) - 1) == NULL)
+            n = (size_t)(c - h.p);
+    }
+    for (size_t i = 0; i < n; i++) {
+        char ch = h.p[i];
+        buf[i] = (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch;
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+/* Client address in binary (4 or 16 bytes), IPv6 masked to `prefix` bits so one /64 is
+ * one client; IPv4-mapped IPv6 addresses count as IPv4. 0 when absent or unparsable. */
+static size_t client_ip(sl_str ip, unsigned prefix, unsigned char out[16]) {
+    char buf[64];
+    if (ip.p == NULL || ip.len == 0 || ip.len >= sizeof(buf)) return 0;
+    size_t n = ip.len;
+    const char *p = ip.p;
+    if (p[0] == '[' && n > 2 && p[n - 1] == ']') {
+        p++;
+        n -= 2;
+    }
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    char *pct = strchr(buf, '%');
+    if (pct != NULL) *pct = '\0';
+    if (inet_pton(AF_INET, buf, out) == 1) return 4;
+    if (inet_pton(AF_INET6, buf, out) != 1) return 0;
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(out, mapped, 12) == 0) {
+        memmove(out, out + 12, 4);
+        return 4;
+    }
+    if (prefix < 128) {
+        for (unsigned bit = prefix; bit < 128; bit++) out[bit / 8] &= (unsigned char)~(0x80u >> (bit % 8));
+    }
+    return 16;
+}
+
+/* ---- key composition ---------------------------------------------------------------- */
+
+typedef struct kbuf {
+    unsigned char *p;
+    size_t len, cap;
+    bool overflow;
+} kbuf;
+
+static void kput(kbuf *k, unsigned char tag, const void *b, size_t n) {
+    if (n > 0xffff || k->len + 3 + n > k->cap) {
+        k->overflow = true;
+        return;
+    }
+    k->p[k->len++] = tag;
+    k->p[k->len++] = (unsigned char)(n >> 8);
+    k->p[k->len++] = (unsigned char)n;
+    if (n) memcpy(k->p + k->len, b, n);
+    k->len += n;
+}
+
+typedef struct sl_ctxreq {
+    const sl_request *req;
+    const sl_descriptor *desc;
+    const sl_enode **epath; /* envoy: node per level */
+} ctxreq;
+
+/* Appends part `pt` of the request; false when the request does not carry it. An empty
+ * value counts as missing: "" must not become one bucket shared by every such client. */
+static bool put_part(kbuf *k, const ctxreq *c, const sl_cpolicy *cp, const sl_part *pt) {
+    const sl_request *r = c->req;
+    switch (pt->kind) {
+    case SL_PART_CLIENT_IP: {
+        unsigned char ip[16];
+        size_t n = client_ip(r->client_ip, pt->v6_prefix, ip);
+        if (n == 0) return false;
+        kput(k, 'i', ip, n);
+        return true;
+    }
+    case SL_PART_HEADER: {
+        sl_str v = find_header(r, pt->name, pt->name_len);
+        if (v.p == NULL || v.len == 0) return false;
+        kput(k, 'h', v.p, v.len);
+        return true;
+    }
+    case SL_PART_METHOD:
+        if (r->method.p == NULL || r->method.len == 0) return false;
+        kput(k, 'm', r->method.p, r->method.len);
+        return true;
+    case SL_PART_PATH: {
+        size_t n = path_len(r->path);
+        if (n == 0) return false;
+        kput(k, 'p', r->path.p, n);
+        return true;
+    }
+    case SL_PART_ROUTE:
+        if (r->route.p != NULL && r->route.len > 0) {
+            kput(k, 'r', r->route.p, r->route.len);
+            return true;
+        }
+        if (cp->path != NULL) {
+            kput(k, 'r', cp->path, strlen(cp->path));
+            return true;
+        }
+        return false;
+    case SL_PART_HOST: {
+        char h[256];
+        size_t n = host_norm(r->host, h, sizeof(h));
+        if (n == 0) return false;
+        kput(k, 'o', h, n);
+        return true;
+    }
+    case SL_PART_DESCRIPTOR: {
+        sl_str v = find_entry(c->desc, pt->name, pt->name_len);
+        if (v.p == NULL) return false;
+        kput(k, 'd', v.p, v.len);
+        return true;
+    }
+    case SL_PART_ENVOY:
+        if (c->desc == NULL) return false;
+        for (size_t i = 0; i < c->desc->n; i++) {
+            const sl_entry *en = &c->desc->entries[i];
+            kput(k, 'k', en->key.p, en->key.len);
+            const sl_enode *node = c->epath ? c->epath[i] : NULL;
+            /* share_threshold: every value matching the pattern shares one counter */
+            if (node != NULL && node->share_threshold && node->value != NULL)
+                kput(k, 'w', node->value, strlen(node->value));
+            else
+                kput(k, 'v', en->value.p, en->value.len);
+        }
+        return true;
+    case SL_PART_BODY_BYTES: return false;
+    }
+    return false;
+}
+
+/* Tries each chain in order; returns the chain used, -1 when none is complete. */
+static int compose_key(kbuf *k, const ctxreq *c, const sl_cpolicy *cp) {
+    size_t start = k->len;
+    for (size_t ch = 0; ch < cp->n_chains; ch++) {
+        k->len = start;
+        if (k->len >= k->cap) {
+            k->overflow = true;
+            return -1;
+        }
+        k->p[k->len++] = (unsigned char)ch;
+        bool complete = true;
+        for (size_t i = 0; i < cp->chains[ch].n && complete; i++)
+            complete = put_part(k, c, cp, &cp->chains[ch].parts[i]);
+        if (complete || k->overflow) return k->overflow ? -1 : (int)ch;
+    }
+    k->len = start;
+    return -1;
+}
+
+static bool parse_cost_str(sl_str v, uint64_t *out) {
+    if (v.p == NULL || v.len == 0 || v.len > 19) return false;
+    uint64_t n = 0;
+    for (size_t i = 0; i < v.len; i++) {
+        if (v.p[i] < '0' || v.p[i] > '9') return false;
+        n = n * 10 + (uint64_t)(v.p[i] - '0');
+    }
+    *out = n;
+    return true;
+}
+
+/* Per-operation cost first ("POST /export": 50), then the attribute, then the default;
+ * descriptor requests without a stated cost use Envoy's hits_addend. */
+static uint64_t request_cost(const ctxreq *c, const sl_cpolicy *cp) {
+    const sl_request *r = c->req;
+    if (c->desc != NULL && !cp->cost_explicit) {
+        if (c->desc->has_hits_addend) return c->desc->hits_addend;
+        return r->hits_addend ? r->hits_addend : 1;
+    }
+    size_t pl = path_len(r->path);
+    for (size_t i = 0; i < cp->n_ops; i++) {
+        const sl_op_cost *op = &cp->ops[i];
+        if (op->method[0] != '*' &&
+            !(r->method.p && r->method.len == strlen(op->method) &&
+              memcmp(r->method.p, op->method, r->method.len) == 0))
+            continue;
+        if (r->path.p != NULL && sl__glob(op->path, r->path.p, pl)) return op->cost;
+    }
+    if (cp->cost_from_set) {
+        uint64_t v;
+        switch (cp->cost_from.kind) {
+        case SL_PART_BODY_BYTES:
+            if (r->has_body_bytes) return r->body_bytes;
+            break;
+        case SL_PART_HEADER:
+            if (parse_cost_str(find_header(r, cp->cost_from.name, cp->cost_from.name_len), &v))
+                return v;
+            break;
+        case SL_PART_DESCRIPTOR:
+            if (parse_cost_str(find_entry(c->desc, cp->cost_from.name, cp->cost_from.name_len),
+                               &v))
+                return v;
+            break;
+        default: break;
+        }
+    }
+    return cp->cost_default;
+}
+
+/* ---- matching ----------------------------------------------------------------------- */
+
+static bool cond_ok(const sl_hdr_cond *c, sl_str v) {
+    if (c->pattern == NULL) return c->present ? v.p != NULL : v.p == NULL;
+    return v.p != NULL && sl__glob(c->pattern, v.p, v.len);
+}
+
+static bool match_http(const sl_cpolicy *cp, const sl_request *r) {
+    if (cp->n_methods > 0) {
+        bool any = false;
+        for (size_t i = 0; i < cp->n_methods && !any; i++)
+            any = r->method.p && r->method.len == strlen(cp->methods[i]) &&
+                  memcmp(r->method.p, cp->methods[i], r->method.len) == 0;
+        if (!any) return false;
+    }
+    if (cp->path_kind != SL_PATH_ANY) {
+        if (r->path.p == NULL) return false;
+        size_t pl = path_len(r->path), n = strlen(cp->path);
+        switch (cp->path_kind) {
+        case SL_PATH_EXACT:
+            if (pl != n || memcmp(r->path.p, cp->path, n) != 0) return false;
+            break;
+        case SL_PATH_PREFIX:
+            if (pl < n || memcmp(r->path.p, cp->path, n) != 0) return false;
+            break;
+        default:
+            if (!sl__glob(cp->path, r->path.p, pl)) return false;
+        }
+    }
+    if (cp->host != NULL) {
+        char h[256];
+        size_t n = host_norm(r->host, h, sizeof(h));
+        if (n == 0 || !sl__glob(cp->host, h, n)) return false;
+    }
+    for (size_t i = 0; i < cp->n_hdr; i++)
+        if (!cond_ok(&cp->hdr[i], find_header(r, cp->hdr[i].name, strlen(cp->hdr[i].name))))
+            return false;
+    return true;
+}
+
+static bool match_desc(const sl_cpolicy *cp, const sl_descriptor *d) {
+    for (size_t i = 0; i < cp->n_desc; i++)
+        if (!cond_ok(&cp->desc[i], find_entry(d, cp->desc[i].name, strlen(cp->desc[i].name))))
+            return false;
+    return true;
+}
+
+/* ---- building a verdict ------------------------------------------------------------- */
+
+static void verdict_init(sl_verdict *v) {
+    v->action = SL_ALLOW;
+    v->status = 200;
+    v->recheck = false;
+    v->shadow_limited = false;
+    v->store_error = false;
+    v->error = 0;
+    v->delay_ns = 0;
+    v->retry_after_ns = 0;
+    v->deciding = -1;
+    v->n = 0;
+    v->keys_used = 0;
+    v->missing_key_policy = NULL;
+}
+
+static bool in_rollout(const sl_cpolicy *cp, const unsigned char *key, size_t len) {
+    if (cp->rollout_pct >= 100) return true;
+    if (cp->rollout_pct == 0) return false;
+    return sl__hash64(cp->name, strlen(cp->name), key, len) % 100 < cp->rollout_pct;
+}
+
+static const sl_cplan *pick_plan(const ctxreq *c, const sl_cpolicy *cp, size_t *idx) {
+    if (!cp->plan_from_set || c == NULL) return NULL;
+    unsigned char buf[600];
+    kbuf k = {buf, 0, sizeof(buf), false};
+    if (!put_part(&k, c, cp, &cp->plan_from) || k.overflow || k.len < 3) return NULL;
+    const char *val = (const char *)buf + 3;
+    size_t vl = k.len - 3;
+    for (size_t i = 0; i < cp->n_plans; i++)
+        if (strlen(cp->plans[i].name) == vl && memcmp(cp->plans[i].name, val, vl) == 0) {
+            *idx = i;
+            return &cp->plans[i];
+        }
+    return NULL;
+}
+
+/* Adds the windows of `ep` for the key already at v->keys[koff..koff+klen). */
+static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, uint64_t cost,
+                     int desc, const ctxreq *c) {
+    const sl_cpolicy *cp = ep->cp;
+    bool shadow = cp->react == SL_REACT_SHADOW || !in_rollout(cp, v->keys + koff, klen);
+    e_win *wins = ep->win;
+    size_t nw = ep->nwin;
+    size_t pi;
+    if (pick_plan(c, cp, &pi) != NULL) {
+        wins = ep->plan_win[pi];
+        nw = cp->plans[pi].nwin;
+    }
+    if (cp->unlimited) {
+        if (v->n >= SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
+        sl_verdict_item *it = &v->items[v->n++];
+        memset(it, 0, sizeof(*it));
+        it->info = &ep->win[0].info;
+        it->descriptor = desc;
+        it->unlimited = true;
+        it->key_off = (uint16_t)koff;
+        it->key_len = (uint16_t)klen;
+        it->result.allowed = 1;
+        it->result.remaining = UINT32_MAX;
+        return SLUICE_OK;
+    }
+    if (v->n + nw > SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
+    for (size_t i = 0; i < nw; i++) {
+        sl_verdict_item *it = &v->items[v->n++];
+        memset(it, 0, sizeof(*it));
+        it->info = &wins[i].info;
+        it->descriptor = desc;
+        it->key_off = (uint16_t)koff;
+        it->key_len = (uint16_t)klen;
+        it->cost = wins[i].cw->spec.algo == SLUICE_CONCURRENCY ? 1 : cost;
+        it->shadow = shadow;
+        it->settle = cp->settle && wins[i].cw->spec.algo != SLUICE_CONCURRENCY;
+    }
+    return SLUICE_OK;
+}
+
+static int add_policy(const e_pol *ep, sl_verdict *v, const ctxreq *c, int desc) {
+    const sl_cpolicy *cp = ep->cp;
+    kbuf k = {v->keys + v->keys_used, 0, SL_VERDICT_KEYS - v->keys_used, false};
+    int ch = compose_key(&k, c, cp);
+    if (k.overflow) return SLUICE_ERANGE;
+    if (ch < 0) {
+        if (cp->on_missing == SL_MISSING_SKIP || cp->rollout_pct == 0 ||
+            cp->react == SL_REACT_SHADOW)
+            return SLUICE_OK;
+        if (v->missing_key_policy == NULL) v->missing_key_policy = cp->name;
+        return SLUICE_OK;
+    }
+    size_t koff = v->keys_used;
+    v->keys_used += k.len;
+    return add_items(ep, v, koff, k.len, request_cost(c, cp), desc, c);
+}
+
+static const e_win *item_win(const sl_verdict_item *it) { return (const e_win *)it->info; }
+
+/* Envoy `replaces`: a matched rule naming another rule drops that rule's items, so the
+ * replaced counter is neither checked nor consumed. */
+static void apply_replaces(sl_verdict *v) {
+    size_t out = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_cpolicy *pi = item_win(&v->items[i])->cp;
+        bool drop = false;
+        if (pi->rule_name != NULL)
+            for (size_t j = 0; j < v->n && !drop; j++) {
+                const sl_cpolicy *pj = item_win(&v->items[j])->cp;
+                if (pj == pi) continue;
+                for (size_t r = 0; r < pj->n_replaces && !drop; r++)
+                    drop = strcmp(pj->replaces[r], pi->rule_name) == 0;
+            }
+        if (!drop) v->items[out++] = v->items[i];
+    }
+    v->n = out;
+}
+
+static bool later_retry(int64_t a, int64_t b) {
+    if (a == SLUICE_NEVER) return b != SLUICE_NEVER;
+    if (b == SLUICE_NEVER) return false;
+    return a > b;
+}
+
+/* remaining/limit of a below that of b (cross-multiplied: exact, no division) */
+static bool less_share(const sluice_result *a, const sluice_result *b) {
+    return (unsigned __int128)a->remaining * (b->limit ? b->limit : 1) <
+           (unsigned __int128)b->remaining * (a->limit ? a->limit : 1);
+}
+
+static void deny_result(const sl_verdict_item *it, sluice_time now, sluice_result *r) {
+    memset(r, 0, sizeof(*r));
+    int64_t per = item_win(it)->cw->spec.period_ns;
+    r->allowed = 0;
+    r->retry_after_ns = SLUICE_NEVER;
+    r->reset_after_ns = per > 0 ? per - (now.wall_ns % per) : 0;
+}
+
+/* Decides `idx` (indices into v->items) all-or-nothing; `peek` decides with cost 0. */
+static int decide_group(const sl_engine *e, sl_verdict *v, const size_t *idx, size_t n,
+                        bool peek, sluice_time now, bool *allowed, int *deciding) {
+    sluice_item items[SLUICE_MAX_ITEMS];
+    size_t map[SLUICE_MAX_ITEMS], m = 0;
+    bool deny = false;
+    for (size_t i = 0; i < n; i++) {
+        sl_verdict_item *it = &v->items[idx[i]];
+        const e_win *w = item_win(it);
+        if (w->cw != NULL && w->cw->deny_all) {
+            deny_result(it, now, &it->result);
+            deny = true;
+            continue;
+        }
+        items[m].limiter = w->lim;
+        items[m].key = v->keys + it->key_off;
+        items[m].key_len = it->key_len;
+        items[m].cost = peek ? 0 : it->cost;
+        map[m++] = idx[i];
+    }
+    *allowed = !deny;
+    *deciding = -1;
+    if (m > 0) {
+        if (deny && !peek) {
+            /* a block-list rule rejects the request: report the others without consuming */
+            for (size_t i = 0; i < m; i++) items[i].cost = 0;
+        }
+        sluice_decision dec;
+        int rc = sluice_decide(e->store, items, m, now, &dec);
+        if (rc != SLUICE_OK) return rc;
+        for (size_t i = 0; i < m && i < dec.n; i++) v->items[map[i]].result = dec.results[i];
+        if (!dec.allowed) *allowed = false;
+        if (dec.deciding >= 0 && (size_t)dec.deciding < m) *deciding = (int)map[dec.deciding];
+    }
+    return SLUICE_OK;
+}
+
+/* The second half of every check: one decision over the enforced items, shadow policies
+ * each on their own (a shadow rule never blocks another rule's counting), then the
+ * reaction of the policies that rejected. */
+static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
+    if (v->missing_key_policy != NULL) {
+        v->action = SL_REJECT;
+        v->status = 400;
+        return SLUICE_OK;
+    }
+    size_t enf[SLUICE_MAX_ITEMS], ne = 0;
+    for (size_t i = 0; i < v->n; i++)
+        if (!v->items[i].shadow && !v->items[i].unlimited) enf[ne++] = i;
+    bool allowed = true;
+    int dummy;
+    int rc = ne ? decide_group(e, v, enf, ne, false, now, &allowed, &dummy) : SLUICE_OK;
+    if (rc != SLUICE_OK) {
+        bool closed = false;
+        for (size_t i = 0; i < ne; i++) closed |= item_win(&v->items[enf[i]])->cp->fail_closed;
+        v->store_error = true;
+        v->error = rc;
+        v->action = closed ? SL_FAIL : SL_ALLOW;
+        v->status = closed ? 503 : 200;
+        return SLUICE_OK;
+    }
+    /* shadow policies: counted as if enforced when the request goes through */
+    for (size_t i = 0; i < v->n; i++) {
+        if (!v->items[i].shadow || v->items[i].unlimited) continue;
+        const e_pol *ep = item_win(&v->items[i])->ep;
+        bool first = true;
+        for (size_t j = 0; j < i; j++)
+            if (v->items[j].shadow && item_win(&v->items[j])->ep == ep &&
+                v->items[j].key_off == v->items[i].key_off)
+                first = false;
+        if (!first) continue;
+        size_t grp[SLUICE_MAX_ITEMS], ng = 0;
+        for (size_t j = i; j < v->n; j++)
+            if (v->items[j].shadow && item_win(&v->items[j])->ep == ep &&
+                v->items[j].key_off == v->items[i].key_off)
+                grp[ng++] = j;
+        bool ok;
+        if (decide_group(e, v, grp, ng, !allowed, now, &ok, &dummy) != SLUICE_OK) continue;
+        for (size_t j = 0; j < ng; j++)
+            if (!v->items[grp[j]].result.allowed) {
+                v->items[grp[j]].would_limit = true;
+                v->shadow_limited = true;
+            }
+    }
+    /* deciding item among the enforced ones */
+    int dec = -1;
+    for (size_t i = 0; i < ne; i++) {
+        sl_verdict_item *it = &v->items[enf[i]];
+        it->would_limit = !it->result.allowed;
+        if (dec < 0) {
+            dec = (int)enf[i];
+            continue;
+        }
+        const sluice_result *a = &it->result, *b = &v->items[dec].result;
+        if (!allowed) {
+            if (!a->allowed && (b->allowed || later_retry(a->retry_after_ns, b->retry_after_ns)))
+                dec = (int)enf[i];
+        } else if (less_share(a, b)) {
+            dec = (int)enf[i];
+        }
+    }
+    v->deciding = dec;
+    if (allowed) {
+        int64_t delay = 0;
+        for (size_t i = 0; i < ne; i++)
+            if (v->items[enf[i]].result.delay_ns > delay) delay = v->items[enf[i]].result.delay_ns;
+        if (delay > 0) {
+            v->action = SL_DELAY;
+            v->delay_ns = delay;
+        }
+        return SLUICE_OK;
+    }
+    /* Delay instead of reject only when every rejecting policy allows a delay that long:
+     * then the caller waits and checks again (nothing was consumed). */
+    bool can_delay = true;
+    int64_t wait = 0;
+    for (size_t i = 0; i < ne; i++) {
+        const sl_verdict_item *it = &v->items[enf[i]];
+        if (it->result.allowed) continue;
+        const sl_cpolicy *cp = item_win(it)->cp;
+        if (cp->react != SL_REACT_DELAY || it->result.retry_after_ns == SLUICE_NEVER ||
+            it->result.retry_after_ns > cp->max_delay_ns)
+            can_delay = false;
+        else if (it->result.retry_after_ns > wait)
+            wait = it->result.retry_after_ns;
+    }
+    if (can_delay) {
+        v->action = SL_DELAY;
+        v->recheck = true;
+        v->delay_ns = wait > 0 ? wait : 1;
+        return SLUICE_OK;
+    }
+    v->action = SL_REJECT;
+    v->status = 429;
+    v->retry_after_ns = dec >= 0 ? v->items[dec].result.retry_after_ns : SLUICE_NEVER;
+    return SLUICE_OK;
+}
+
+static const sl_edomain *find_domain(const sl_config *cfg, sl_str d) {
+    for (size_t i = 0; i < cfg->n_domains; i++)
+        if (strlen(cfg->domains[i].domain) == d.len &&
+            memcmp(cfg->domains[i].domain, d.p, d.len) == 0)
+            return &cfg->domains[i];
+    return NULL;
+}
+
+static int fail(sl_verdict *v, int rc) {
+    v->action = SL_FAIL;
+    v->status = 503;
+    v->error = rc;
+    return rc;
+}
+
+int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, sl_verdict *out) {
+    if (out == NULL) return SLUICE_EINVAL;
+    verdict_init(out);
+    if (e == NULL || req == NULL) return fail(out, SLUICE_EINVAL);
+    int rc = SLUICE_OK;
+    if (req->domain.p != NULL) {
+        const sl_edomain *dom = find_domain(e->cfg, req->domain);
+        for (size_t d = 0; d < req->n_descriptors && rc == SLUICE_OK; d++) {
+            const sl_descriptor *desc = &req->descriptors[d];
+            const sl_enode *path[SL_ENVOY_DEPTH];
+            ctxreq c = {req, desc, path};
+            const sl_enode *hit = sl__envoy_match(dom, desc, path);
+            if (hit != NULL && hit->policy >= 0)
+                rc = add_policy(&e->pol[hit->policy], out, &c, (int)d);
+            for (size_t i = 0; i < e->n_pol && rc == SLUICE_OK; i++) {
+                const sl_cpolicy *cp = e->pol[i].cp;
+                if (cp->envoy || cp->domain == NULL || strlen(cp->domain) != req->domain.len ||
+                    memcmp(cp->domain, req->domain.p, req->domain.len) != 0 ||
+                    !match_desc(cp, desc))
+                    continue;
+                ctxreq c2 = {req, desc, NULL};
+                rc = add_policy(&e->pol[i], out, &c2, (int)d);
+            }
+        }
+        if (rc == SLUICE_OK) apply_replaces(out);
+    } else {
+        ctxreq c = {req, NULL, NULL};
+        for (size_t i = 0; i < e->n_pol && rc == SLUICE_OK; i++) {
+            const sl_cpolicy *cp = e->pol[i].cp;
+            if (cp->envoy || cp->domain != NULL || !match_http(cp, req)) continue;
+            rc = add_policy(&e->pol[i], out, &c, -1);
+        }
+    }
+    if (rc != SLUICE_OK) return fail(out, rc);
+    return decide(e, out, now);
+}
+
+static const e_pol *find_policy(const sl_engine *e, const char *name) {
+    if (name == NULL) return NULL;
+    for (size_t i = 0; i < e->n_pol; i++)
+        if (strcmp(e->pol[i].cp->name, name) == 0) return &e->pol[i];
+    return NULL;
+}
+
+int sl_engine_check_named(const sl_engine *e, const char *policy, const void *key,
+                          size_t key_len, bool has_cost, uint64_t cost, sluice_time now,
+                          sl_verdict *out) {
+    if (out == NULL) return SLUICE_EINVAL;
+    verdict_init(out);
+    if (e == NULL || (key == NULL && key_len > 0)) return fail(out, SLUICE_EINVAL);
+    const e_pol *ep = find_policy(e, policy);
+    if (ep == NULL) return fail(out, SLUICE_ENOTFOUND);
+    /* The explicit form has its own key namespace (chain byte 0xff): a caller naming keys
+     * cannot collide with keys composed from request attributes. */
+    kbuf k = {out->keys, 0, SL_VERDICT_KEYS, false};
+    k.p[k.len++] = 0xff;
+    kput(&k, 'x', key, key_len);
+    if (k.overflow) return fail(out, SLUICE_ERANGE);
+    out->keys_used = k.len;
+    uint64_t c = has_cost ? cost : ep->cp->cost_default;
+    int rc = add_items(ep, out, 0, k.len, c, -1, NULL);
+    if (rc != SLUICE_OK) return fail(out, rc);
+    return decide(e, out, now);
+}
+
+int sl_engine_acquire(const sl_engine *e, const char *policy, const void *key, size_t key_len,
+                      sluice_time now, sl_verdict *out) {
+    return sl_engine_check_named(e, policy, key, key_len, true, 1, now, out);
+}
+
+static bool admitted(const sl_verdict *v) {
+    return (v->action == SL_ALLOW || (v->action == SL_DELAY && !v->recheck)) && !v->store_error;
+}
+
+int sl_engine_release(const sl_engine *e, const sl_verdict *v, sluice_time now) {
+    if (e == NULL || v == NULL) return SLUICE_EINVAL;
+    if (!admitted(v)) return SLUICE_OK;
+    int first = SLUICE_OK;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (it->result.lease == 0 || it->unlimited) continue;
+        int rc = sluice_release(e->store, item_win(it)->lim, v->keys + it->key_off, it->key_len,
+                                it->result.lease, now);
+        if (rc != SLUICE_OK && first == SLUICE_OK) first = rc;
+    }
+    return first;
+}
+
+int sl_engine_settle(const sl_engine *e, const sl_verdict *v, uint64_t actual, sluice_time now) {
+    if (e == NULL || v == NULL) return SLUICE_EINVAL;
+    if (!admitted(v)) return SLUICE_EINVAL; /* nothing was reserved */
+    int first = SLUICE_OK;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (!it->settle || it->unlimited || item_win(it)->lim == NULL) continue;
+        sluice_result r;
+        int rc = sluice_settle(e->store, item_win(it)->lim, v->keys + it->key_off, it->key_len,
+                               it->cost, actual, now, &r);
+        if (rc != SLUICE_OK && first == SLUICE_OK) first = rc;
+    }
+    return first;
+}
+
+/* ---- tokens ------------------------------------------------------------------------- */
+
+static const char hexd[] = "0123456789abcdef";
+
+static bool put_hex(char *buf, size_t len, size_t *off, const void *p, size_t n) {
+    const unsigned char *b = p;
+    if (*off + 2 * n >= len) return false;
+    for (size_t i = 0; i < n; i++) {
+        buf[(*off)++] = hexd[b[i] >> 4];
+        buf[(*off)++] = hexd[b[i] & 15];
+    }
+    return true;
+}
+
+static bool put_fmt(char *buf, size_t len, size_t *off, const char *fmt, unsigned long long a) {
+    int w = snprintf(buf + *off, len - *off, fmt, a);
+    if (w < 0 || (size_t)w >= len - *off) return false;
+    *off += (size_t)w;
+    return true;
+}
+
+/* Format: "t1" then per item to settle or release ";NAMEHEX,INDEX,KEYHEX,COST,LEASE,S".
+ * Why names rather than indices: a token must stay meaningful across a reload, and the
+ * limiter identity (name + index) is exactly what survives one. */
+int sl_verdict_token(const sl_verdict *v, char *buf, size_t len) {
+    if (v == NULL || buf == NULL || len < 3) return SLUICE_ERANGE;
+    size_t off = 0;
+    buf[off++] = 't';
+    buf[off++] = '1';
+    if (admitted(v))
+        for (size_t i = 0; i < v->n; i++) {
+            const sl_verdict_item *it = &v->items[i];
+            const e_win *w = item_win(it);
+            if (it->unlimited || w->lim == NULL || (!it->settle && it->result.lease == 0))
+                continue;
+            const char *name = sluice_limiter_spec(w->lim)->name;
+            if (off + 1 >= len) return SLUICE_ERANGE;
+            buf[off++] = ';';
+            if (!put_hex(buf, len, &off, name, strlen(name)) ||
+                !put_fmt(buf, len, &off, ",%llu,", sluice_limiter_spec(w->lim)->index) ||
+                !put_hex(buf, len, &off, v->keys + it->key_off, it->key_len) ||
+                !put_fmt(buf, len, &off, ",%llu", it->cost) ||
+                !put_fmt(buf, len, &off, ",%llu", it->result.lease) ||
+                !put_fmt(buf, len, &off, ",%llu", it->settle ? 1u : 0u))
+                return SLUICE_ERANGE;
+        }
+    if (off >= len) return SLUICE_ERANGE;
+    buf[off] = '\0';
+    return (int)off;
+}
+
+static int unhex(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+static size_t get_hex(const char *s, size_t n, unsigned char *out, size_t cap, bool *ok) {
+    if (n % 2 || n / 2 > cap) {
+        *ok = false;
+        return 0;
+    }
+    for (size_t i = 0; i < n / 2; i++) {
+        int a = unhex(s[2 * i]), b = unhex(s[2 * i + 1]);
+        if (a < 0 || b < 0) {
+            *ok = false;
+            return 0;
+        }
+        out[i] = (unsigned char)(a << 4 | b);
+    }
+    return n / 2;
+}
+
+static bool get_num(const char *s, size_t n, uint64_t *out) {
+    sl_str v = {s, n};
+    return parse_cost_str(v, out);
+}
+
+typedef int (*token_fn)(const sl_engine *e, const e_win *w, const unsigned char *key,
+                        size_t klen, uint64_t cost, uint64_t lease, bool settle, uint64_t actual,
+                        sluice_time now);
+
+static int walk_token(const sl_engine *e, const char *t, size_t len, uint64_t actual,
+                      sluice_time now, token_fn fn) {
+    if (e == NULL || t == NULL || len < 2 || t[0] != 't' || t[1] != '1') return SLUICE_EINVAL;
+    size_t i = 2;
+    int first = SLUICE_OK;
+    while (i < len) {
+        if (t[i] != ';') return SLUICE_EINVAL;
+        i++;
+        const char *f[6];
+        size_t fl[6], nf = 0;
+        size_t start = i;
+        while (i <= len && nf < 6) {
+            if (i == len || t[i] == ',' || t[i] == ';') {
+                f[nf] = t + start;
+                fl[nf++] = i - start;
+                if (i == len || t[i] == ';') break;
+                start = i + 1;
+            }
+            i++;
+        }
+        if (nf != 6) return SLUICE_EINVAL;
+        unsigned char name[256], key[SL_VERDICT_KEYS];
+        bool ok = true;
+        size_t nl = get_hex(f[0], fl[0], name, sizeof(name) - 1, &ok);
+        size_t kl = get_hex(f[2], fl[2], key, sizeof(key), &ok);
+        uint64_t idx, cost, lease, settle;
+        if (!ok || !get_num(f[1], fl[1], &idx) || !get_num(f[3], fl[3], &cost) ||
+            !get_num(f[4], fl[4], &lease) || !get_num(f[5], fl[5], &settle))
+            return SLUICE_EINVAL;
+        name[nl] = '\0';
+        const e_win *w = NULL;
+        for (size_t j = 0; j < e->n_all && w == NULL; j++) {
+            const sluice_limit_spec *s = sluice_limiter_spec(e->all[j]->lim);
+            if (s != NULL && s->index == idx && strcmp(s->name, (const char *)name) == 0)
+                w = e->all[j];
+        }
+        int rc = w ? fn(e, w, key, kl, cost, lease, settle != 0, actual, now) : SLUICE_ENOTFOUND;
+        if (rc != SLUICE_OK && first == SLUICE_OK) first = rc;
+    }
+    return first;
+}
+
+static int tok_settle(const sl_engine *e, const e_win *w, const unsigned char *key, size_t klen,
+                      uint64_t cost, uint64_t lease, bool settle, uint64_t actual,
+                      sluice_time now) {
+    (void)lease;
+    if (!settle) return SLUICE_OK;
+    sluice_result r;
+    return sluice_settle(e->store, w->lim, key, klen, cost, actual, now, &r);
+}
+
+static int tok_release(const sl_engine *e, const e_win *w, const unsigned char *key,
+                       size_t klen, uint64_t cost, uint64_t lease, bool settle, uint64_t actual,
+                       sluice_time now) {
+    (void)cost;
+    (void)settle;
+    (void)actual;
+    if (lease == 0) return SLUICE_OK;
+    return sluice_release(e->store, w->lim, key, klen, lease, now);
+}
+
+int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, uint64_t actual,
+                           sluice_time now) {
+    return walk_token(e, token, len, actual, now, tok_settle);
+}
+
+int sl_engine_release_token(const sl_engine *e, const char *token, size_t len, sluice_time now) {
+    return walk_token(e, token, len, 0, now, tok_release);
+}
