@@ -63,29 +63,31 @@ static int64_t level_at(const sl_limit *lim, const sl_leaky_state *s, int64_t no
     return (int64_t)(s->level_u - drain_u(lim, el));
 }
 
-/* Largest queue (micro-units) whose drain time is within max_delay_ns. */
-static i128 max_queue_u(const sl_limit *lim) {
-    return drain_u(lim, lim->max_delay_ns);
+/* ns from `now` until the stored level has drained (0 when it has): the delay of a
+ * request admitted now, and the reset-after of an unchanged state. Taken from last_ns,
+ * not from the truncated level at now, so it is exact for the stored state. */
+static int64_t drained_after(const sl_limit *lim, const sl_leaky_state *s, int64_t now) {
+    i128 at = (i128)s->last_ns + ns_for(lim, s->level_u);
+    return at > now ? clamp64(at - now) : 0;
 }
 
 static void report(const sl_limit *lim, int64_t level_u, sl_result *r) {
     i128 room = (i128)lim->capacity * SL_MICRO - level_u;
     r->remaining = room > 0 ? (uint64_t)(room / SL_MICRO) : 0;
-    r->reset_after_ns = clamp64(ns_for(lim, level_u));
 }
 
 /*
  * Exact retry-after: from the stored state (l0 at last) the level at t is
- * l0 - drain_u(t - last), so "new <= capacity" holds from drain >= l0 - (capacity-cost)
- * and "delay <= max_delay" (ns_for(level) <= D, i.e. level <= drain_u(D)) from
- * drain >= l0 - drain_u(D); both are monotone in t, so the later of the two is the answer.
+ * l0 - drain_u(t - last), so "new <= capacity" holds from drain >= l0 - (capacity-cost),
+ * and "delay <= max_delay" from t >= last + ns_for(l0) - max_delay; both are monotone
+ * in t, so the later of the two is the answer.
  */
 static int64_t retry_after(const sl_limit *lim, const sl_leaky_state *s, int64_t now,
                            uint64_t cost) {
     i128 l0 = s->level_u > 0 ? s->level_u : 0;
     i128 el = ns_for(lim, l0 - ((i128)lim->capacity - cost) * SL_MICRO);
     if (lim->max_delay_ns > 0) {
-        i128 el2 = ns_for(lim, l0 - max_queue_u(lim));
+        i128 el2 = ns_for(lim, l0) - lim->max_delay_ns;
         if (el2 > el) el = el2;
     }
     return clamp64((i128)s->last_ns + el - now);
@@ -96,26 +98,29 @@ bool sl_leaky_decide(const sl_limit *lim, const void *state, void *next, sluice_
     int64_t t = now.mono_ns;
     sl_leaky_state s = load(state, t);
     int64_t level = level_at(lim, &s, t);
+    int64_t delay = drained_after(lim, &s, t);
     memset(r, 0, sizeof(*r));
     r->limit = lim->capacity;
     i128 nu = (i128)level + (i128)cost * SL_MICRO;
     if (cost > lim->capacity) {
         r->retry_after_ns = SLUICE_NEVER;
     } else if (nu > (i128)lim->capacity * SL_MICRO ||
-               (lim->max_delay_ns > 0 && level > max_queue_u(lim))) {
+               (lim->max_delay_ns > 0 && delay > lim->max_delay_ns)) {
         r->retry_after_ns = retry_after(lim, &s, t, cost);
     } else {
         r->allowed = true;
-        r->delay_ns = clamp64(ns_for(lim, level));
+        r->delay_ns = delay;
         if (cost > 0) {
             sl_leaky_state n = {t, (int64_t)nu};
             *(sl_leaky_state *)next = n;
             report(lim, n.level_u, r);
+            r->reset_after_ns = drained_after(lim, &n, t);
             return true;
         }
     }
     *(sl_leaky_state *)next = s;
     report(lim, level, r);
+    r->reset_after_ns = delay;
     return false;
 }
 
