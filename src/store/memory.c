@@ -105,7 +105,7 @@ sl_hash128 sl_store_key_hash(const sl_hash_key *seed, const char *name, size_t n
 void sl_store_reseed(sluice_store *st, const sl_hash_key *seed) {
     st->seed = *seed;
     for (unsigned i = 1; i <= st->nfams; i++) {
-        sl_family *f = st->fams[i];
+        sl_family *f = sl_store_family(st, (uint16_t)i);
         family_prefix(seed, f->name, f->name_len, f->index, &f->prefix);
     }
 }
@@ -256,7 +256,28 @@ static unsigned drop_fresh(sluice_store *st, const sl_loc *loc, sluice_time now,
         looked++;
         if (++i == n) i = 0;
     }
+    loc->sh->hand = (uint32_t)i;
     loc->sh->expired += dropped;
+    return dropped;
+}
+
+/* Capacity is shared by every size class, so when the new key's shard has nothing
+ * fresh, one shard of each other table (picked by the new key's hash) is scanned too.
+ * Only with a try-lock: we hold locks in address order and must not wait out of order
+ * (a shard we hold ourselves, or a busy one, is skipped). */
+static unsigned drop_fresh_elsewhere(sluice_store *st, const sl_loc *loc, sluice_time now,
+                                     const sl_keep *keep, size_t nkeep) {
+    unsigned nt = __atomic_load_n(&st->ntables, __ATOMIC_ACQUIRE), dropped = 0;
+    for (unsigned ti = 0; ti < nt && dropped == 0; ti++) {
+        sl_table *t = __atomic_load_n(&st->tables[ti], __ATOMIC_ACQUIRE);
+        if (t == loc->t) continue;
+        uint32_t s = (loc->k1 >> 16) & t->shard_mask;
+        sl_shard *sh = &t->shards[s];
+        if (atomic_exchange_explicit(&sh->lock, 1, memory_order_acquire)) continue;
+        sl_loc o = {.t = t, .sh = sh, .base = t->slots + (size_t)s * t->nslots * t->esize};
+        dropped = drop_fresh(st, &o, now, keep, nkeep);
+        sl_shard_unlock(sh);
+    }
     return dropped;
 }
 
@@ -295,6 +316,9 @@ int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const
         *moved = true;
         if (try_reserve(st, loc)) return SLUICE_OK;
     }
+    /* other tables' entries never move ours: *moved stays as it is */
+    if (drop_fresh_elsewhere(st, loc, now, keep, nkeep) > 0 && try_reserve(st, loc))
+        return SLUICE_OK;
     if (st->on_full == SLUICE_EVICT_LRU) {
         /* Two attempts: the first window may hold only this decision's own keys. */
         for (int a = 0; a < 2; a++) {
@@ -362,6 +386,8 @@ bool sl_table_insert_raw(sluice_store *st, sl_table *t, uint64_t k0, uint32_t k1
 
 /* ---- store ------------------------------------------------------------------------------ */
 
+static sl_regmap *regmap_new(uint32_t slots);
+
 sluice_store *sluice_store_create(const sluice_store_options *opt, int *err) {
     int e = SLUICE_OK;
     sluice_store *st = NULL;
@@ -387,6 +413,13 @@ sluice_store *sluice_store_create(const sluice_store_options *opt, int *err) {
         return NULL;
     }
     atomic_init(&st->keys, 0);
+    sl_regmap *m = regmap_new(64);
+    if (m == NULL) {
+        free(st);
+        if (err != NULL) *err = SLUICE_ENOMEM;
+        return NULL;
+    }
+    atomic_init(&st->regmap, m);
     pthread_mutex_init(&st->reg_lock, NULL);
     if (err != NULL) *err = SLUICE_OK;
     return st;
@@ -396,7 +429,7 @@ void sluice_store_destroy(sluice_store *st) {
     if (st == NULL) return;
     for (unsigned i = 0; i < st->ntables; i++) table_destroy(st->tables[i]);
     for (unsigned i = 1; i <= st->nfams; i++) {
-        sl_family *f = st->fams[i];
+        sl_family *f = sl_store_family(st, (uint16_t)i);
         sl_lver *v = f->cur;
         while (v != NULL) {
             sl_lver *o = v->older;
@@ -404,6 +437,14 @@ void sluice_store_destroy(sluice_store *st) {
             v = o;
         }
         free(f);
+    }
+    for (unsigned i = 0; i < sizeof(st->fam_chunks) / sizeof(st->fam_chunks[0]); i++)
+        free((void *)st->fam_chunks[i]);
+    sl_regmap *m = st->regmap;
+    while (m != NULL) {
+        sl_regmap *o = m->retired;
+        free(m);
+        m = o;
     }
     pthread_mutex_destroy(&st->reg_lock);
     free(st);
@@ -430,17 +471,25 @@ void sluice_store_stats_get(sluice_store *st, sluice_store_stats *out) {
         }
     }
     bytes += (uint64_t)st->nfams * (sizeof(sl_family) + sizeof(sl_lver));
+    for (sl_regmap *m = st->regmap; m != NULL; m = m->retired)
+        bytes += sizeof(*m) + sizeof(sl_reg) * ((uint64_t)m->mask + 1);
     out->bytes = bytes;
     pthread_mutex_unlock(&st->reg_lock);
 }
 
 /* ---- registry ---------------------------------------------------------------------------- */
 
-static inline uint32_t reg_slot(const void *p) {
+static inline uint32_t reg_hash(const void *p) {
     uint64_t x = (uint64_t)(uintptr_t)p;
     x ^= x >> 31;
     x *= UINT64_C(0x9e3779b97f4a7c15);
-    return (uint32_t)(x >> 40) & (SL_STORE_REG_SLOTS - 1);
+    return (uint32_t)(x >> 32);
+}
+
+static sl_regmap *regmap_new(uint32_t slots) {
+    sl_regmap *m = calloc(1, sizeof(*m) + sizeof(sl_reg) * slots);
+    if (m != NULL) m->mask = slots - 1;
+    return m;
 }
 
 /* Lock-free read of the pointer map. The family found is checked against the limiter's
@@ -448,16 +497,17 @@ static inline uint32_t reg_slot(const void *p) {
  * without being registered is not mistaken for the old one (it gets EINVAL) unless it
  * has the same name and index, in which case it shares that state by definition. */
 sl_family *sl_store_family_of(sluice_store *st, const sluice_limiter *lim) {
-    uint32_t i = reg_slot(lim);
-    for (unsigned probes = 0; probes < SL_STORE_REG_SLOTS; probes++) {
-        const sluice_limiter *p = atomic_load_explicit(&st->regs[i].lim, memory_order_acquire);
+    sl_regmap *m = atomic_load_explicit(&st->regmap, memory_order_acquire);
+    uint32_t i = reg_hash(lim) & m->mask;
+    for (uint32_t probes = 0; probes <= m->mask; probes++) {
+        const sluice_limiter *p = atomic_load_explicit(&m->slots[i].lim, memory_order_acquire);
         if (p == NULL) return NULL;
         if (p == lim) {
-            sl_family *f = atomic_load_explicit(&st->regs[i].fam, memory_order_acquire);
+            sl_family *f = atomic_load_explicit(&m->slots[i].fam, memory_order_acquire);
             if (f->index != lim->spec.index || strcmp(f->name, lim->name) != 0) return NULL;
             return f;
         }
-        i = (i + 1) & (SL_STORE_REG_SLOTS - 1);
+        i = (i + 1) & m->mask;
     }
     return NULL;
 }
@@ -465,7 +515,7 @@ sl_family *sl_store_family_of(sluice_store *st, const sluice_limiter *lim) {
 sl_family *sl_store_family_by_name(sluice_store *st, const char *name, size_t name_len,
                                    uint32_t index) {
     for (unsigned i = 1; i <= st->nfams; i++) {
-        sl_family *f = st->fams[i];
+        sl_family *f = sl_store_family(st, (uint16_t)i);
         if (f->index == index && f->name_len == name_len && memcmp(f->name, name, name_len) == 0)
             return f;
     }
@@ -485,7 +535,10 @@ static sl_table *table_for(sluice_store *st, uint32_t ssize) {
         if (st->tables[i]->ssize == ssize) return st->tables[i];
     if (st->ntables == SL_STORE_MAX_CLASSES) return NULL;
     sl_table *t = table_create(st, ssize);
-    if (t != NULL) st->tables[st->ntables++] = t;
+    if (t != NULL) {
+        __atomic_store_n(&st->tables[st->ntables], t, __ATOMIC_RELEASE);
+        __atomic_store_n(&st->ntables, st->ntables + 1, __ATOMIC_RELEASE);
+    }
     return t;
 }
 
@@ -540,20 +593,44 @@ static void migrate(sluice_store *st, sl_family *f, sl_lver *old, sl_lver *nv) {
     sl_store_unlock_all(st);
 }
 
-static int reg_add(sluice_store *st, const sluice_limiter *lim, sl_family *f) {
-    uint32_t i = reg_slot(lim);
+static void regmap_put(sl_regmap *m, const sluice_limiter *lim, sl_family *f) {
+    uint32_t i = reg_hash(lim) & m->mask;
     for (;;) {
-        const sluice_limiter *p = atomic_load_explicit(&st->regs[i].lim, memory_order_relaxed);
+        const sluice_limiter *p = atomic_load_explicit(&m->slots[i].lim, memory_order_relaxed);
+        if (p == NULL || p == lim) break;
+        i = (i + 1) & m->mask;
+    }
+    atomic_store_explicit(&m->slots[i].fam, f, memory_order_release);
+    atomic_store_explicit(&m->slots[i].lim, lim, memory_order_release);
+}
+
+/* Registry lock held. Grows the map (copy, publish, retire the old one) at half load. */
+static int reg_add(sluice_store *st, const sluice_limiter *lim, sl_family *f) {
+    sl_regmap *m = atomic_load_explicit(&st->regmap, memory_order_relaxed);
+    uint32_t i = reg_hash(lim) & m->mask;
+    for (;;) {
+        const sluice_limiter *p = atomic_load_explicit(&m->slots[i].lim, memory_order_relaxed);
         if (p == lim) {
-            atomic_store_explicit(&st->regs[i].fam, f, memory_order_release);
+            atomic_store_explicit(&m->slots[i].fam, f, memory_order_release);
             return SLUICE_OK;
         }
         if (p == NULL) break;
-        i = (i + 1) & (SL_STORE_REG_SLOTS - 1);
+        i = (i + 1) & m->mask;
     }
-    if (st->nregs + 1 >= SL_STORE_REG_SLOTS / 2) return SLUICE_ERANGE;
-    atomic_store_explicit(&st->regs[i].fam, f, memory_order_release);
-    atomic_store_explicit(&st->regs[i].lim, lim, memory_order_release);
+    if ((uint64_t)(st->nregs + 1) * 2 > (uint64_t)m->mask + 1) {
+        if (m->mask >= (UINT32_C(1) << 30)) return SLUICE_ERANGE;
+        sl_regmap *g = regmap_new((m->mask + 1) * 2);
+        if (g == NULL) return SLUICE_ENOMEM;
+        for (uint32_t j = 0; j <= m->mask; j++) {
+            const sluice_limiter *p = atomic_load_explicit(&m->slots[j].lim, memory_order_relaxed);
+            if (p != NULL)
+                regmap_put(g, p, atomic_load_explicit(&m->slots[j].fam, memory_order_relaxed));
+        }
+        g->retired = m;
+        atomic_store_explicit(&st->regmap, g, memory_order_release);
+        m = g;
+    }
+    regmap_put(m, lim, f);
     st->nregs++;
     return SLUICE_OK;
 }
@@ -588,7 +665,19 @@ int sluice_store_register(sluice_store *st, const sluice_limiter *lim) {
             memcpy(f->name, lim->name, name_len);
             family_prefix(&st->seed, f->name, name_len, f->index, &f->prefix);
             atomic_init(&f->cur, v);
-            atomic_store_explicit(&st->fams[f->id], f, memory_order_release);
+            unsigned ci = f->id / SL_STORE_FAM_CHUNK;
+            _Atomic(sl_family *) *chunk = atomic_load_explicit(&st->fam_chunks[ci], memory_order_relaxed);
+            if (chunk == NULL) {
+                chunk = calloc(SL_STORE_FAM_CHUNK, sizeof(*chunk));
+                if (chunk == NULL) {
+                    free(v);
+                    free(f);
+                    rc = SLUICE_ENOMEM;
+                    goto out;
+                }
+                atomic_store_explicit(&st->fam_chunks[ci], chunk, memory_order_release);
+            }
+            atomic_store_explicit(&chunk[f->id % SL_STORE_FAM_CHUNK], f, memory_order_release);
             st->nfams++;
         } else {
             v->older = cur;

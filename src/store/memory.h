@@ -25,7 +25,7 @@
 #include "sluice.h"
 
 #define SL_STORE_MAX_FAMILIES 16383 /* distinct limiter name+index per store */
-#define SL_STORE_REG_SLOTS 32768    /* registered limiter objects (pointer map, power of 2) */
+#define SL_STORE_FAM_CHUNK 256      /* family pointers are allocated in chunks of this many */
 #define SL_STORE_MAX_CLASSES 16     /* distinct state sizes */
 #define SL_STORE_SCAN 64            /* slots the pressure scan examines per attempt */
 #define SL_STORE_SMALL_STATE 32     /* states up to this size get per-item scratch in decide */
@@ -90,6 +90,15 @@ typedef struct sl_reg {
     _Atomic(sl_family *) fam;
 } sl_reg;
 
+/* The pointer map from registered limiter objects to families: open addressing, load
+ * <= 1/2, replaced by a copy twice the size when it fills (the old copy stays allocated
+ * until the store is destroyed, so lock-free readers never see freed memory). */
+typedef struct sl_regmap {
+    uint32_t mask;
+    struct sl_regmap *retired;
+    sl_reg slots[];
+} sl_regmap;
+
 struct sluice_store {
     sl_hash_key seed;
     uint64_t max_keys;
@@ -99,9 +108,9 @@ struct sluice_store {
     _Alignas(64) pthread_mutex_t reg_lock;  /* registry changes only, never decisions */
     sl_table *tables[SL_STORE_MAX_CLASSES];
     unsigned ntables;
-    _Atomic(sl_family *) fams[SL_STORE_MAX_FAMILIES + 1];
+    _Atomic(_Atomic(sl_family *) *) fam_chunks[SL_STORE_MAX_FAMILIES / SL_STORE_FAM_CHUNK + 1];
     unsigned nfams;
-    sl_reg regs[SL_STORE_REG_SLOTS];
+    _Atomic(sl_regmap *) regmap;
     unsigned nregs;
 };
 
@@ -140,7 +149,10 @@ static inline sl_lver *sl_family_cur(sl_family *f) {
     return atomic_load_explicit(&f->cur, memory_order_acquire);
 }
 static inline sl_family *sl_store_family(sluice_store *st, uint16_t id) {
-    return atomic_load_explicit(&st->fams[id], memory_order_acquire);
+    _Atomic(sl_family *) *c =
+        atomic_load_explicit(&st->fam_chunks[id / SL_STORE_FAM_CHUNK], memory_order_acquire);
+    return c != NULL ? atomic_load_explicit(&c[id % SL_STORE_FAM_CHUNK], memory_order_acquire)
+                     : NULL;
 }
 
 /* ---- locks ------------------------------------------------------------------------ */
