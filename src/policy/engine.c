@@ -14,17 +14,9 @@
 
 #include "internal.h"
 
-/* One window of one policy (or plan) as the engine runs it; `info` first so a verdict's
- * info pointer leads back here. */
-typedef struct e_win {
-    sl_window_info info;
-    const sl_cwindow *cw;
-    const sl_cpolicy *cp;
-    struct e_pol *ep;
-    sluice_limiter *lim; /* NULL for deny_all and unlimited */
-} e_win;
+typedef sl__ewin e_win;
 
-typedef struct e_pol {
+typedef struct sl__epol {
     const sl_cpolicy *cp;
     e_win *win;       /* default windows (nwin), or the one `unlimited` pseudo-window */
     size_t nwin;
@@ -579,7 +571,7 @@ static int add_policy(const e_pol *ep, sl_verdict *v, const ctxreq *c, int desc)
     return add_items(ep, v, koff, k.len, request_cost(c, cp), desc, c);
 }
 
-static const e_win *item_win(const sl_verdict_item *it) { return (const e_win *)it->info; }
+static const e_win *item_win(const sl_verdict_item *it) { return sl__item_win(it); }
 
 /* Envoy `replaces`: a matched rule naming another rule drops that rule's items, so the
  * replaced counter is neither checked nor consumed. */

@@ -184,6 +184,21 @@ struct sl_config {
     size_t n_limiters;
 };
 
+/* One window of one policy (or plan) as an engine runs it; `info` comes first so the
+ * info pointer a verdict item carries leads back here (engine.c, render.c). */
+struct sl__epol;
+typedef struct sl__ewin {
+    sl_window_info info;
+    const sl_cwindow *cw;       /* NULL for an envoy `unlimited` pseudo-window */
+    const sl_cpolicy *cp;
+    struct sl__epol *ep;
+    sluice_limiter *lim;        /* NULL for deny_all and unlimited */
+} sl__ewin;
+
+static inline const sl__ewin *sl__item_win(const sl_verdict_item *it) {
+    return (const sl__ewin *)(const void *)it->info;
+}
+
 /* ---- helpers shared between files ------------------------------------------------- */
 
 /* glob with '*' matching any run of bytes (including '/'); exact otherwise. */

@@ -1,0 +1,346 @@
+/*
+ * render.c -- a verdict as HTTP sees it, with no I/O: RateLimit-Policy / RateLimit in the
+ * draft-11 structured-field syntax, Retry-After in delay-seconds, legacy X-RateLimit-*,
+ * the RFC 9457 problem+json body and a JSON verdict for /v1/check.
+ * Seconds are always rounded up: a client told "1" after 0.2 s is early by nothing.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define SF_INT_MAX INT64_C(999999999999999) /* RFC 9651 Integer: at most 15 digits */
+#define QUOTA_EXCEEDED "https://iana.org/assignments/http-problem-types#quota-exceeded"
+#define REDUCED_CAPACITY "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+
+int64_t sl_ceil_s(int64_t ns, int64_t min_s) {
+    int64_t s = ns <= 0 ? 0 : ns / SLUICE_NS_PER_S + (ns % SLUICE_NS_PER_S != 0);
+    return s < min_s ? min_s : s;
+}
+
+typedef struct wr {
+    char *buf;
+    size_t len, off;
+    bool over;
+} wr;
+
+static void wbytes(wr *w, const char *s, size_t n) {
+    if (w->over || w->off + n >= w->len) {
+        w->over = true;
+        return;
+    }
+    memcpy(w->buf + w->off, s, n);
+    w->off += n;
+    w->buf[w->off] = '\0';
+}
+
+static void ws(wr *w, const char *s) { wbytes(w, s, strlen(s)); }
+
+__attribute__((format(printf, 2, 3))) static void wf(wr *w, const char *fmt, ...) {
+    if (w->over) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(w->buf + w->off, w->len - w->off, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= w->len - w->off) {
+        w->over = true;
+        if (w->len) w->buf[w->off] = '\0';
+        return;
+    }
+    w->off += (size_t)n;
+}
+
+static int finish(wr *w) {
+    if (w->over) {
+        if (w->len) w->buf[0] = '\0';
+        return SLUICE_ERANGE;
+    }
+    return (int)w->off;
+}
+
+static int64_t sfint(uint64_t v) { return v > (uint64_t)SF_INT_MAX ? SF_INT_MAX : (int64_t)v; }
+
+/* sf-string: printable ASCII only, '"' and '\' escaped; anything else becomes '?' so a
+ * strange rule name can never break the header. */
+static void wsf(wr *w, const char *s) {
+    ws(w, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            wbytes(w, e, 2);
+        } else if (c < 0x20 || c > 0x7e) {
+            ws(w, "?");
+        } else {
+            wbytes(w, (const char *)&c, 1);
+        }
+    }
+    ws(w, "\"");
+}
+
+static void wjson_str(wr *w, const char *s) {
+    ws(w, "\"");
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"') ws(w, "\\\"");
+        else if (c == '\\') ws(w, "\\\\");
+        else if (c == '\n') ws(w, "\\n");
+        else if (c == '\r') ws(w, "\\r");
+        else if (c == '\t') ws(w, "\\t");
+        else if (c < 0x20 || c == 0x7f) wf(w, "\\u%04x", c);
+        else wbytes(w, (const char *)&c, 1);
+    }
+    ws(w, "\"");
+}
+
+static const sl_cpolicy *item_policy(const sl_verdict_item *it) { return sl__item_win(it)->cp; }
+
+/* The items a client is told about: enforced, limited, from policies that show headers;
+ * one per window (several descriptors may hit one rule: the lowest remaining wins). */
+static size_t visible(const sl_verdict *v, size_t *out) {
+    size_t n = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (it->shadow || it->unlimited || it->info == NULL || !item_policy(it)->headers)
+            continue;
+        bool dup = false;
+        for (size_t j = 0; j < n; j++)
+            if (v->items[out[j]].info == it->info) {
+                dup = true;
+                if (it->result.remaining < v->items[out[j]].result.remaining) out[j] = i;
+            }
+        if (!dup) out[n++] = i;
+    }
+    return n;
+}
+
+static int64_t item_t(const sl_verdict_item *it) {
+    const sluice_result *r = &it->result;
+    if (!r->allowed && r->retry_after_ns != SLUICE_NEVER) return sl_ceil_s(r->retry_after_ns, 1);
+    return sl_ceil_s(r->reset_after_ns, 0);
+}
+
+int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags) {
+    wr w = {buf, len, 0, false};
+    if (buf == NULL || len == 0) return SLUICE_ERANGE;
+    buf[0] = '\0';
+    if (v == NULL) return SLUICE_EINVAL;
+    size_t vis[SLUICE_MAX_ITEMS];
+    size_t n = (v->action == SL_FAIL || v->missing_key_policy) ? 0 : visible(v, vis);
+    if (n > 0 && !(flags & SL_RENDER_NO_POLICY)) {
+        ws(&w, "RateLimit-Policy: ");
+        for (size_t i = 0; i < n; i++) {
+            const sl_window_info *in = v->items[vis[i]].info;
+            if (i) ws(&w, ", ");
+            wsf(&w, in->name);
+            wf(&w, ";q=%lld", (long long)sfint(in->quota));
+            switch (in->qu) {
+            case SL_QU_CONTENT_BYTES: ws(&w, ";qu=\"content-bytes\""); break;
+            case SL_QU_CONCURRENT: ws(&w, ";qu=\"concurrent-requests\""); break;
+            case SL_QU_OTHER:
+                ws(&w, ";qu=");
+                wsf(&w, in->unit_name ? in->unit_name : "units");
+                break;
+            default: break;
+            }
+            if (in->window_s > 0) wf(&w, ";w=%lld", (long long)sfint((uint64_t)in->window_s));
+        }
+        ws(&w, "\r\n");
+    }
+    if (n > 0) {
+        ws(&w, "RateLimit: ");
+        for (size_t i = 0; i < n; i++) {
+            const sl_verdict_item *it = &v->items[vis[i]];
+            if (i) ws(&w, ", ");
+            wsf(&w, it->info->name);
+            wf(&w, ";r=%lld", (long long)sfint(it->result.allowed ? it->result.remaining : 0));
+            if (it->info->qu != SL_QU_CONCURRENT)
+                wf(&w, ";t=%lld", (long long)sfint((uint64_t)item_t(it)));
+        }
+        ws(&w, "\r\n");
+    }
+    if (v->action == SL_REJECT && v->retry_after_ns != SLUICE_NEVER && !v->missing_key_policy)
+        wf(&w, "Retry-After: %lld\r\n", (long long)sl_ceil_s(v->retry_after_ns, 1));
+    if ((flags & SL_RENDER_LEGACY) && n > 0) {
+        const sl_verdict_item *it = &v->items[vis[0]];
+        for (size_t i = 0; i < n; i++)
+            if (v->deciding >= 0 && vis[i] == (size_t)v->deciding) it = &v->items[vis[i]];
+        wf(&w, "X-RateLimit-Limit: %llu\r\n", (unsigned long long)it->info->quota);
+        wf(&w, "X-RateLimit-Remaining: %llu\r\n",
+           (unsigned long long)(it->result.allowed ? it->result.remaining : 0));
+        wf(&w, "X-RateLimit-Reset: %lld\r\n", (long long)item_t(it));
+    }
+    return finish(&w);
+}
+
+static bool hexs(const char *s, size_t n, bool allow_upper) {
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+              (allow_upper && c >= 'A' && c <= 'F')))
+            return false;
+    }
+    return true;
+}
+
+static bool zeros(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != '0') return false;
+    return true;
+}
+
+/* W3C trace context: "vv-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>", lowercase,
+ * version ff invalid, all-zero ids invalid; later versions may append "-..." fields. */
+static bool trace_id(const char *tp, char out[33]) {
+    if (tp == NULL) return false;
+    size_t n = strlen(tp);
+    if (n < 55 || !hexs(tp, 2, false) || (tp[0] == 'f' && tp[1] == 'f')) return false;
+    if (tp[2] != '-' || tp[35] != '-' || tp[52] != '-') return false;
+    if (!hexs(tp + 3, 32, false) || !hexs(tp + 36, 16, false) || !hexs(tp + 53, 2, false))
+        return false;
+    if (zeros(tp + 3, 32) || zeros(tp + 36, 16)) return false;
+    if (tp[0] == '0' && tp[1] == '0' && n != 55) return false;
+    if (n > 55 && tp[55] != '-') return false;
+    memcpy(out, tp + 3, 32);
+    out[32] = '\0';
+    return true;
+}
+
+int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, size_t len) {
+    wr w = {buf, len, 0, false};
+    if (buf == NULL || len == 0) return SLUICE_ERANGE;
+    buf[0] = '\0';
+    if (v == NULL || (v->action != SL_REJECT && v->action != SL_FAIL)) return SLUICE_EINVAL;
+    char tid[33];
+    bool has_tid = trace_id(traceparent, tid);
+    const char *names[SLUICE_MAX_ITEMS];
+    size_t nn = 0;
+    if (v->action == SL_FAIL) {
+        for (size_t i = 0; i < v->n; i++) {
+            const sl_verdict_item *it = &v->items[i];
+            if (it->shadow || it->unlimited || !item_policy(it)->fail_closed) continue;
+            bool dup = false;
+            for (size_t j = 0; j < nn; j++) dup |= strcmp(names[j], it->info->policy) == 0;
+            if (!dup) names[nn++] = it->info->policy;
+        }
+        ws(&w, "{\"type\":\"" REDUCED_CAPACITY "\",\"title\":\"Temporary Reduced Capacity\","
+               "\"status\":503,\"detail\":\"The rate limit state is unreachable and ");
+        ws(&w, nn ? "a policy of this request fails closed" : "the request could not be decided");
+        ws(&w, "; try again later.\"");
+    } else if (v->missing_key_policy != NULL) {
+        ws(&w, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+               "\"detail\":");
+        char d[300];
+        snprintf(d, sizeof(d), "The request does not carry the key that policy '%s' counts by.",
+                 v->missing_key_policy);
+        wjson_str(&w, d);
+        names[nn++] = v->missing_key_policy;
+    } else {
+        for (size_t i = 0; i < v->n; i++) {
+            const sl_verdict_item *it = &v->items[i];
+            if (it->shadow || it->unlimited || it->result.allowed) continue;
+            bool dup = false;
+            for (size_t j = 0; j < nn; j++) dup |= strcmp(names[j], it->info->name) == 0;
+            if (!dup) names[nn++] = it->info->name;
+        }
+        wf(&w, "{\"type\":\"" QUOTA_EXCEEDED "\",\"title\":\"Quota Exceeded\",\"status\":%d,"
+               "\"detail\":", v->status ? v->status : 429);
+        char d[400];
+        const char *who = v->deciding >= 0 ? v->items[v->deciding].info->name
+                                           : (nn ? names[0] : "?");
+        if (v->retry_after_ns == SLUICE_NEVER)
+            snprintf(d, sizeof(d), "The request costs more than limit '%s' can ever admit.", who);
+        else
+            snprintf(d, sizeof(d), "Limit '%s' is exhausted; retry after %lld s.", who,
+                     (long long)sl_ceil_s(v->retry_after_ns, 1));
+        wjson_str(&w, d);
+    }
+    ws(&w, ",\"violated-policies\":[");
+    for (size_t i = 0; i < nn; i++) {
+        if (i) ws(&w, ",");
+        wjson_str(&w, names[i]);
+    }
+    ws(&w, "]");
+    if (has_tid) wf(&w, ",\"trace_id\":\"%s\"", tid);
+    ws(&w, "}");
+    return finish(&w);
+}
+
+static const char *action_name(sl_action a) {
+    switch (a) {
+    case SL_ALLOW: return "allow";
+    case SL_DELAY: return "delay";
+    case SL_REJECT: return "reject";
+    default: return "fail";
+    }
+}
+
+static void wms(wr *w, const char *name, int64_t ns) {
+    if (ns == SLUICE_NEVER) {
+        wf(w, ",\"%s\":null", name);
+        return;
+    }
+    int64_t ms = ns <= 0 ? 0 : ns / SLUICE_NS_PER_MS + (ns % SLUICE_NS_PER_MS != 0);
+    wf(w, ",\"%s\":%lld", name, (long long)ms);
+}
+
+int sl_render_json(const sl_verdict *v, bool with_keys, char *buf, size_t len) {
+    wr w = {buf, len, 0, false};
+    if (buf == NULL || len == 0) return SLUICE_ERANGE;
+    buf[0] = '\0';
+    if (v == NULL) return SLUICE_EINVAL;
+    bool allowed = v->action == SL_ALLOW || (v->action == SL_DELAY && !v->recheck);
+    wf(&w, "{\"allowed\":%s,\"action\":\"%s\",\"status\":%d", allowed ? "true" : "false",
+       action_name(v->action), v->status);
+    wms(&w, "delay_ms", v->delay_ns);
+    wms(&w, "retry_after_ms", v->retry_after_ns);
+    wf(&w, ",\"recheck\":%s,\"shadow_limited\":%s,\"store_error\":%s",
+       v->recheck ? "true" : "false", v->shadow_limited ? "true" : "false",
+       v->store_error ? "true" : "false");
+    ws(&w, ",\"deciding\":");
+    if (v->deciding >= 0) wjson_str(&w, v->items[v->deciding].info->name);
+    else ws(&w, "null");
+    if (v->missing_key_policy) {
+        ws(&w, ",\"missing_key_policy\":");
+        wjson_str(&w, v->missing_key_policy);
+    }
+    ws(&w, ",\"limits\":[");
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        const sluice_result *r = &it->result;
+        if (i) ws(&w, ",");
+        ws(&w, "{\"name\":");
+        wjson_str(&w, it->info->name);
+        ws(&w, ",\"policy\":");
+        wjson_str(&w, it->info->policy);
+        if (it->info->plan) {
+            ws(&w, ",\"plan\":");
+            wjson_str(&w, it->info->plan);
+        }
+        if (it->descriptor >= 0) wf(&w, ",\"descriptor\":%d", it->descriptor);
+        wf(&w, ",\"allowed\":%s,\"shadow\":%s,\"would_limit\":%s",
+           r->allowed ? "true" : "false", it->shadow ? "true" : "false",
+           it->would_limit ? "true" : "false");
+        if (it->unlimited) ws(&w, ",\"unlimited\":true");
+        wf(&w, ",\"cost\":%llu,\"limit\":%llu,\"remaining\":%llu", (unsigned long long)it->cost,
+           (unsigned long long)r->limit, (unsigned long long)r->remaining);
+        wms(&w, "reset_after_ms", r->reset_after_ns);
+        wms(&w, "retry_after_ms", r->retry_after_ns);
+        if (r->delay_ns) wms(&w, "delay_ms", r->delay_ns);
+        if (r->lease) wf(&w, ",\"lease\":%llu", (unsigned long long)r->lease);
+        if (it->settle) ws(&w, ",\"settle\":true");
+        if (with_keys) {
+            ws(&w, ",\"key\":\"");
+            static const char hx[] = "0123456789abcdef";
+            for (size_t k = 0; k < it->key_len; k++) {
+                char two[2] = {hx[v->keys[it->key_off + k] >> 4], hx[v->keys[it->key_off + k] & 15]};
+                wbytes(&w, two, 2);
+            }
+            ws(&w, "\"");
+        }
+        ws(&w, "}");
+    }
+    ws(&w, "]}");
+    return finish(&w);
+}
