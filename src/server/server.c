@@ -416,6 +416,7 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     pthread_mutex_init(&s->reload_mu, NULL);
     pthread_mutex_init(&s->names_mu, NULL);
     atomic_store(&s->met_nnames, 1); /* slot 0: no policy */
+    s->cell_slot = met_slot_for(s, "cl.throttle");
     sl_cell_init(&s->cell);
     s->started_wall_ns = sl_clock_wall_ns();
 
@@ -439,6 +440,9 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     if (s->opt.admin_token[0] == '\0')
         snprintf(s->opt.admin_token, sizeof(s->opt.admin_token), "%s", st->admin_token);
     s->opt.legacy_headers = s->opt.legacy_headers || st->legacy_headers;
+    char *addrs_all[3] = {s->opt.http, s->opt.resp, s->opt.admin};
+    for (int k = 0; k < 3; k++)
+        if (strcmp(addrs_all[k], "-") == 0) addrs_all[k][0] = '\0'; /* "off" on the command line */
     if (st->listen_grpc[0] != '\0' && s->opt.grpc[0] == '\0')
         fprintf(stderr, "sluice serve: warning: the gRPC listener (%s in the config) is not built "
                 "yet; not listening on it\n", st->listen_grpc);

@@ -178,6 +178,7 @@ struct sl_server {
     char met_names[SL_MET_POLICIES][128];
     _Atomic unsigned met_nnames;
     sl_cell_cache cell;
+    unsigned cell_slot;       /* metrics slot of CL.THROTTLE decisions */
 };
 
 /* server.c */

@@ -1,0 +1,100 @@
+/*
+ * cell.c -- CL.THROTTLE's limiters: one GCRA limiter per distinct (max_burst, count,
+ * period), burst = max_burst + 1 as redis-cell counts it, created on first use and cached.
+ * Lookups are lock-free (open addressing, entries published with a release store and
+ * never removed); only creating a new parameter set takes the cache mutex, so a decision
+ * for known parameters takes no lock beyond the store's shard lock.
+ * Bound: SL_CELL_CAP sets (3/4 used at most); beyond it new sets are refused with an
+ * error rather than evicting a limiter another thread may be using.
+ * Difference from redis-cell: state is per key *and* parameter set, so calling one key
+ * with two different rates keeps two counters (redis-cell would share one TAT).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "server/server.h"
+
+void sl_cell_init(sl_cell_cache *cc) {
+    memset(cc, 0, sizeof(*cc));
+    pthread_mutex_init(&cc->mu, NULL);
+}
+
+void sl_cell_deinit(sl_cell_cache *cc) {
+    for (size_t i = 0; i < SL_CELL_CAP; i++) {
+        const sluice_limiter *l = atomic_load(&cc->e[i].lim);
+        if (l) sluice_limiter_destroy((sluice_limiter *)l);
+    }
+    pthread_mutex_destroy(&cc->mu);
+}
+
+static size_t cell_hash(int64_t b, int64_t c, int64_t p) {
+    uint64_t h = (uint64_t)b * 0x9e3779b97f4a7c15ull;
+    h ^= (uint64_t)c + 0x7f4a7c159e3779b9ull + (h << 6) + (h >> 2);
+    h ^= (uint64_t)p * 0xc2b2ae3d27d4eb4full + (h << 6) + (h >> 2);
+    return (size_t)(h ^ (h >> 29)) & (SL_CELL_CAP - 1);
+}
+
+/* Probes for the set; returns its limiter, or NULL with *slot at the first free entry. */
+static const sluice_limiter *probe(sl_cell_cache *cc, int64_t b, int64_t c, int64_t p, size_t *slot) {
+    size_t h = cell_hash(b, c, p);
+    for (size_t k = 0; k < SL_CELL_CAP; k++) {
+        sl_cell_entry *e = &cc->e[(h + k) & (SL_CELL_CAP - 1)];
+        const sluice_limiter *l = atomic_load_explicit(&e->lim, memory_order_acquire);
+        if (l == NULL) {
+            *slot = (h + k) & (SL_CELL_CAP - 1);
+            return NULL;
+        }
+        if (e->burst == b && e->count == c && e->period == p) return l;
+    }
+    *slot = SL_CELL_CAP;
+    return NULL;
+}
+
+const sluice_limiter *sl_cell_get(sl_server *s, int64_t max_burst, int64_t count,
+                                  int64_t period_s, int *err) {
+    sl_cell_cache *cc = &s->cell;
+    size_t slot;
+    const sluice_limiter *l = probe(cc, max_burst, count, period_s, &slot);
+    if (l) return l;
+    pthread_mutex_lock(&cc->mu);
+    l = probe(cc, max_burst, count, period_s, &slot);
+    if (l == NULL) {
+        if (slot >= SL_CELL_CAP || cc->used >= SL_CELL_CAP * 3 / 4) {
+            *err = SLUICE_EFULL;
+        } else {
+            char name[96];
+            snprintf(name, sizeof(name), "cl.throttle/%lld/%lld/%lld", (long long)max_burst,
+                     (long long)count, (long long)period_s);
+            sluice_limit_spec spec;
+            memset(&spec, 0, sizeof(spec));
+            spec.algo = SLUICE_GCRA;
+            spec.name = name;
+            spec.limit = (uint64_t)count;
+            spec.period_ns = period_s * SLUICE_NS_PER_S;
+            spec.burst = (uint64_t)max_burst + 1;
+            sluice_limiter *nl = sluice_limiter_create(&spec, err, NULL, 0);
+            if (nl && (*err = sluice_store_register(s->store, nl)) != 0) {
+                sluice_limiter_destroy(nl);
+                nl = NULL;
+            }
+            if (nl) {
+                sl_cell_entry *e = &cc->e[slot];
+                e->burst = max_burst;
+                e->count = count;
+                e->period = period_s;
+                atomic_store_explicit(&e->lim, nl, memory_order_release);
+                cc->used++;
+                l = nl;
+            }
+        }
+    }
+    pthread_mutex_unlock(&cc->mu);
+    return l;
+}
+
+int64_t sl_cell_round_s(int64_t ns) {
+    if (ns <= 0) return 0;
+    int64_t s = ns / SLUICE_NS_PER_S;
+    if (ns % SLUICE_NS_PER_S >= SLUICE_NS_PER_MS) s++;
+    return s;
+}

@@ -1,0 +1,561 @@
+/*
+ * resp_cmds.c -- the RESP commands: SL.* decisions, CL.THROTTLE (redis-cell's reply and
+ * rounding), and the base commands redis-cli, redis-benchmark and redis-py send
+ * (PING, ECHO, HELLO, QUIT, CONFIG GET, COMMAND, INFO, CLIENT, SELECT).
+ * Replies are written straight into the connection's output buffer; the decision
+ * commands allocate nothing and read the server clock once.
+ * Times in SL.* replies are milliseconds, rounded up (waiting that long is enough).
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/server.h"
+
+#define REPLY_RESERVE 4096
+
+typedef struct resp_ctx {
+    sl_conn *c;
+    const sl_resp_cmd *cmd;
+    sl_wbuf wb;
+} resp_ctx;
+
+static int64_t ceil_ms(int64_t ns) {
+    if (ns <= 0) return ns < 0 ? -1 : 0;
+    return (ns + SLUICE_NS_PER_MS - 1) / SLUICE_NS_PER_MS;
+}
+
+static void err_arity(resp_ctx *x) {
+    char m[160];
+    int n = (int)(x->cmd->argl[0] < 40 ? x->cmd->argl[0] : 40);
+    char name[41];
+    for (int i = 0; i < n; i++) {
+        char ch = x->cmd->argv[0][i];
+        name[i] = (char)((ch >= 'A' && ch <= 'Z') ? ch + 32 : ch);
+    }
+    name[n] = '\0';
+    snprintf(m, sizeof(m), "ERR wrong number of arguments for '%s' command", name);
+    sl_resp_error(&x->wb, m);
+}
+
+static void err_unknown(resp_ctx *x) {
+    char m[700];
+    sl_wbuf w;
+    sl_wbuf_init(&w, m, sizeof(m) - 1);
+    sl_wbuf_printf(&w, "ERR unknown command '%.*s', with args beginning with: ",
+                   (int)(x->cmd->argl[0] > 128 ? 128 : x->cmd->argl[0]), x->cmd->argv[0]);
+    for (size_t i = 1; i < x->cmd->argc && i < 4 && !w.overflow; i++)
+        sl_wbuf_printf(&w, "'%.*s' ", (int)(x->cmd->argl[i] > 64 ? 64 : x->cmd->argl[i]),
+                       x->cmd->argv[i]);
+    if (w.overflow) w.len = w.cap;
+    m[w.len] = '\0';
+    sl_resp_error(&x->wb, m);
+}
+
+/* Copies argument i into a NUL-terminated buffer (policy names, tokens). */
+static int arg_cstr(const sl_resp_cmd *cmd, size_t i, char *buf, size_t len) {
+    if (i >= cmd->argc || cmd->argl[i] >= len) return -1;
+    memcpy(buf, cmd->argv[i], cmd->argl[i]);
+    buf[cmd->argl[i]] = '\0';
+    return 0;
+}
+
+static void count_verdict(sl_worker *w, int rc, const sl_verdict *v) {
+    unsigned slot = 0;
+    if (rc == 0 && v->deciding >= 0 && (size_t)v->deciding < v->n && v->items[v->deciding].info)
+        slot = sl_gen_slot(w->gen, v->items[v->deciding].info->policy);
+    sl_met_result r = rc != 0 || v->action == SL_FAIL ? SL_MET_ERROR
+                      : v->action == SL_REJECT        ? SL_MET_LIMITED
+                      : v->store_error                ? SL_MET_FAIL_OPEN
+                      : v->shadow_limited             ? SL_MET_SHADOW
+                                                      : SL_MET_ALLOWED;
+    sl_server_count(w, slot, r);
+}
+
+static const char *action_name(sl_action a) {
+    switch (a) {
+    case SL_ALLOW: return "allow";
+    case SL_DELAY: return "delay";
+    case SL_REJECT: return "reject";
+    default: return "fail";
+    }
+}
+
+/* The SL.* decision reply: a map (RESP3) or flat array (RESP2) with a fixed shape. */
+static void verdict_reply(resp_ctx *x, int rc, const sl_verdict *v, const char *policy) {
+    sl_worker *w = x->c->w;
+    count_verdict(w, rc, v);
+    if (rc == SLUICE_ENOTFOUND) {
+        char m[200];
+        snprintf(m, sizeof(m), "ERR unknown policy '%.100s'", policy ? policy : "");
+        sl_resp_error(&x->wb, m);
+        return;
+    }
+    if (rc != 0) {
+        char m[160];
+        snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));
+        sl_resp_error(&x->wb, m);
+        return;
+    }
+    int p = x->c->proto;
+    const sl_verdict_item *it = (v->deciding >= 0 && (size_t)v->deciding < v->n) ? &v->items[v->deciding] : NULL;
+    bool allowed = v->action == SL_ALLOW || v->action == SL_DELAY;
+    sl_resp_map(&x->wb, p, 9);
+    sl_resp_bulk_str(&x->wb, "allowed");
+    sl_resp_bool(&x->wb, p, allowed);
+    sl_resp_bulk_str(&x->wb, "action");
+    sl_resp_bulk_str(&x->wb, action_name(v->action));
+    sl_resp_bulk_str(&x->wb, "policy");
+    if (it && it->info && it->info->policy)
+        sl_resp_bulk_str(&x->wb, it->info->policy);
+    else
+        sl_resp_null(&x->wb, p);
+    sl_resp_bulk_str(&x->wb, "limit");
+    sl_resp_int(&x->wb, it ? (int64_t)it->result.limit : 0);
+    sl_resp_bulk_str(&x->wb, "remaining");
+    sl_resp_int(&x->wb, it ? (int64_t)it->result.remaining : 0);
+    sl_resp_bulk_str(&x->wb, "retry_after_ms");
+    sl_resp_int(&x->wb, allowed ? 0 : ceil_ms(v->retry_after_ns));
+    sl_resp_bulk_str(&x->wb, "reset_after_ms");
+    sl_resp_int(&x->wb, it ? ceil_ms(it->result.reset_after_ns) : 0);
+    sl_resp_bulk_str(&x->wb, "delay_ms");
+    sl_resp_int(&x->wb, v->action == SL_DELAY ? ceil_ms(v->delay_ns) : 0);
+    sl_resp_bulk_str(&x->wb, "token");
+    bool needs_token = false;
+    for (size_t i = 0; i < v->n; i++)
+        if (v->items[i].settle || v->items[i].result.lease) needs_token = true;
+    char tok[SL_TOKEN_MAX + 1];
+    int tl = (allowed && needs_token) ? sl_verdict_token(v, tok, sizeof(tok)) : -1;
+    if (tl > 0)
+        sl_resp_bulk(&x->wb, tok, (size_t)tl);
+    else
+        sl_resp_null(&x->wb, p);
+}
+
+/* SL.CHECK <policy> <key> [COST n] and SL.PEEK <policy> <key> */
+static void cmd_check(resp_ctx *x, int peek) {
+    const sl_resp_cmd *cmd = x->cmd;
+    sl_worker *w = x->c->w;
+    char policy[256];
+    if (cmd->argc != 3 && !(cmd->argc == 5 && !peek)) {
+        err_arity(x);
+        return;
+    }
+    if (arg_cstr(cmd, 1, policy, sizeof(policy)) != 0) {
+        sl_resp_error(&x->wb, "ERR policy name too long");
+        return;
+    }
+    bool has_cost = peek;
+    uint64_t cost = 0;
+    if (cmd->argc == 5) {
+        int64_t v;
+        if (!sl_resp_arg_is(cmd, 3, "COST")) {
+            sl_resp_error(&x->wb, "ERR syntax error (expected COST n)");
+            return;
+        }
+        if (sl_resp_arg_i64(cmd, 4, &v) != 0 || v < 0) {
+            sl_resp_error(&x->wb, "ERR COST must be a non-negative integer");
+            return;
+        }
+        has_cost = true;
+        cost = (uint64_t)v;
+    }
+    int rc = sl_engine_check_named(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], has_cost,
+                                   cost, sluice_clock_now(w->srv->clock), &w->verdict);
+    verdict_reply(x, rc, &w->verdict, policy);
+}
+
+/* SL.CHECKREQ [METHOD m] [PATH p] [HOST h] [IP a] [ROUTE r] [BYTES n] [COST n]
+ *             [HEADER name value]... : the whole matching pipeline. */
+static void cmd_checkreq(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    sl_worker *w = x->c->w;
+    sl_request r;
+    memset(&r, 0, sizeof(r));
+    sl_header hdrs[SL_RESP_MAX_ARGS / 3 + 1];
+    size_t nh = 0;
+    for (size_t i = 1; i < cmd->argc;) {
+        sl_str val = {NULL, 0};
+        if (i + 1 < cmd->argc) val = (sl_str){cmd->argv[i + 1], cmd->argl[i + 1]};
+        if (val.p == NULL) goto syntax;
+        if (sl_resp_arg_is(cmd, i, "HEADER")) {
+            if (i + 2 >= cmd->argc || nh >= sizeof(hdrs) / sizeof(hdrs[0])) goto syntax;
+            hdrs[nh].name = val;
+            hdrs[nh].value = (sl_str){cmd->argv[i + 2], cmd->argl[i + 2]};
+            nh++;
+            i += 3;
+            continue;
+        }
+        if (sl_resp_arg_is(cmd, i, "METHOD")) r.method = val;
+        else if (sl_resp_arg_is(cmd, i, "PATH")) r.path = val;
+        else if (sl_resp_arg_is(cmd, i, "HOST")) r.host = val;
+        else if (sl_resp_arg_is(cmd, i, "IP")) r.client_ip = val;
+        else if (sl_resp_arg_is(cmd, i, "ROUTE")) r.route = val;
+        else if (sl_resp_arg_is(cmd, i, "BYTES") || sl_resp_arg_is(cmd, i, "COST")) {
+            int64_t v;
+            if (sl_resp_arg_i64(cmd, i + 1, &v) != 0 || v < 0) goto syntax;
+            if (sl_resp_arg_is(cmd, i, "BYTES")) {
+                r.has_body_bytes = true;
+                r.body_bytes = (uint64_t)v;
+            } else {
+                r.hits_addend = (uint64_t)v;
+            }
+        } else {
+            goto syntax;
+        }
+        i += 2;
+    }
+    r.headers = hdrs;
+    r.n_headers = nh;
+    int rc = sl_engine_check(w->gen->engine, &r, sluice_clock_now(w->srv->clock), &w->verdict);
+    verdict_reply(x, rc, &w->verdict, NULL);
+    return;
+syntax:
+    sl_resp_error(&x->wb, "ERR syntax error: SL.CHECKREQ [METHOD m] [PATH p] [HOST h] [IP addr] "
+                          "[ROUTE r] [BYTES n] [COST n] [HEADER name value]...");
+}
+
+/* SL.SETTLE <token> <actual> | SL.RELEASE <token> */
+static void cmd_token(resp_ctx *x, int settle) {
+    const sl_resp_cmd *cmd = x->cmd;
+    sl_worker *w = x->c->w;
+    if (cmd->argc != (settle ? 3u : 2u)) {
+        err_arity(x);
+        return;
+    }
+    int64_t actual = 0;
+    if (settle && (sl_resp_arg_i64(cmd, 2, &actual) != 0 || actual < 0)) {
+        sl_resp_error(&x->wb, "ERR actual cost must be a non-negative integer");
+        return;
+    }
+    sluice_time now = sluice_clock_now(w->srv->clock);
+    int rc = settle ? sl_engine_settle_token(w->gen->engine, cmd->argv[1], cmd->argl[1], (uint64_t)actual, now)
+                    : sl_engine_release_token(w->gen->engine, cmd->argv[1], cmd->argl[1], now);
+    if (rc == 0)
+        sl_resp_simple(&x->wb, "OK");
+    else if (rc == SLUICE_ENOTFOUND)
+        sl_resp_error(&x->wb, settle ? "ERR unknown policy or key in the token"
+                                     : "ERR the lease had already expired");
+    else if (rc == SLUICE_EINVAL)
+        sl_resp_error(&x->wb, "ERR invalid token");
+    else {
+        char m[128];
+        snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));
+        sl_resp_error(&x->wb, m);
+    }
+}
+
+static void cmd_acquire(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    sl_worker *w = x->c->w;
+    char policy[256];
+    if (cmd->argc != 3) {
+        err_arity(x);
+        return;
+    }
+    if (arg_cstr(cmd, 1, policy, sizeof(policy)) != 0) {
+        sl_resp_error(&x->wb, "ERR policy name too long");
+        return;
+    }
+    int rc = sl_engine_acquire(w->gen->engine, policy, cmd->argv[2], cmd->argl[2],
+                               sluice_clock_now(w->srv->clock), &w->verdict);
+    verdict_reply(x, rc, &w->verdict, policy);
+}
+
+/* SL.RESET <policy> <key>: forgets the key under every window of the policy (a peek finds
+ * the windows and the composed keys). Replies with the number of windows reset. */
+static void cmd_reset(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    sl_worker *w = x->c->w;
+    char policy[256];
+    if (cmd->argc != 3) {
+        err_arity(x);
+        return;
+    }
+    if (arg_cstr(cmd, 1, policy, sizeof(policy)) != 0) {
+        sl_resp_error(&x->wb, "ERR policy name too long");
+        return;
+    }
+    sl_verdict *v = &w->verdict;
+    int rc = sl_engine_check_named(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], true, 0,
+                                   sluice_clock_now(w->srv->clock), v);
+    if (rc != 0) {
+        verdict_reply(x, rc, v, policy);
+        return;
+    }
+    int64_t n = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (it->info == NULL || it->info->limiter == NULL) continue;
+        int r = sluice_reset(w->srv->store, it->info->limiter, v->keys + it->key_off, it->key_len);
+        if (r == 0 || r == SLUICE_ENOTFOUND) n++;
+    }
+    sl_resp_int(&x->wb, n);
+}
+
+static void cmd_clock(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    sl_server *s = x->c->w->srv;
+    if (!s->opt.test_clock) {
+        sl_resp_error(&x->wb, "ERR SL.CLOCK needs a server started with --test-clock");
+        return;
+    }
+    int64_t v = 0;
+    int rc = 0;
+    if (cmd->argc == 3 && sl_resp_arg_is(cmd, 1, "SET")) {
+        if (sl_resp_arg_i64(cmd, 2, &v) != 0 || v < 0 || v > INT64_MAX / SLUICE_NS_PER_MS) goto bad;
+        rc = sluice_clock_set_wall(s->clock, v * SLUICE_NS_PER_MS);
+    } else if (cmd->argc == 3 && sl_resp_arg_is(cmd, 1, "ADVANCE")) {
+        if (sl_resp_arg_i64(cmd, 2, &v) != 0 || v < 0 || v > INT64_MAX / SLUICE_NS_PER_MS) goto bad;
+        rc = sluice_clock_advance(s->clock, v * SLUICE_NS_PER_MS);
+    } else if (cmd->argc == 2 && sl_resp_arg_is(cmd, 1, "GET")) {
+        rc = 0;
+    } else {
+        goto bad;
+    }
+    if (rc != 0) goto bad;
+    sl_resp_int(&x->wb, sluice_clock_now(s->clock).wall_ns / SLUICE_NS_PER_MS);
+    return;
+bad:
+    sl_resp_error(&x->wb, "ERR syntax: SL.CLOCK SET <unix_ms> | SL.CLOCK ADVANCE <ms> | SL.CLOCK GET");
+}
+
+/* CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>] (SPECS §5) */
+static void cmd_throttle(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    sl_worker *w = x->c->w;
+    sl_server *s = w->srv;
+    if (cmd->argc != 5 && cmd->argc != 6) {
+        sl_resp_error(&x->wb, "ERR Usage: CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]");
+        return;
+    }
+    int64_t burst, count, period, qty = 1;
+    if (sl_resp_arg_i64(cmd, 2, &burst) != 0 || sl_resp_arg_i64(cmd, 3, &count) != 0 ||
+        sl_resp_arg_i64(cmd, 4, &period) != 0 || (cmd->argc == 6 && sl_resp_arg_i64(cmd, 5, &qty) != 0)) {
+        sl_resp_error(&x->wb, "ERR value is not an integer or out of range");
+        return;
+    }
+    if (count == 0 || period == 0) {
+        sl_resp_error(&x->wb, "ERR Zero rates are not supported");
+        return;
+    }
+    if (burst < 0 || count < 0 || period < 0 || qty < 0 || period > INT64_MAX / SLUICE_NS_PER_S ||
+        burst == INT64_MAX) {
+        sl_resp_error(&x->wb, "ERR value is not an integer or out of range");
+        return;
+    }
+    int e = 0;
+    const sluice_limiter *lim = sl_cell_get(s, burst, count, period, &e);
+    if (lim == NULL) {
+        sl_resp_error(&x->wb, e == SLUICE_EFULL ? "ERR too many distinct CL.THROTTLE rate parameters"
+                                                : "ERR rate not supported (period/count below 1 ns or burst too large)");
+        sl_server_count(w, s->cell_slot, SL_MET_ERROR);
+        return;
+    }
+    sluice_item item = {.limiter = lim, .key = cmd->argv[1], .key_len = cmd->argl[1], .cost = (uint64_t)qty};
+    sluice_decision d;
+    int rc = sluice_decide(s->store, &item, 1, sluice_clock_now(s->clock), &d);
+    if (rc != 0) {
+        char m[128];
+        snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));
+        sl_resp_error(&x->wb, m);
+        sl_server_count(w, s->cell_slot, SL_MET_ERROR);
+        return;
+    }
+    const sluice_result *r = &d.results[0];
+    sl_server_count(w, s->cell_slot, r->allowed ? SL_MET_ALLOWED : SL_MET_LIMITED);
+    sl_resp_array(&x->wb, 5);
+    sl_resp_int(&x->wb, r->allowed ? 0 : 1);
+    sl_resp_int(&x->wb, (int64_t)r->limit);
+    sl_resp_int(&x->wb, (int64_t)r->remaining);
+    sl_resp_int(&x->wb, (r->allowed || r->retry_after_ns == SLUICE_NEVER) ? -1 : sl_cell_round_s(r->retry_after_ns));
+    sl_resp_int(&x->wb, sl_cell_round_s(r->reset_after_ns));
+}
+
+/* ---- base protocol ---- */
+
+static void cmd_hello(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    int proto = x->c->proto;
+    if (cmd->argc >= 2) {
+        int64_t v;
+        if (sl_resp_arg_i64(cmd, 1, &v) != 0) {
+            sl_resp_error(&x->wb, "ERR Protocol version is not an integer or out of range");
+            return;
+        }
+        if (v != 2 && v != 3) {
+            sl_resp_error(&x->wb, "NOPROTO unsupported protocol version");
+            return;
+        }
+        for (size_t i = 2; i < cmd->argc;) {
+            if (sl_resp_arg_is(cmd, i, "AUTH") && i + 2 < cmd->argc) {
+                i += 3; /* no users configured: any credentials are accepted */
+            } else if (sl_resp_arg_is(cmd, i, "SETNAME") && i + 1 < cmd->argc) {
+                i += 2;
+            } else {
+                char m[160];
+                snprintf(m, sizeof(m), "ERR Syntax error in HELLO option '%.64s'", cmd->argv[i]);
+                sl_resp_error(&x->wb, m);
+                return;
+            }
+        }
+        proto = (int)v;
+    }
+    x->c->proto = proto;
+    sl_resp_map(&x->wb, proto, 7);
+    sl_resp_bulk_str(&x->wb, "server");
+    sl_resp_bulk_str(&x->wb, "sluice");
+    sl_resp_bulk_str(&x->wb, "version");
+    sl_resp_bulk_str(&x->wb, SLUICE_VERSION);
+    sl_resp_bulk_str(&x->wb, "proto");
+    sl_resp_int(&x->wb, proto);
+    sl_resp_bulk_str(&x->wb, "id");
+    sl_resp_int(&x->wb, (int64_t)(uintptr_t)x->c % 1000000);
+    sl_resp_bulk_str(&x->wb, "mode");
+    sl_resp_bulk_str(&x->wb, "standalone");
+    sl_resp_bulk_str(&x->wb, "role");
+    sl_resp_bulk_str(&x->wb, "master");
+    sl_resp_bulk_str(&x->wb, "modules");
+    sl_resp_array(&x->wb, 0);
+}
+
+static void cmd_config(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    if (cmd->argc < 2) {
+        err_arity(x);
+        return;
+    }
+    if (!sl_resp_arg_is(cmd, 1, "GET")) {
+        if (sl_resp_arg_is(cmd, 1, "SET") || sl_resp_arg_is(cmd, 1, "RESETSTAT")) {
+            sl_resp_simple(&x->wb, "OK");
+            return;
+        }
+        char m[160];
+        snprintf(m, sizeof(m), "ERR unknown subcommand '%.64s'. Try CONFIG HELP.", cmd->argv[1]);
+        sl_resp_error(&x->wb, m);
+        return;
+    }
+    if (cmd->argc < 3) {
+        err_arity(x);
+        return;
+    }
+    /* redis-benchmark asks for save and appendonly; nothing is persisted the Redis way */
+    size_t pairs = 0;
+    for (size_t i = 2; i < cmd->argc; i++)
+        if (sl_resp_arg_is(cmd, i, "save") || sl_resp_arg_is(cmd, i, "appendonly")) pairs++;
+    sl_resp_map(&x->wb, x->c->proto, pairs);
+    for (size_t i = 2; i < cmd->argc; i++) {
+        if (sl_resp_arg_is(cmd, i, "save")) {
+            sl_resp_bulk_str(&x->wb, "save");
+            sl_resp_bulk_str(&x->wb, "");
+        } else if (sl_resp_arg_is(cmd, i, "appendonly")) {
+            sl_resp_bulk_str(&x->wb, "appendonly");
+            sl_resp_bulk_str(&x->wb, "no");
+        }
+    }
+}
+
+static void cmd_info(resp_ctx *x) {
+    sl_server *s = x->c->w->srv;
+    char b[1024];
+    sluice_store_stats st;
+    sluice_store_stats_get(s->store, &st);
+    int n = snprintf(b, sizeof(b),
+                     "# Server\r\nredis_version:7.2.0\r\nsluice_version:%s\r\nredis_mode:standalone\r\n"
+                     "process_id:%ld\r\nuptime_in_seconds:%lld\r\n\r\n# Clients\r\nconnected_clients:%u\r\n"
+                     "\r\n# Keyspace\r\nkeys_held:%llu\r\n",
+                     SLUICE_VERSION, (long)getpid(),
+                     (long long)((sluice_clock_now(s->clock).wall_ns - s->started_wall_ns) / SLUICE_NS_PER_S),
+                     atomic_load(&s->nconns), (unsigned long long)st.keys);
+    if (n < 0) n = 0;
+    if ((size_t)n >= sizeof(b)) n = (int)sizeof(b) - 1;
+    sl_resp_verbatim(&x->wb, x->c->proto, b, (size_t)n);
+}
+
+static void cmd_client(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    if (cmd->argc < 2) {
+        err_arity(x);
+        return;
+    }
+    if (sl_resp_arg_is(cmd, 1, "SETINFO") || sl_resp_arg_is(cmd, 1, "SETNAME") ||
+        sl_resp_arg_is(cmd, 1, "TRACKING") || sl_resp_arg_is(cmd, 1, "REPLY")) {
+        sl_resp_simple(&x->wb, "OK");
+    } else if (sl_resp_arg_is(cmd, 1, "GETNAME")) {
+        sl_resp_null(&x->wb, x->c->proto);
+    } else if (sl_resp_arg_is(cmd, 1, "ID")) {
+        sl_resp_int(&x->wb, (int64_t)(uintptr_t)x->c % 1000000);
+    } else {
+        char m[160];
+        snprintf(m, sizeof(m), "ERR unknown subcommand '%.64s'. Try CLIENT HELP.", cmd->argv[1]);
+        sl_resp_error(&x->wb, m);
+    }
+}
+
+void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd) {
+    size_t need = REPLY_RESERVE;
+    for (size_t i = 1; i < cmd->argc && i < 3; i++) need += cmd->argl[i]; /* ECHO, PING msg */
+    if (sl_conn_reserve(c, need + SL_TOKEN_MAX) != 0) {
+        c->close_after = true;
+        return;
+    }
+    resp_ctx x = {.c = c, .cmd = cmd};
+    sl_conn_wbuf(c, &x.wb);
+    const char *n = cmd->argv[0];
+    size_t nl = cmd->argl[0];
+    if (nl >= 3 && (n[0] == 's' || n[0] == 'S') && (n[1] == 'l' || n[1] == 'L') && n[2] == '.') {
+        if (sl_resp_arg_is(cmd, 0, "SL.CHECK")) cmd_check(&x, 0);
+        else if (sl_resp_arg_is(cmd, 0, "SL.PEEK")) cmd_check(&x, 1);
+        else if (sl_resp_arg_is(cmd, 0, "SL.CHECKREQ")) cmd_checkreq(&x);
+        else if (sl_resp_arg_is(cmd, 0, "SL.SETTLE")) cmd_token(&x, 1);
+        else if (sl_resp_arg_is(cmd, 0, "SL.ACQUIRE")) cmd_acquire(&x);
+        else if (sl_resp_arg_is(cmd, 0, "SL.RELEASE")) cmd_token(&x, 0);
+        else if (sl_resp_arg_is(cmd, 0, "SL.RESET")) cmd_reset(&x);
+        else if (sl_resp_arg_is(cmd, 0, "SL.CLOCK")) cmd_clock(&x);
+        else err_unknown(&x);
+    } else if (sl_resp_arg_is(cmd, 0, "CL.THROTTLE")) {
+        cmd_throttle(&x);
+    } else if (sl_resp_arg_is(cmd, 0, "PING")) {
+        if (cmd->argc > 2) err_arity(&x);
+        else if (cmd->argc == 2) sl_resp_bulk(&x.wb, cmd->argv[1], cmd->argl[1]);
+        else sl_resp_simple(&x.wb, "PONG");
+    } else if (sl_resp_arg_is(cmd, 0, "ECHO")) {
+        if (cmd->argc != 2) err_arity(&x);
+        else sl_resp_bulk(&x.wb, cmd->argv[1], cmd->argl[1]);
+    } else if (sl_resp_arg_is(cmd, 0, "QUIT")) {
+        sl_resp_simple(&x.wb, "OK");
+        c->close_after = true;
+    } else if (sl_resp_arg_is(cmd, 0, "HELLO")) {
+        cmd_hello(&x);
+    } else if (sl_resp_arg_is(cmd, 0, "CONFIG")) {
+        cmd_config(&x);
+    } else if (sl_resp_arg_is(cmd, 0, "COMMAND")) {
+        if (cmd->argc >= 2 && sl_resp_arg_is(cmd, 1, "COUNT")) sl_resp_int(&x.wb, 0);
+        else if (cmd->argc >= 2 && sl_resp_arg_is(cmd, 1, "DOCS")) sl_resp_map(&x.wb, c->proto, 0);
+        else sl_resp_array(&x.wb, 0);
+    } else if (sl_resp_arg_is(cmd, 0, "INFO")) {
+        cmd_info(&x);
+    } else if (sl_resp_arg_is(cmd, 0, "CLIENT")) {
+        cmd_client(&x);
+    } else if (sl_resp_arg_is(cmd, 0, "SELECT")) {
+        int64_t db;
+        if (cmd->argc != 2) err_arity(&x);
+        else if (sl_resp_arg_i64(cmd, 1, &db) != 0) sl_resp_error(&x.wb, "ERR value is not an integer or out of range");
+        else if (db != 0) sl_resp_error(&x.wb, "ERR DB index is out of range");
+        else sl_resp_simple(&x.wb, "OK");
+    } else if (sl_resp_arg_is(cmd, 0, "AUTH")) {
+        sl_resp_error(&x.wb, "ERR AUTH <password> called without any password configured for the "
+                             "default user. Are you sure your configuration is correct?");
+    } else if (sl_resp_arg_is(cmd, 0, "RESET")) {
+        c->proto = 2;
+        sl_resp_simple(&x.wb, "RESET");
+    } else {
+        err_unknown(&x);
+    }
+    if (x.wb.overflow) {
+        /* cannot happen with the reserve above; never send half a reply */
+        sl_wbuf_init(&x.wb, c->wbuf + c->wlen, c->wcap - c->wlen);
+        sl_resp_error(&x.wb, "ERR reply too large");
+    }
+    sl_conn_commit(c, &x.wb);
+}
