@@ -64,7 +64,7 @@ typedef struct buf {
 } buf;
 
 static void put(buf *o, const void *p, size_t n) {
-    memcpy(o->b + o->n, p, n);
+    if (n > 0) memcpy(o->b + o->n, p, n);
     o->n += n;
 }
 static void put32(buf *o, uint32_t v) {
