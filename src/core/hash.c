@@ -18,36 +18,9 @@
 #include <string.h>
 #include <sys/random.h>
 
-static inline uint64_t rotl(uint64_t x, int b) {
-    return (x << b) | (x >> (64 - b));
-}
-
-static inline uint64_t load64(const unsigned char *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
-#define SIPROUND(v0, v1, v2, v3) \
-    do {                         \
-        v0 += v1;                \
-        v1 = rotl(v1, 13);       \
-        v1 ^= v0;                \
-        v0 = rotl(v0, 32);       \
-        v2 += v3;                \
-        v3 = rotl(v3, 16);       \
-        v3 ^= v2;                \
-        v0 += v3;                \
-        v3 = rotl(v3, 21);       \
-        v3 ^= v0;                \
-        v2 += v1;                \
-        v1 = rotl(v1, 17);       \
-        v1 ^= v2;                \
-        v2 = rotl(v2, 32);       \
-    } while (0)
+#define rotl sl__rotl
+#define load64 sl__load64
+#define SIPROUND SL__SIPROUND
 
 void sl_sip_init(sl_sip *s, const sl_hash_key *key) {
     s->v0 = key->k0 ^ UINT64_C(0x736f6d6570736575);
@@ -70,44 +43,7 @@ void sl_sip_blocks(sl_sip *s, const void *p, size_t nblocks, int c) {
     s->len += (uint64_t)nblocks * 8;
 }
 
-/* Inlined into both callers below so that c and d are constants for the store's case. */
-static inline __attribute__((always_inline)) sl_hash128
-finish(const sl_sip *s, const void *p, size_t len, int c, int d) {
-    const unsigned char *b = p;
-    uint64_t v0 = s->v0, v1 = s->v1, v2 = s->v2, v3 = s->v3;
-    uint64_t total = s->len + len;
-    size_t whole = len & ~(size_t)7;
-    for (size_t i = 0; i < whole; i += 8) {
-        uint64_t m = load64(b + i);
-        v3 ^= m;
-        for (int r = 0; r < c; r++) SIPROUND(v0, v1, v2, v3);
-        v0 ^= m;
-    }
-    uint64_t last = total << 56;
-    size_t left = len & 7;
-    const unsigned char *t = b + whole;
-    switch (left) {
-    case 7: last |= (uint64_t)t[6] << 48; /* fall through */
-    case 6: last |= (uint64_t)t[5] << 40; /* fall through */
-    case 5: last |= (uint64_t)t[4] << 32; /* fall through */
-    case 4: last |= (uint64_t)t[3] << 24; /* fall through */
-    case 3: last |= (uint64_t)t[2] << 16; /* fall through */
-    case 2: last |= (uint64_t)t[1] << 8;  /* fall through */
-    case 1: last |= (uint64_t)t[0]; break;
-    default: break;
-    }
-    v3 ^= last;
-    for (int r = 0; r < c; r++) SIPROUND(v0, v1, v2, v3);
-    v0 ^= last;
-    v2 ^= 0xee;
-    for (int r = 0; r < d; r++) SIPROUND(v0, v1, v2, v3);
-    sl_hash128 h;
-    h.lo = v0 ^ v1 ^ v2 ^ v3;
-    v1 ^= 0xdd;
-    for (int r = 0; r < d; r++) SIPROUND(v0, v1, v2, v3);
-    h.hi = v0 ^ v1 ^ v2 ^ v3;
-    return h;
-}
+#define finish sl__sip_finish
 
 sl_hash128 sl_sip_finish(const sl_sip *s, const void *p, size_t len, int c, int d) {
     if (c == SL_HASH_C && d == SL_HASH_D) return finish(s, p, len, SL_HASH_C, SL_HASH_D);

@@ -136,6 +136,49 @@ static int prepare(sluice_store *st, const sluice_limiter *lim, const void *key,
 }
 
 /*
+ * One item with a small state: the common case, kept free of the general path's arrays
+ * (its stack frame, ~20 KiB with the sliding-log arena, costs page probes and cache
+ * lines on every call). Same semantics as the general path for n == 1.
+ */
+static int decide_one(sluice_store *st, const sluice_item *it, sluice_time now,
+                      sluice_decision *out) {
+    item_ctx c;
+    sl_shard *locked[1];
+    int rc = prepare(st, it->limiter, it->key, it->key_len, &c);
+    if (rc != SLUICE_OK) return rc;
+    size_t m = locate_and_lock(&c, 1, locked);
+    if (c.ver->lim.state_size > SL_STORE_SMALL_STATE) {
+        unlock_shards(locked, m);
+        return 1; /* not for this path */
+    }
+    note_time(locked, m, now);
+    uint64_t next[SL_STORE_SMALL_STATE / 8];
+    sl_ehdr *e = sl_table_find(&c.loc);
+    sl_result r;
+    bool ch = sl_algo_decide(&c.ver->lim, e != NULL ? sl_entry_state(e) : NULL, next, now,
+                             it->cost, &r);
+    bool store = ch && it->cost > 0 && r.allowed;
+    if (e != NULL) {
+        e->touch = SL_TOUCH(now);
+        if (store) memcpy(sl_entry_state(e), next, c.ver->lim.state_size);
+    } else if (store) {
+        sl_keep keep = {c.loc.k0, c.loc.k1, c.loc.fam};
+        bool moved = false;
+        rc = sl_store_reserve(st, &c.loc, now, &keep, 1, &moved);
+        if (rc != SLUICE_OK) {
+            unlock_shards(locked, m);
+            out->allowed = 0;
+            return rc;
+        }
+        memcpy(sl_entry_state(sl_table_insert(st, &c.loc, now)), next, c.ver->lim.state_size);
+    }
+    unlock_shards(locked, m);
+    to_public(&r, &out->results[0]);
+    out->allowed = r.allowed ? 1 : 0;
+    return SLUICE_OK;
+}
+
+/*
  * The all-or-nothing decision. Phase 1 decides every item into scratch (an item naming
  * the same limiter and key as an earlier one decides on that one's scratch, so repeats
  * add up). Only if all admit: room is reserved for the new keys that must be stored
@@ -143,6 +186,9 @@ static int prepare(sluice_store *st, const sluice_limiter *lim, const void *key,
  * the scratch states back. A refusal for room (SLUICE_REFUSE_NEW) fails the whole call
  * before anything is written.
  */
+static int decide_many(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
+                       sluice_decision *out);
+
 int sluice_decide(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
                   sluice_decision *out) {
     if (st == NULL || out == NULL || (items == NULL && n > 0)) return SLUICE_EINVAL;
@@ -151,7 +197,15 @@ int sluice_decide(sluice_store *st, const sluice_item *items, size_t n, sluice_t
     out->allowed = 1;
     out->deciding = n > 0 ? 0 : -1;
     if (n == 0) return SLUICE_OK;
+    if (n == 1) {
+        int rc = decide_one(st, items, now, out);
+        if (rc <= 0) return rc;
+    }
+    return decide_many(st, items, n, now, out);
+}
 
+static int decide_many(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
+                       sluice_decision *out) {
     item_ctx c[SLUICE_MAX_ITEMS];
     for (size_t i = 0; i < n; i++) {
         int rc = prepare(st, items[i].limiter, items[i].key, items[i].key_len, &c[i]);

@@ -337,7 +337,10 @@ void sl_store_unreserve(sluice_store *st, const sl_loc *loc) {
 }
 
 /* Reusing a fresh-equivalent slot on the probe path is safe for lookups: the slot stays
- * occupied, so no probe run is cut, and the new key is reachable from its home. */
+ * occupied, so no probe run is cut, and the new key is reachable from its home. Only
+ * entries untouched for two stamp units (~8.6 s) are considered: a key that went fresh
+ * a few ms ago is likely to come back, and replacing it would just churn the table
+ * (pressure handling still drops any fresh entry when room is short). */
 void *sl_table_insert(sluice_store *st, const sl_loc *loc, sluice_time now) {
     uint64_t n = loc->t->nslots, i = loc->home;
     sl_shard *sh = loc->sh;
@@ -348,7 +351,7 @@ void *sl_table_insert(sluice_store *st, const sl_loc *loc, sluice_time now) {
             sh->count++;
             break;
         }
-        if (entry_fresh(st, e, now)) {
+        if ((uint16_t)(SL_TOUCH(now) - e->touch) >= 2 && entry_fresh(st, e, now)) {
             sh->expired++;
             atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
             break;
@@ -493,9 +496,10 @@ static sl_regmap *regmap_new(uint32_t slots) {
 }
 
 /* Lock-free read of the pointer map. The family found is checked against the limiter's
- * own name and index, so a limiter destroyed and another created at the same address
- * without being registered is not mistaken for the old one (it gets EINVAL) unless it
- * has the same name and index, in which case it shares that state by definition. */
+ * index and the first 16 bytes of its name (both zero-padded buffers; a full strcmp cost
+ * ~3% of a decision), so a limiter destroyed and another created at the same address
+ * without being registered is refused with EINVAL unless its name and index match that
+ * far (then it shares that family's state). */
 sl_family *sl_store_family_of(sluice_store *st, const sluice_limiter *lim) {
     sl_regmap *m = atomic_load_explicit(&st->regmap, memory_order_acquire);
     uint32_t i = reg_hash(lim) & m->mask;
@@ -504,7 +508,7 @@ sl_family *sl_store_family_of(sluice_store *st, const sluice_limiter *lim) {
         if (p == NULL) return NULL;
         if (p == lim) {
             sl_family *f = atomic_load_explicit(&m->slots[i].fam, memory_order_acquire);
-            if (f->index != lim->spec.index || strcmp(f->name, lim->name) != 0) return NULL;
+            if (f->index != lim->spec.index || memcmp(f->name, lim->name, 16) != 0) return NULL;
             return f;
         }
         i = (i + 1) & m->mask;

@@ -132,7 +132,7 @@ sl_hash128 sl_store_key_hash(const sl_hash_key *seed, const char *name, size_t n
                              uint32_t index, const void *key, size_t key_len);
 
 static inline sl_hash128 sl_family_hash(const sl_family *f, const void *key, size_t len) {
-    return sl_sip_finish(&f->prefix, key, len, SL_HASH_C, SL_HASH_D);
+    return sl_sip_finish_store(&f->prefix, key, len);
 }
 
 /* Recomputes every family's prefix after the seed changed (restore into an empty store). */

@@ -1,0 +1,217 @@
+/*
+ * lib_bench.c -- libsluice decision cost over the memory store, shaped like the naive
+ * table's "str+hash" case (bench/naive_tb.c) so the two compare: keys "user:<n>" drawn
+ * uniformly at random (same xorshift64* and pick), formatted without snprintf, the clock
+ * read once per 256 decisions, one limit per decision, rate 100/s with capacity 100.
+ * Cases: GCRA and token bucket x key counts x 1 and 2 threads (2 threads on disjoint
+ * key halves, so they share no key but do share shards), plus the hash alone.
+ *
+ * Usage: lib_bench [-s SECONDS] [NKEYS...]   (defaults: 1.5 s, 1000 100000 10000000)
+ * Output: RESULT lines, one per case (bench/run_lib.sh turns them into a table).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/hash.h"
+#include "sluice.h"
+
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline int64_t wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* "user:<n>", as in the naive benchmark */
+static inline size_t fmt_key(char *buf, uint64_t n) {
+    char tmp[24];
+    size_t len = 0;
+    memcpy(buf, "user:", 5);
+    do {
+        tmp[len++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    for (size_t i = 0; i < len; i++) buf[5 + i] = tmp[len - 1 - i];
+    return 5 + len;
+}
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static inline uint64_t xrand(rng *r) {
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 2685821657736338717ull;
+}
+
+static inline uint64_t pick(rng *r, uint64_t n) {
+    return (uint64_t)(((unsigned __int128)xrand(r) * n) >> 64);
+}
+
+typedef struct run_arg {
+    sluice_store *st;
+    const sluice_limiter *lim;
+    uint64_t nkeys;
+    int nthreads, tid;
+    double secs;
+    uint64_t ops, allowed, errors;
+    int64_t elapsed;
+    pthread_barrier_t *bar;
+} run_arg;
+
+/* Keys of thread t are those with n % nthreads == t: disjoint sets of keys. */
+static void *run(void *p) {
+    run_arg *a = p;
+    rng r = {88172645463325252ull + (uint64_t)a->tid * 0x9e3779b97f4a7c15ull};
+    uint64_t per = a->nkeys / (uint64_t)a->nthreads;
+    char buf[32];
+    sluice_decision d;
+    pthread_barrier_wait(a->bar);
+    int64_t t0 = now_ns(), end = t0 + (int64_t)(a->secs * 1e9), t1;
+    do {
+        for (int chunk = 0; chunk < 4096; chunk++) {
+            sluice_time now = {now_ns(), 0};
+            now.wall_ns = now.mono_ns; /* unused by these algorithms */
+            for (int j = 0; j < 256; j++) {
+                uint64_t n = pick(&r, per) * (uint64_t)a->nthreads + (uint64_t)a->tid;
+                sluice_item it = {a->lim, buf, fmt_key(buf, n), 1};
+                int rc = sluice_decide(a->st, &it, 1, now, &d);
+                a->allowed += (uint64_t)(rc == SLUICE_OK && d.allowed);
+                a->errors += (uint64_t)(rc != SLUICE_OK);
+            }
+            a->ops += 256;
+        }
+        t1 = now_ns();
+    } while (t1 < end);
+    a->elapsed = t1 - t0;
+    return NULL;
+}
+
+static void bench_case(sluice_algo algo, uint64_t nkeys, double secs) {
+    sluice_store_options o = {.max_keys = nkeys, .on_full = SLUICE_EVICT_LRU};
+    int err = 0;
+    sluice_store *st = sluice_store_create(&o, &err);
+    sluice_limit_spec s = {.algo = algo, .name = "bench", .limit = 100,
+                           .period_ns = SLUICE_NS_PER_S, .burst = 100};
+    sluice_limiter *lim = sluice_limiter_create(&s, &err, NULL, 0);
+    if (st == NULL || lim == NULL || sluice_store_register(st, lim) != SLUICE_OK) {
+        fprintf(stderr, "lib_bench: setup failed (%d)\n", err);
+        exit(1);
+    }
+    const char *name = sluice_algo_name(algo);
+    /* insert every key once, in order (first touch of the table's pages) */
+    char buf[32];
+    sluice_decision d;
+    int64_t t0 = now_ns();
+    sluice_time now = {t0, wall_ns()};
+    for (uint64_t n = 0; n < nkeys; n++) {
+        if ((n & 255) == 0) now.mono_ns = now_ns();
+        sluice_item it = {lim, buf, fmt_key(buf, n), 1};
+        sluice_decide(st, &it, 1, now, &d);
+    }
+    double ins = (double)(now_ns() - t0) / (double)nkeys;
+    sluice_store_stats ss;
+    sluice_store_stats_get(st, &ss);
+    double bpk = ss.keys ? (double)ss.bytes / (double)ss.keys : 0;
+    printf("RESULT | sluice %-12s insert       keys=%-9llu threads=1 | %8.1f ns/decision | "
+           "bytes/key %.1f | keys %llu\n",
+           name, (unsigned long long)nkeys, ins, bpk, (unsigned long long)ss.keys);
+    double one_rate = 0;
+    for (int nt = 1; nt <= 2; nt++) {
+        run_arg a[2];
+        pthread_t th[2];
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, (unsigned)nt);
+        for (int t = 0; t < nt; t++) {
+            a[t] = (run_arg){st, lim, nkeys, nt, t, secs, 0, 0, 0, 0, &bar};
+            pthread_create(&th[t], NULL, run, &a[t]);
+        }
+        uint64_t ops = 0, allowed = 0, errors = 0;
+        int64_t el = 0;
+        for (int t = 0; t < nt; t++) {
+            pthread_join(th[t], NULL);
+            ops += a[t].ops, allowed += a[t].allowed, errors += a[t].errors;
+            if (a[t].elapsed > el) el = a[t].elapsed;
+        }
+        pthread_barrier_destroy(&bar);
+        double rate = (double)ops / ((double)el / 1e9);
+        double ns = 1e9 / rate * nt; /* per decision, per thread */
+        if (nt == 1) one_rate = rate;
+        printf("RESULT | sluice %-12s str+hash     keys=%-9llu threads=%d | %8.1f ns/decision | "
+               "%12.0f decisions/s | allowed %.1f%% | scaling %.2fx | errors %llu\n",
+               name, (unsigned long long)nkeys, nt, ns, rate,
+               100.0 * (double)allowed / (double)ops, rate / one_rate,
+               (unsigned long long)errors);
+    }
+    sluice_store_stats_get(st, &ss);
+    printf("STATS  | sluice %-12s keys=%llu bytes=%llu expired=%llu evicted=%llu refused=%llu\n",
+           name, (unsigned long long)ss.keys, (unsigned long long)ss.bytes,
+           (unsigned long long)ss.expired, (unsigned long long)ss.evicted,
+           (unsigned long long)ss.refused);
+    fflush(stdout);
+    sluice_store_destroy(st);
+    sluice_limiter_destroy(lim);
+}
+
+/* The keyed hash alone over "user:<n>" with a 16-byte prefix absorbed once, as the
+ * store does: SipHash-1-3 (the store's) against SipHash-2-4. */
+static void bench_hash(double secs) {
+    sl_hash_key k = {0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
+    const int cd[2][2] = {{1, 3}, {2, 4}};
+    for (int v = 0; v < 2; v++) {
+        sl_sip pre;
+        sl_sip_init(&pre, &k);
+        sl_sip_blocks(&pre, "0123456789abcdef", 2, cd[v][0]);
+        rng r = {88172645463325252ull};
+        char buf[32];
+        uint64_t acc = 0, ops = 0;
+        int64_t t0 = now_ns(), end = t0 + (int64_t)(secs * 1e9), t1;
+        do {
+            for (int j = 0; j < 65536; j++) {
+                size_t len = fmt_key(buf, pick(&r, 10000000));
+                sl_hash128 h = sl_sip_finish(&pre, buf, len, cd[v][0], cd[v][1]);
+                acc += h.lo ^ h.hi;
+            }
+            ops += 65536;
+            t1 = now_ns();
+        } while (t1 < end);
+        printf("RESULT | hash siphash-%d-%d-128 \"user:<n>\" + key fmt | %8.1f ns/hash | (%llx)\n",
+               cd[v][0], cd[v][1], (double)(t1 - t0) / (double)ops, (unsigned long long)(acc & 0xf));
+    }
+}
+
+int main(int argc, char **argv) {
+    double secs = 1.5;
+    uint64_t list[16];
+    int nl = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-s") && i + 1 < argc)
+            secs = atof(argv[++i]);
+        else if (nl < 16)
+            list[nl++] = strtoull(argv[i], NULL, 10);
+    }
+    if (nl == 0) {
+        list[nl++] = 1000;
+        list[nl++] = 100000;
+        list[nl++] = 10000000;
+    }
+    if (secs <= 0 || secs > 60) secs = 1.5;
+    bench_hash(secs / 3);
+    for (int i = 0; i < nl; i++) {
+        bench_case(SLUICE_GCRA, list[i], secs);
+        bench_case(SLUICE_TOKEN_BUCKET, list[i], secs);
+    }
+    return 0;
+}
