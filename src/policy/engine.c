@@ -643,6 +643,20 @@ static int decide_group(const sl_engine *e, sl_verdict *v, const size_t *idx, si
         int rc = sluice_decide(e->store, items, m, now, &dec);
         if (rc != SLUICE_OK) return rc;
         for (size_t i = 0; i < m && i < dec.n; i++) v->items[map[i]].result = dec.results[i];
+        if (!dec.allowed && !peek && !deny) {
+            /* sluice_decide reports, for the windows that would have admitted, what would
+             * remain had the request gone through; nothing was consumed, so the client
+             * must be told the real state: peek again (rejections only, so the fast path
+             * stays one call). */
+            for (size_t i = 0; i < m; i++) items[i].cost = 0;
+            sluice_decision pk;
+            if (sluice_decide(e->store, items, m, now, &pk) == SLUICE_OK)
+                for (size_t i = 0; i < m && i < pk.n; i++)
+                    if (v->items[map[i]].result.allowed) {
+                        v->items[map[i]].result.remaining = pk.results[i].remaining;
+                        v->items[map[i]].result.reset_after_ns = pk.results[i].reset_after_ns;
+                    }
+        }
         if (!dec.allowed) *allowed = false;
         if (dec.deciding >= 0 && (size_t)dec.deciding < m) *deciding = (int)map[dec.deciding];
     }
