@@ -6,6 +6,8 @@
  * Admits iff count + cost <= limit. Known flaw, by design: a client may spend the whole
  * limit at the end of one window and again at the start of the next, so up to 2x the
  * limit passes within period_ns around a boundary. Use it for long windows, not bursts.
+ * Windows follow the wall clock: a step forward ends one early, a step back keeps the
+ * stored window (and its count) in force until the clock catches up.
  */
 #include "algo_impl.h"
 

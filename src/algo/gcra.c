@@ -5,6 +5,8 @@
  * new_tat - B*T <= now, i.e. exactly the admissions of a token bucket of B tokens
  * refilled one per T. redis-cell's max_burst=N is our burst N+1 (it admits N+1 from idle).
  * Arithmetic is in __int128 and stored times are clamped, so no input overflows.
+ * One deliberate difference from redis-cell: it tests diff truncated to whole seconds
+ * (so it may admit up to 1 s early); we test diff < 0 in ns, as SPECS §6.2 states it.
  */
 #include "algo_impl.h"
 

@@ -11,10 +11,16 @@
  * far that tail is above uniform, so it is 0 for uniform traffic and below limit (total
  * < 2 * limit) when all of a full previous window sits at its very end. Symmetrically it
  * refuses early when the previous window's traffic was front-loaded.
+ * Windows follow the wall clock: a step forward ends them early, a step back keeps the
+ * stored window in force (nothing is forgotten).
  */
 #include "algo_impl.h"
 
 typedef __int128 i128;
+
+/* Counts are kept below this (settle charges saturate), so prev * W + cur * W fits in
+ * a signed 128-bit product for any period. */
+#define SLIDING_COUNT_MAX (UINT64_C(1) << 62)
 
 int sl_sliding_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf,
                     size_t errbuf_len) {
@@ -46,8 +52,10 @@ static sl_sliding_state current(const sl_limit *lim, const void *state, sluice_t
     sl_sliding_state w = {ws, 0, 0};
     if (state == NULL) return w;
     const sl_sliding_state *s = state;
-    if (s->window_start_ns >= ws) return *s;
-    if ((i128)s->window_start_ns + lim->period_ns == ws) w.prev = s->cur;
+    if (s->window_start_ns >= ws) w = *s;
+    else if ((i128)s->window_start_ns + lim->period_ns == ws) w.prev = s->cur;
+    if (w.cur > SLIDING_COUNT_MAX) w.cur = SLIDING_COUNT_MAX;
+    if (w.prev > SLIDING_COUNT_MAX) w.prev = SLIDING_COUNT_MAX;
     return w;
 }
 
@@ -143,7 +151,8 @@ void sl_sliding_settle(const sl_limit *lim, const void *state, void *next, sluic
         uint64_t refund = (uint64_t)0 - (uint64_t)delta;
         w.cur = w.cur > refund ? w.cur - refund : 0;
     } else {
-        w.cur = w.cur > UINT64_MAX - (uint64_t)delta ? UINT64_MAX : w.cur + (uint64_t)delta;
+        uint64_t d = (uint64_t)delta;
+        w.cur = d >= SLIDING_COUNT_MAX - w.cur ? SLIDING_COUNT_MAX : w.cur + d;
     }
     *(sl_sliding_state *)next = w;
     sl_sliding_decide(lim, next, next, now, 0, r);

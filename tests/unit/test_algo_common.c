@@ -314,6 +314,57 @@ static void test_fresh_at(void) {
     }
 }
 
+
+/* Extreme parameters, costs, charges and times: no overflow (UBSan runs this too), and
+ * the answers stay sane. */
+static void test_extremes(void) {
+    static const int64_t periods[] = {1, 999, INT64_MAX};
+    static const uint64_t limits[] = {1, SL_SLIDING_LOG_MAX, UINT64_C(1000000000000)};
+    static const int64_t times[] = {0, 1, INT64_MAX / 4, INT64_MAX / 2};
+    for (size_t i = 0; i < N_RATE; i++) {
+        for (size_t p = 0; p < sizeof(periods) / sizeof(periods[0]); p++) {
+            for (size_t l = 0; l < sizeof(limits) / sizeof(limits[0]); l++) {
+                if (rate_algos[i] == SLUICE_SLIDING_LOG && limits[l] > SL_SLIDING_LOG_MAX)
+                    continue;
+                sluice_limit_spec spec = {0};
+                spec.algo = rate_algos[i];
+                spec.name = "x";
+                spec.limit = limits[l];
+                spec.period_ns = periods[p];
+                sl_limit lim;
+                if (sl_limit_init(&lim, &spec, NULL, NULL, 0) != SLUICE_OK) {
+                    /* Only GCRA refuses some: T < 1 ns, or B*T beyond its bound. */
+                    T_EQ_I(spec.algo, SLUICE_GCRA);
+                    continue;
+                }
+                state_buf st;
+                sl_result r;
+                bool have = false;
+                for (size_t k = 0; k < sizeof(times) / sizeof(times[0]); k++) {
+                    sluice_time t = {times[k], times[k]};
+                    sl_algo_decide(&lim, have ? st.bytes : NULL, st.bytes, t, 1, &r);
+                    have = true;
+                    sl_algo_decide(&lim, st.bytes, st.bytes, t, UINT64_MAX, &r);
+                    T_CHECK(!r.allowed && r.retry_after_ns == SLUICE_NEVER);
+                    sl_algo_settle(&lim, st.bytes, st.bytes, t, INT64_MAX, &r);
+                    sl_algo_settle(&lim, st.bytes, st.bytes, t, INT64_MAX, &r);
+                    T_EQ_U(r.remaining, 0);
+                    sl_algo_decide(&lim, st.bytes, st.bytes, t, limits[l], &r);
+                    T_CHECK(!r.allowed && r.retry_after_ns != 0);
+                    T_CHECK(r.reset_after_ns >= 0);
+                    (void)sl_algo_fresh_at(&lim, st.bytes, t);
+                    sl_algo_settle(&lim, st.bytes, st.bytes, t, INT64_MIN, &r);
+                    sl_algo_rebase(&lim, st.bytes, INT64_MAX);
+                    sl_algo_rebase(&lim, st.bytes, INT64_MIN);
+                    (void)sl_algo_fresh_at(&lim, st.bytes, t);
+                    state_buf next;
+                    sl_algo_carry(&lim, st.bytes, &lim, next.bytes, t);
+                }
+            }
+        }
+    }
+}
+
 int main(void) {
     T_RUN(test_validation_errors);
     T_RUN(test_spec_copied_and_capacity);
@@ -321,5 +372,6 @@ int main(void) {
     T_RUN(test_settle_no_double_count);
     T_RUN(test_carry_rule);
     T_RUN(test_fresh_at);
+    T_RUN(test_extremes);
     return T_DONE();
 }
