@@ -197,6 +197,7 @@ static long parse_chunked(const char *buf, size_t len, size_t pos, const sl_http
 int sl_http1_parse(const char *buf, size_t len, const sl_http_limits *lim, sl_http_req *req,
                    char *body_buf, size_t body_cap) {
     memset(req, 0, offsetof(sl_http_req, headers));
+    req->minor = 1; /* errors before the version is known are answered in HTTP/1.1 */
     size_t pos = 0;
     /* RFC 9112 2.2: ignore a few empty lines before the request line (clients that
      * send CRLF after a POST body). */
