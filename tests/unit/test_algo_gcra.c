@@ -174,6 +174,9 @@ static void test_property_vs_reference(void) {
         sl_gcra_state st = {0};
         bool have = false;
         ref_model m = {(__int128)lim.capacity * lim.emission_ns, t};
+        static int64_t adm_t[2000];
+        static uint64_t adm_c[2000];
+        int na = 0;
         for (int i = 0; i < 2000; i++) {
             t += (int64_t)(t_rand(&seed) % (uint64_t)(2 * lim.emission_ns + 1));
             if (t_rand(&seed) % 50 == 0) t += period * (int64_t)(t_rand(&seed) % 3);
@@ -189,6 +192,8 @@ static void test_property_vs_reference(void) {
             if (changed) {
                 st = next;
                 have = true;
+                adm_t[na] = t;
+                adm_c[na++] = cost;
             }
             if (!have) continue;
             if (!r.allowed) {
@@ -209,6 +214,22 @@ static void test_property_vs_reference(void) {
             /* reset_after: from then on the state is fresh. */
             int64_t fresh_in = sl_algo_fresh_at(&lim, &st, at(t)) - t;
             T_EQ_I(fresh_in > 0 ? fresh_in : 0, r.reset_after_ns);
+        }
+        /* Token bucket bound: at most B + floor(W / T) units in any window of length W. */
+        for (int k = 1; k <= 3; k++) {
+            int64_t w = period * k;
+            uint64_t bound = lim.capacity + (uint64_t)(w / lim.emission_ns);
+            int j = 0;
+            uint64_t sum = 0;
+            for (int i = 0; i < na; i++) {
+                sum += adm_c[i];
+                while (adm_t[i] - adm_t[j] >= w) sum -= adm_c[j++];
+                if (sum > bound) {
+                    T_FAIL("round %d: %llu admitted within %lld ns (bound %llu)", round,
+                           (unsigned long long)sum, (long long)w, (unsigned long long)bound);
+                    break;
+                }
+            }
         }
     }
 }
