@@ -1,0 +1,285 @@
+/*
+ * test_policy_envoy.c -- the envoyproxy/ratelimit README configurations (examples/envoy/)
+ * load unchanged and match as that README documents: depth, exact over wildcard over
+ * bare key, unlimited, shadow_mode, replaces, wildcards, and a logical OR over the
+ * descriptors of one request. Plus sluice's extensions to the format.
+ */
+#include "policy/policy.h"
+#include "t.h"
+
+#define SEC SLUICE_NS_PER_S
+
+typedef struct fx {
+    sluice_clock *clk;
+    sluice_store *st;
+    sl_config *cfg;
+    sl_engine *e;
+} fx;
+
+static bool fx_open(fx *f, const char *example) {
+    memset(f, 0, sizeof(*f));
+    const char *src = getenv("SLUICE_SRC");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/examples/envoy/%s", src ? src : ".", example);
+    static sl_diag_list dl;
+    int rc = sl_config_load(path, &f->cfg, &dl);
+    if (rc != SLUICE_OK) {
+        char line[600];
+        for (size_t i = 0; i < dl.n; i++) {
+            sl_diag_format(&dl, i, line, sizeof(line));
+            fprintf(stderr, "  %s\n", line);
+        }
+        T_FAIL("%s did not load", path);
+        return false;
+    }
+    T_CHECK(sl_config_is_envoy(f->cfg));
+    f->clk = sluice_clock_create_manual(INT64_C(1767225600) * SEC);
+    int err;
+    f->st = sluice_store_create(NULL, &err);
+    char msg[200];
+    f->e = sl_engine_create(f->cfg, f->st, &err, msg, sizeof(msg));
+    if (f->e == NULL) T_FAIL("engine: %s", msg);
+    return f->e != NULL;
+}
+
+static void fx_close(fx *f) {
+    sl_engine_destroy(f->e);
+    sl_config_destroy(f->cfg);
+    sluice_store_destroy(f->st);
+    sluice_clock_destroy(f->clk);
+}
+
+static sl_str S(const char *s) { return (sl_str){s, s ? strlen(s) : 0}; }
+
+static sl_verdict V;
+
+/* One RLS request: domain and up to 4 descriptors of up to 4 "key=value" entries each,
+ * given as strings "k=v,k2=v2". */
+typedef struct rls {
+    sl_entry ent[4][4];
+    char buf[4][4][2][64];
+    sl_descriptor d[4];
+    sl_request r;
+} rls;
+
+static const sl_request *Q(rls *q, const char *domain, const char *d0, const char *d1) {
+    memset(q, 0, sizeof(*q));
+    const char *ds[2] = {d0, d1};
+    size_t nd = 0;
+    for (size_t i = 0; i < 2 && ds[i]; i++, nd++) {
+        const char *p = ds[i];
+        size_t ne = 0;
+        while (*p && ne < 4) {
+            const char *eq = strchr(p, '='), *comma = strchr(p, ',');
+            if (comma == NULL) comma = p + strlen(p);
+            snprintf(q->buf[i][ne][0], 64, "%.*s", (int)(eq - p), p);
+            snprintf(q->buf[i][ne][1], 64, "%.*s", (int)(comma - eq - 1), eq + 1);
+            q->ent[i][ne].key = S(q->buf[i][ne][0]);
+            q->ent[i][ne].value = S(q->buf[i][ne][1]);
+            ne++;
+            p = *comma ? comma + 1 : comma;
+        }
+        q->d[i].entries = q->ent[i];
+        q->d[i].n = ne;
+    }
+    q->r.domain = S(domain);
+    q->r.descriptors = q->d;
+    q->r.n_descriptors = nd;
+    return &q->r;
+}
+
+/* Sends `n` identical requests and returns how many were admitted. */
+static int admitted(fx *f, const sl_request *r, int n) {
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        T_EQ_I(sl_engine_check(f->e, r, sluice_clock_now(f->clk), &V), SLUICE_OK);
+        ok += V.action == SL_ALLOW;
+    }
+    return ok;
+}
+
+static void example1_values(void) {
+    fx f;
+    if (!fx_open(&f, "01-mongo-cps.yaml")) return;
+    rls q;
+    T_EQ_I(admitted(&f, Q(&q, "mongo_cps", "database=users", NULL), 510), 500);
+    T_EQ_I(admitted(&f, Q(&q, "mongo_cps", "database=default", NULL), 510), 500);
+    /* a value with no rule is not limited, nor is another domain */
+    T_EQ_I(admitted(&f, Q(&q, "mongo_cps", "database=other", NULL), 600), 600);
+    T_EQ_U(V.n, 0);
+    T_EQ_I(admitted(&f, Q(&q, "nosuch", "database=users", NULL), 3), 3);
+    /* the window is one second */
+    sluice_clock_advance(f.clk, SEC);
+    T_EQ_I(admitted(&f, Q(&q, "mongo_cps", "database=users", NULL), 1), 1);
+    fx_close(&f);
+}
+
+static void example2_nested_and_or(void) {
+    fx f;
+    if (!fx_open(&f, "02-messaging.yaml")) return;
+    rls q;
+    /* marketing to one number: 5 a day (and each also counts as a message to it) */
+    const sl_request *r = Q(&q, "messaging", "message_type=marketing,to_number=2061111111",
+                            "to_number=2061111111");
+    T_EQ_I(admitted(&f, r, 8), 5);
+    T_EQ_S(V.items[V.deciding].info->policy, "messaging/message_type=marketing/to_number");
+    /* other numbers have their own counters */
+    T_EQ_I(admitted(&f, Q(&q, "messaging", "message_type=marketing,to_number=2062222222", NULL),
+                    6), 5);
+    /* any message to the first number: 100 a day, 5 already used */
+    T_EQ_I(admitted(&f, Q(&q, "messaging", "to_number=2061111111", NULL), 100), 95);
+    fx_close(&f);
+}
+
+static void example3_exact_beats_bare(void) {
+    fx f;
+    if (!fx_open(&f, "03-edge-proxy-per-ip.yaml")) return;
+    rls q;
+    T_EQ_I(admitted(&f, Q(&q, "edge_proxy_per_ip", "remote_address=50.0.0.1", NULL), 12), 10);
+    T_EQ_I(admitted(&f, Q(&q, "edge_proxy_per_ip", "remote_address=50.0.0.5", NULL), 3), 0);
+    T_EQ_I(V.action, SL_REJECT);
+    fx_close(&f);
+}
+
+static void example4_depth(void) {
+    fx f;
+    rls q;
+    if (!fx_open(&f, "04-depth-shallow.yaml")) return;
+    T_EQ_I(admitted(&f, Q(&q, "example4", "key=value,subkey=subvalue", NULL), 400), 400);
+    T_EQ_U(V.n, 0);
+    T_EQ_I(admitted(&f, Q(&q, "example4", "key=value", NULL), 301), 300);
+    fx_close(&f);
+    if (!fx_open(&f, "04-depth.yaml")) return;
+    T_EQ_I(admitted(&f, Q(&q, "example4", "key=value,subkey=subvalue", NULL), 301), 300);
+    T_EQ_I(admitted(&f, Q(&q, "example4", "key=value", NULL), 5), 5);
+    fx_close(&f);
+}
+
+static void example5_unlimited(void) {
+    fx f;
+    if (!fx_open(&f, "05-unlimited.yaml")) return;
+    rls q;
+    T_EQ_I(admitted(&f, Q(&q, "internal", "ldap=x", NULL), 1000), 1000);
+    T_EQ_U(V.n, 1);
+    T_CHECK(V.items[0].unlimited);
+    T_EQ_U(V.items[0].result.remaining, UINT32_MAX);
+    T_EQ_I(admitted(&f, Q(&q, "internal", "azure=y", NULL), 101), 100);
+    fx_close(&f);
+}
+
+static void example6_shadow(void) {
+    fx f;
+    if (!fx_open(&f, "06-shadow.yaml")) return;
+    rls q;
+    T_EQ_I(admitted(&f, Q(&q, "example6", "service=auth-service,user=user-a", NULL), 30), 30);
+    T_CHECK(V.shadow_limited);
+    T_EQ_I(admitted(&f, Q(&q, "example6", "service=auth-service,user=user-b", NULL), 30), 20);
+    fx_close(&f);
+}
+
+static void example7_replaces(void) {
+    fx f;
+    if (!fx_open(&f, "07-replaces.yaml")) return;
+    rls q;
+    /* both rules match: only the replacing one (10/s) applies ... */
+    const sl_request *both = Q(&q, "example7", "key_1=value_1,user=bkthomps",
+                               "key_2=value_2,user=bkthomps");
+    T_EQ_I(admitted(&f, both, 12), 10);
+    T_EQ_U(V.n, 1);
+    sluice_clock_advance(f.clk, SEC);
+    /* ... and the replaced 5/s counter was left alone */
+    T_EQ_I(admitted(&f, Q(&q, "example7", "key_1=value_1,user=bkthomps", NULL), 7), 5);
+    fx_close(&f);
+}
+
+static void example8_detailed_metric(void) {
+    fx f;
+    if (!fx_open(&f, "08-detailed-metric.yaml")) return;
+    rls q;
+    T_EQ_I(admitted(&f, Q(&q, "example8", "key1=unspecified_value", NULL), 11), 10);
+    T_EQ_I(admitted(&f, Q(&q, "example8", "key1=unspecified_value2", NULL), 11), 10);
+    T_EQ_I(admitted(&f, Q(&q, "example8", "key1=value1", NULL), 21), 20);
+    fx_close(&f);
+}
+
+static void example9_wildcard(void) {
+    fx f;
+    if (!fx_open(&f, "09-wildcard.yaml")) return;
+    rls q;
+    T_EQ_I(admitted(&f, Q(&q, "example9", "key1=value_1", NULL), 21), 20);
+    T_EQ_I(admitted(&f, Q(&q, "example9", "key1=value_2", NULL), 21), 20);
+    T_EQ_I(admitted(&f, Q(&q, "example9", "key1=other", NULL), 30), 30);
+    fx_close(&f);
+}
+
+static void sluice_extensions(void) {
+    fx f;
+    if (!fx_open(&f, "10-sluice-extensions.yaml")) return;
+    rls q;
+    T_EQ_I(admitted(&f, Q(&q, "edge", "remote_address=1.2.3.4", NULL), 25), 20);
+    T_EQ_U(V.n, 3);
+    /* share_threshold: every api-* value shares one counter */
+    T_EQ_I(admitted(&f, Q(&q, "edge", "generic_key=api-a", NULL), 600), 600);
+    T_EQ_I(admitted(&f, Q(&q, "edge", "generic_key=api-b", NULL), 401), 400);
+    /* hits_addend: per descriptor first, then the request's */
+    sluice_clock_advance(f.clk, 3600 * SEC);
+    Q(&q, "edge", "generic_key=api-c", NULL);
+    q.r.hits_addend = 600;
+    T_EQ_I(admitted(&f, &q.r, 1), 1);
+    T_EQ_U(V.items[0].cost, 600);
+    q.d[0].has_hits_addend = true;
+    q.d[0].hits_addend = 0; /* check only */
+    T_EQ_I(admitted(&f, &q.r, 1), 1);
+    T_EQ_U(V.items[0].result.remaining, 400);
+    fx_close(&f);
+}
+
+static void format_errors(void) {
+    static const struct {
+        const char *yaml, *msg;
+    } bad[] = {
+        {"domain: ''\ndescriptors: []\n", "1:9: domain must not be empty"},
+        {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+         "4:24: invalid rate limit unit 'fortnight'"},
+        {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, unlimited: true}\n",
+         "4:24: unit given with unlimited: true"},
+        {"domain: d\ndescriptors:\n  - key: k\n  - key: k\n", "4:10: duplicate descriptor 'k'"},
+        {"domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
+         "5:22: share_threshold needs a wildcard value"},
+        {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1,"
+         " name: a, replaces: [{name: a}]}\n",
+         "replaces itself"},
+        {"domain: d\ndescriptors:\n  - key: k\n    colour: red\n",
+         "4:5: unknown field 'colour' in a descriptor"},
+        {"domain: d\ndescriptors:\n  - key: ''\n", "3:10: descriptor key must not be empty"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        static sl_diag_list dl;
+        sl_config *cfg = NULL;
+        int rc = sl_config_load_buffer(bad[i].yaml, strlen(bad[i].yaml), "e.yaml", &cfg, &dl);
+        T_EQ_I(rc, SLUICE_EINVAL);
+        T_CHECK(cfg == NULL);
+        bool found = false;
+        char line[600];
+        for (size_t j = 0; j < dl.n; j++) {
+            sl_diag_format(&dl, j, line, sizeof(line));
+            if (strstr(line, bad[i].msg) != NULL) found = true;
+        }
+        if (!found) T_FAIL("case %zu: no '%s' (first: %s)", i, bad[i].msg, dl.n ? line : "-");
+    }
+}
+
+int main(void) {
+    T_RUN(example1_values);
+    T_RUN(example2_nested_and_or);
+    T_RUN(example3_exact_beats_bare);
+    T_RUN(example4_depth);
+    T_RUN(example5_unlimited);
+    T_RUN(example6_shadow);
+    T_RUN(example7_replaces);
+    T_RUN(example8_detailed_metric);
+    T_RUN(example9_wildcard);
+    T_RUN(sluice_extensions);
+    T_RUN(format_errors);
+    return T_DONE();
+}
