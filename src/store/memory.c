@@ -526,7 +526,7 @@ sl_family *sl_store_family_by_name(sluice_store *st, const char *name, size_t na
     return NULL;
 }
 
-static bool same_params(const sl_limit *a, const sl_limit *b) {
+bool sl_limit_same(const sl_limit *a, const sl_limit *b) {
     return a->algo == b->algo && a->state_size == b->state_size && a->limit == b->limit &&
            a->capacity == b->capacity && a->period_ns == b->period_ns &&
            a->max_delay_ns == b->max_delay_ns && a->lease_ns == b->lease_ns &&
@@ -647,7 +647,7 @@ int sluice_store_register(sluice_store *st, const sluice_limiter *lim) {
     pthread_mutex_lock(&st->reg_lock);
     sl_family *f = sl_store_family_by_name(st, lim->name, name_len, lim->spec.index);
     sl_lver *cur = f != NULL ? f->cur : NULL;
-    if (cur == NULL || !same_params(&cur->lim, &lim->lim)) {
+    if (cur == NULL || !sl_limit_same(&cur->lim, &lim->lim)) {
         sl_lver *v = calloc(1, sizeof(*v));
         sl_table *t = table_for(st, lim->lim.state_size);
         if (v == NULL || t == NULL) {

@@ -145,6 +145,8 @@ void sl_store_reseed(sluice_store *st, const sl_hash_key *seed);
 sl_family *sl_store_family_of(sluice_store *st, const sluice_limiter *lim);
 sl_family *sl_store_family_by_name(sluice_store *st, const char *name, size_t name_len,
                                    uint32_t index);
+/* Same compiled parameters (what decides whether a re-registration carries state). */
+bool sl_limit_same(const sl_limit *a, const sl_limit *b);
 static inline sl_lver *sl_family_cur(sl_family *f) {
     return atomic_load_explicit(&f->cur, memory_order_acquire);
 }
