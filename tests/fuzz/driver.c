@@ -14,8 +14,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define MAX_INPUT 65536
-#define MAX_SEEDS 512
+#define FUZZ_MAX_INPUT 65536
+#define FUZZ_MAX_SEEDS 512
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t next(void) {
@@ -26,8 +26,8 @@ static uint64_t next(void) {
 }
 
 int main(int argc, char **argv) {
-    static uint8_t *seeds[MAX_SEEDS];
-    static size_t seed_len[MAX_SEEDS];
+    static uint8_t *seeds[FUZZ_MAX_SEEDS];
+    static size_t seed_len[FUZZ_MAX_SEEDS];
     size_t nseeds = 0;
     if (argc > 1) {
         DIR *d = opendir(argv[1]);
@@ -36,14 +36,14 @@ int main(int argc, char **argv) {
             return 1;
         }
         struct dirent *de;
-        while ((de = readdir(d)) != NULL && nseeds < MAX_SEEDS) {
+        while ((de = readdir(d)) != NULL && nseeds < FUZZ_MAX_SEEDS) {
             if (de->d_name[0] == '.') continue;
             char path[4096];
             snprintf(path, sizeof(path), "%s/%s", argv[1], de->d_name);
             FILE *f = fopen(path, "rb");
             if (f == NULL) continue;
-            uint8_t *buf = malloc(MAX_INPUT);
-            size_t n = fread(buf, 1, MAX_INPUT, f);
+            uint8_t *buf = malloc(FUZZ_MAX_INPUT);
+            size_t n = fread(buf, 1, FUZZ_MAX_INPUT, f);
             fclose(f);
             seeds[nseeds] = buf;
             seed_len[nseeds++] = n;
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
 
     const char *it = getenv("FUZZ_ITERATIONS");
     long iterations = it ? strtol(it, NULL, 10) : 20000;
-    uint8_t *buf = malloc(MAX_INPUT);
+    uint8_t *buf = malloc(FUZZ_MAX_INPUT);
     for (long i = 0; i < iterations; i++) {
         size_t n = 0;
         if (nseeds > 0) {
@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
             case 1: if (n) buf[next() % n] = (uint8_t)next(); break;
             case 2: if (n) n = next() % n; break;
             case 3: /* insert a random byte */
-                if (n < MAX_INPUT) {
+                if (n < FUZZ_MAX_INPUT) {
                     size_t p = n ? next() % (n + 1) : 0;
                     memmove(buf + p + 1, buf + p, n - p);
                     buf[p] = (uint8_t)next();
@@ -83,14 +83,14 @@ int main(int argc, char **argv) {
                         size_t from = next() % seed_len[s];
                         size_t len = next() % (seed_len[s] - from + 1);
                         size_t at = n ? next() % (n + 1) : 0;
-                        if (at + len > MAX_INPUT) len = MAX_INPUT - at;
+                        if (at + len > FUZZ_MAX_INPUT) len = FUZZ_MAX_INPUT - at;
                         memcpy(buf + at, seeds[s] + from, len);
                         if (at + len > n) n = at + len;
                     }
                 }
                 break;
             case 5: /* duplicate a chunk */
-                if (n && n < MAX_INPUT / 2) {
+                if (n && n < FUZZ_MAX_INPUT / 2) {
                     size_t from = next() % n, len = next() % (n - from + 1);
                     memmove(buf + n, buf + from, len);
                     n += len;
