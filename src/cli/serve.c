@@ -66,6 +66,17 @@ int sl_cli_serve(int argc, char **argv) {
             o.test_clock = true;
             continue;
         }
+        static const char *const with_value[] = {
+            "-c", "--config", "--http", "--resp", "--admin", "--grpc", "--store", "--workers",
+            "--read-timeout", "--idle-timeout", "--drain-timeout", "--max-conns",
+            "--auth-deny-status", NULL};
+        bool known = false;
+        for (int k = 0; with_value[k]; k++)
+            if (strcmp(a, with_value[k]) == 0) known = true;
+        if (!known) {
+            fprintf(stderr, "sluice serve: unknown option '%s' (sluice serve --help)\n", a);
+            return 1;
+        }
         if (v == NULL) return bad("missing value after", a);
         i++;
         if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) {

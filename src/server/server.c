@@ -303,6 +303,7 @@ static void stop_listening(sl_worker *w) {
     for (int k = 0; k < 3; k++)
         if (w->srv->lfd[k] >= 0) sl_loop_del(&w->loop, &w->listen_io[k]);
     w->listening = false;
+    atomic_store(&w->listening_flag, false);
 }
 
 static void *worker_main(void *arg) {
@@ -357,6 +358,7 @@ static sl_worker *worker_create(sl_server *s, unsigned id, char *err, size_t err
         }
     }
     w->listening = true;
+    atomic_store(&w->listening_flag, true);
     return w;
 oom:
     snprintf(err, errlen, "out of memory");
@@ -559,6 +561,19 @@ int sl_server_run(sl_server *s) {
         int sig = sigtimedwait(&set, NULL, &ts);
         if (sig == SIGTERM || sig == SIGINT) {
             atomic_store(&s->draining, 1);
+            /* Refuse new connections at once (instead of leaving them in the backlog):
+             * once every worker has dropped the listeners from its epoll set, shut them
+             * down, which makes the kernel reset further connection attempts. */
+            for (int tries = 0; tries < 40; tries++) {
+                bool all = true;
+                for (unsigned i = 0; i < started; i++)
+                    if (atomic_load(&s->workers[i]->listening_flag)) all = false;
+                if (all) break;
+                struct timespec d = {0, 10 * 1000 * 1000};
+                nanosleep(&d, NULL);
+            }
+            for (int k = 0; k < 3; k++)
+                if (s->lfd[k] >= 0) shutdown(s->lfd[k], SHUT_RDWR);
         } else if (sig == SIGHUP) {
             char err[4096];
             if (sl_server_reload(s, err, sizeof(err)) != 0)

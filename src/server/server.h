@@ -140,6 +140,7 @@ typedef struct sl_worker {
     sl_io listen_io[3];
     sl_listen_ctx lctx[3];
     bool listening;
+    _Atomic bool listening_flag; /* read by the main thread while draining */
     bool done;
     _Atomic(sl_gen *) hazard; /* the generation this worker may be using */
     sl_gen *gen;              /* == hazard while handling events */
