@@ -320,7 +320,7 @@ bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const cha
         return true;
     }
     if (err == SLUICE_ENOTFOUND && s.tz != NULL)
-        sl__err(cx, at, "unknown time zone '%.60s' (expected an IANA name such as "
+        sl__err(cx, sl__get(at, "tz") ? sl__get(at, "tz") : at, "unknown time zone '%.60s' (expected an IANA name such as "
                 "Europe/Madrid)", s.tz);
     else if (err == SLUICE_ENOMEM)
         cx->cfg->arena.oom = true;
@@ -716,12 +716,15 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
     const sl_ynode *cost_node = sl__get(n, "cost");
     if (cost_node != NULL) ok &= parse_cost(cx, cost_node, p);
 
-    bool algo_set = false;
+    bool algo_set = false, algo_bad = false;
     if ((x = sl__get(n, "algorithm")) != NULL) {
-        ok &= parse_algo(cx, x, &p->algo);
+        algo_bad = !parse_algo(cx, x, &p->algo);
+        ok &= !algo_bad;
         algo_set = true;
     }
-    if ((x = sl__get(n, "limits")) == NULL) {
+    if (algo_bad) {
+        /* the limits cannot be checked against an unknown algorithm: one error is enough */
+    } else if ((x = sl__get(n, "limits")) == NULL) {
         sl__err(cx, n, "policy '%s' needs limits (expected limits: [{rate: 10/s, burst: 20}])",
                 p->name ? p->name : "?");
         ok = false;
@@ -735,7 +738,10 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
 
     const sl_ynode *pf = sl__get(n, "plan_from"), *pl = sl__get(n, "plans");
     if ((pf != NULL) != (pl != NULL)) {
-        sl__err(cx, pf ? pf : pl, "plans and plan_from go together (expected plan_from: "
+        const sl_ynode *at = n;
+        for (size_t i = 0; i < n->n; i++)
+            if (n->v[2 * i + 1] == (pf ? pf : pl)) at = n->v[2 * i];
+        sl__err(cx, at, "plans and plan_from go together (expected plan_from: "
                 "header.x-plan and plans: {pro: {limits: [...]}})");
         ok = false;
     } else if (pl != NULL) {
@@ -1036,7 +1042,8 @@ static void check_labels(sl__ctx *cx, const sl_ynode *root) {
                 for (size_t b = (j == i ? a + 1 : 0); b < cx->pol[j]->nwin; b++)
                     if (cx->pol[i]->win[a].label && cx->pol[j]->win[b].label &&
                         strcmp(cx->pol[i]->win[a].label, cx->pol[j]->win[b].label) == 0 &&
-                        !cx->pol[i]->envoy && !cx->pol[j]->envoy) {
+                        !cx->pol[i]->envoy && !cx->pol[j]->envoy &&
+                        strcmp(cx->pol[i]->name, cx->pol[j]->name) != 0) {
                         sl__err(cx, root, "limit name '%s' is used twice (in policies '%s' and "
                                 "'%s'; expected unique names)", cx->pol[i]->win[a].label,
                                 cx->pol[i]->name, cx->pol[j]->name);
