@@ -1,0 +1,100 @@
+"""Slow and abusive clients cannot hold the server: slowloris connections are answered
+408 and closed after the read timeout (more bytes do not extend it), idle ones are closed,
+oversized requests get 413/431 at once, the connection cap holds; other clients are
+served normally all along."""
+import socket
+import threading
+import time
+
+import requests
+
+from conftest import Resp
+
+
+def serve_opts():
+    return ["--read-timeout", "1000", "--idle-timeout", "1500", "--max-conns", "60"]
+
+
+def test_slowloris_and_oversized_while_others_are_served(make_server):
+    s = make_server(extra=serve_opts())
+    slow = []
+    for _ in range(20):
+        c = socket.create_connection(("127.0.0.1", s.http_port), timeout=5)
+        c.sendall(b"GET /v1/auth HTTP/1.1\r\nHost: x\r\n")
+        slow.append(c)
+    slow_resp = Resp(s.resp_port)
+    slow_resp.send_raw(b"*3\r\n$8\r\nSL.CHECK\r\n")  # a command that never completes
+    t0 = time.time()
+    served = 0
+    sess = requests.Session()
+    big_body_status = None
+    while time.time() - t0 < 2.0:
+        for c in slow:  # keep trickling bytes: this must not extend the deadline
+            try:
+                c.sendall(b"X-a: b\r\n")
+            except OSError:
+                pass
+        r = sess.get(s.http + "/v1/auth", headers={"X-Api-Key": "good-%d" % served}, timeout=2)
+        assert r.status_code == 200
+        served += 1
+        if big_body_status is None:
+            o = socket.create_connection(("127.0.0.1", s.http_port), timeout=5)
+            o.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n\r\n" + b"x" * 10000)
+            big_body_status = o.recv(100)[:12]
+            o.close()
+            o = socket.create_connection(("127.0.0.1", s.http_port), timeout=5)
+            o.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"y" * 20000 + b"\r\n\r\n")
+            assert o.recv(100).startswith(b"HTTP/1.1 431 ")
+            o.close()
+        time.sleep(0.05)
+    assert big_body_status == b"HTTP/1.1 413"
+    assert served >= 10
+    # every slow connection got a 408 and was closed, within read timeout + sweep slack
+    for c in slow:
+        c.settimeout(2)
+        data = b""
+        try:
+            while True:
+                chunk = c.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        except (ConnectionResetError, socket.timeout):
+            pass
+        assert data.startswith(b"HTTP/1.1 408 Request Timeout"), data[:60]
+        c.close()
+    assert slow_resp.closed(timeout=2)
+    m = sess.get(s.admin + "/metrics", timeout=5).text
+    timeouts = [l for l in m.splitlines() if l.startswith("sluice_timeouts_total ")]
+    assert int(timeouts[0].split()[1]) >= 21
+
+
+def test_idle_connections_are_closed(make_server):
+    s = make_server(extra=serve_opts())
+    c = socket.create_connection(("127.0.0.1", s.http_port), timeout=5)
+    c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert c.recv(1000).startswith(b"HTTP/1.1 200")
+    t0 = time.time()
+    c.settimeout(5)
+    assert c.recv(100) == b""  # closed by the idle timeout
+    assert 1.0 < time.time() - t0 < 4.0
+
+
+def test_connection_cap(make_server):
+    s = make_server(extra=serve_opts())
+    held = [socket.create_connection(("127.0.0.1", s.resp_port), timeout=5) for _ in range(60)]
+    for h in held[:5]:
+        h.sendall(b"PING\r\n")
+        assert h.recv(100) == b"+PONG\r\n"
+    extra = socket.create_connection(("127.0.0.1", s.resp_port), timeout=5)
+    extra.settimeout(3)
+    try:
+        refused = extra.recv(100) == b""
+    except ConnectionResetError:
+        refused = True
+    assert refused  # over the cap: closed at once
+    for h in held:
+        h.close()
+    time.sleep(0.3)
+    c = Resp(s.resp_port)
+    assert c.command("PING") == "PONG"
