@@ -240,12 +240,20 @@ class Server:
         self.log.close()
         return self.proc.returncode
 
+    def assert_clean(self):
+        """After stop(): exit status 0 and no sanitizer report (ASan/UBSan builds)."""
+        with open(self.log_path) as f:
+            out = f.read()
+        assert "Sanitizer" not in out and "runtime error:" not in out, out[-4000:]
+        assert self.proc.returncode == 0, "exit status %s\n%s" % (self.proc.returncode, out[-2000:])
+
 
 @pytest.fixture
 def server():
     s = Server()
     yield s
     s.stop()
+    s.assert_clean()
 
 
 @pytest.fixture
@@ -260,3 +268,5 @@ def make_server():
     yield make
     for s in started:
         s.stop()
+    for s in started:
+        s.assert_clean()
