@@ -33,6 +33,7 @@ struct sl_tz {
     const int64_t *trans;  /* [timecnt] strictly ascending */
     const int32_t *off;    /* [timecnt] offset in effect from trans[i] on */
     int32_t utoff0;        /* before the first transition (time type 0) */
+    int32_t maxoff;        /* the largest offset it ever uses: local(u) <= u + maxoff */
     bool has_rule;         /* footer present and non-empty: used after the last transition */
     sl_tz_posix rule;
 };
@@ -215,7 +216,9 @@ static int rule_events(const sl_tz_posix *p, int64_t t, int64_t ev[10], bool dst
     return n;
 }
 
-int32_t sl_tz_posix_offset(const sl_tz_posix *p, int64_t utc_s) {
+/* The offset at utc_s and, in *end, the first change after it (INT64_MAX: none). */
+static int32_t posix_piece(const sl_tz_posix *p, int64_t utc_s, int64_t *end) {
+    *end = INT64_MAX;
     if (!p->has_dst) return p->std_utoff;
     int64_t t = clamp_t(utc_s), ev[10], best = INT64_MIN;
     bool dst[10], in_dst = false;
@@ -224,18 +227,20 @@ int32_t sl_tz_posix_offset(const sl_tz_posix *p, int64_t utc_s) {
      * "DST all year" rules (e.g. "EST5EDT,0/0,J365/25", RFC 8536) stay in DST. */
     for (int i = 0; i < n; i++) {
         if (ev[i] <= t && (ev[i] > best || (ev[i] == best && dst[i]))) best = ev[i], in_dst = dst[i];
+        if (ev[i] > t && ev[i] < *end && utc_s < SL_TZ_TMAX) *end = ev[i];
     }
     return in_dst ? p->dst_utoff : p->std_utoff;
 }
 
+int32_t sl_tz_posix_offset(const sl_tz_posix *p, int64_t utc_s) {
+    int64_t end;
+    return posix_piece(p, utc_s, &end);
+}
+
 int64_t sl_tz_posix_next(const sl_tz_posix *p, int64_t utc_s) {
-    if (!p->has_dst || utc_s >= SL_TZ_TMAX) return INT64_MAX;
-    int64_t t = clamp_t(utc_s), ev[10], best = INT64_MAX;
-    bool dst[10];
-    int n = rule_events(p, t, ev, dst);
-    for (int i = 0; i < n; i++)
-        if (ev[i] > t && ev[i] < best) best = ev[i];
-    return best;
+    int64_t end;
+    posix_piece(p, utc_s, &end);
+    return end;
 }
 
 /* ---- TZif (RFC 8536) ----------------------------------------------------------- */
@@ -307,12 +312,13 @@ sl_tz *sl_tz_parse(const uint8_t *buf, size_t len, const char *name, int *err) {
     const uint8_t *idx = times + (size_t)h.timecnt * tsize;
     const uint8_t *types = idx + h.timecnt;
     const uint8_t *flags = types + (size_t)h.typecnt * 6 + h.charcnt + (size_t)h.leapcnt * (tsize + 4);
-    int32_t utoff[256];
+    int32_t utoff[256], maxoff = INT32_MIN;
     for (uint32_t i = 0; i < h.typecnt; i++) {
         const uint8_t *tt = types + (size_t)i * 6;
         utoff[i] = (int32_t)be32(tt);
         if (utoff[i] < -SL_TZ_MAXOFF || utoff[i] > SL_TZ_MAXOFF || tt[4] > 1 || tt[5] >= h.charcnt)
             return NULL;
+        if (utoff[i] > maxoff) maxoff = utoff[i];
     }
     for (uint32_t i = 0; i < h.isstdcnt + h.isutcnt; i++)
         if (flags[i] > 1) return NULL;
@@ -330,6 +336,8 @@ sl_tz *sl_tz_parse(const uint8_t *buf, size_t len, const char *name, int *err) {
         if (slen > 0) {
             if (sl_tz_posix_parse((const char *)buf + f + 1, slen, &rule) != 0) return NULL;
             has_rule = true;
+            if (rule.std_utoff > maxoff) maxoff = rule.std_utoff;
+            if (rule.has_dst && rule.dst_utoff > maxoff) maxoff = rule.dst_utoff;
         }
     }
 
@@ -354,7 +362,7 @@ sl_tz *sl_tz_parse(const uint8_t *buf, size_t len, const char *name, int *err) {
     memcpy(nm, name, name_len);
     nm[name_len] = '\0';
     *tz = (sl_tz){.name = nm, .timecnt = (uint32_t)n, .trans = trans, .off = off,
-                  .utoff0 = utoff[0], .has_rule = has_rule, .rule = rule};
+                  .utoff0 = utoff[0], .maxoff = maxoff, .has_rule = has_rule, .rule = rule};
     *err = SLUICE_OK;
     return tz;
 }
@@ -376,23 +384,29 @@ static uint32_t last_at_or_before(const sl_tz *tz, int64_t t) {
     return lo;
 }
 
-int32_t sl_tz_offset(const sl_tz *tz, int64_t utc_s) {
-    if (tz == NULL) return 0;
+/* The offset in effect at t and, in *end, the first instant > t at which it may
+ * change (INT64_MAX: never): one table search or one evaluation of the rule.
+ * RFC 8536: type 0 before the first transition, the footer from the last one on (or,
+ * with no transitions, everywhere), else the last type. */
+static int32_t piece(const sl_tz *tz, int64_t t, int64_t *end) {
     uint32_t n = tz->timecnt;
-    /* RFC 8536: type 0 before the first transition, the footer after the last one
-     * (or, with no transitions, everywhere), else the last type. */
-    if (n == 0 || utc_s >= tz->trans[n - 1])
-        return tz->has_rule ? sl_tz_posix_offset(&tz->rule, utc_s) : n ? tz->off[n - 1] : tz->utoff0;
-    if (utc_s < tz->trans[0]) return tz->utoff0;
-    return tz->off[last_at_or_before(tz, utc_s)];
+    if (n == 0 || t >= tz->trans[n - 1]) {
+        if (tz->has_rule) return posix_piece(&tz->rule, t, end);
+        *end = INT64_MAX;
+        return n ? tz->off[n - 1] : tz->utoff0;
+    }
+    if (t < tz->trans[0]) {
+        *end = tz->trans[0];
+        return tz->utoff0;
+    }
+    uint32_t i = last_at_or_before(tz, t);
+    *end = tz->trans[i + 1];
+    return tz->off[i];
 }
 
-/* The first instant > t at which the offset may change (INT64_MAX: never). */
-static int64_t next_change(const sl_tz *tz, int64_t t) {
-    uint32_t n = tz->timecnt;
-    if (n > 0 && t < tz->trans[n - 1])
-        return t < tz->trans[0] ? tz->trans[0] : tz->trans[last_at_or_before(tz, t) + 1];
-    return tz->has_rule ? sl_tz_posix_next(&tz->rule, t) : INT64_MAX;
+int32_t sl_tz_offset(const sl_tz *tz, int64_t utc_s) {
+    int64_t end;
+    return tz ? piece(tz, utc_s, &end) : 0;
 }
 
 /* The first instant whose local time is >= the local time `L` (seconds of local
@@ -403,10 +417,9 @@ static int64_t next_change(const sl_tz *tz, int64_t t) {
  * and makes every period contiguous with the next. */
 static int64_t first_local(const sl_tz *tz, int64_t L) {
     if (tz == NULL) return L;
-    int64_t u = L - SL_TZ_MAXOFF; /* local(u) <= L for it; all earlier instants are < L */
+    int64_t u = L - tz->maxoff; /* local(u) <= L here, and < L at every earlier instant */
     for (;;) {
-        int64_t end = next_change(tz, u);
-        int64_t c = L - sl_tz_offset(tz, u);
+        int64_t end, c = L - piece(tz, u, &end);
         if (c < u) c = u;
         if (c < end) return c;
         u = end;
