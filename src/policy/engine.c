@@ -648,7 +648,11 @@ static int decide_group(const sl_engine *e, sl_verdict *v, const size_t *idx, si
              * remain had the request gone through; nothing was consumed, so the client
              * must be told the real state: peek again (rejections only, so the fast path
              * stays one call). */
-            for (size_t i = 0; i < m; i++) items[i].cost = 0;
+            for (size_t i = 0; i < m; i++) {
+                items[i].cost = 0;
+                v->items[map[i]].result.lease = 0; /* nothing was acquired */
+                v->items[map[i]].result.delay_ns = 0;
+            }
             sluice_decision pk;
             if (sluice_decide(e->store, items, m, now, &pk) == SLUICE_OK)
                 for (size_t i = 0; i < m && i < pk.n; i++)
