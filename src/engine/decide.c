@@ -138,41 +138,66 @@ static int prepare(sluice_store *st, const sluice_limiter *lim, const void *key,
 /*
  * One item with a small state: the common case, kept free of the general path's arrays
  * (its stack frame, ~20 KiB with the sliding-log arena, costs page probes and cache
- * lines on every call). Same semantics as the general path for n == 1.
+ * lines on every call). Same semantics as the general path for n == 1. With one item
+ * there is nothing to be atomic with, so a stored key decides straight into its entry
+ * (algo.h allows next to alias state; a rejection writes back an equivalent state).
+ * Returns 1 when the item is not for this path.
  */
 static int decide_one(sluice_store *st, const sluice_item *it, sluice_time now,
                       sluice_decision *out) {
-    item_ctx c;
-    sl_shard *locked[1];
-    int rc = prepare(st, it->limiter, it->key, it->key_len, &c);
-    if (rc != SLUICE_OK) return rc;
-    size_t m = locate_and_lock(&c, 1, locked);
-    if (c.ver->lim.state_size > SL_STORE_SMALL_STATE) {
-        unlock_shards(locked, m);
-        return 1; /* not for this path */
+    const sluice_limiter *lim = it->limiter;
+    if (lim == NULL || (it->key == NULL && it->key_len > 0)) return SLUICE_EINVAL;
+    sl_family *f = sl_store_family_of(st, lim);
+    if (f == NULL) return SLUICE_EINVAL;
+    sl_hash128 h = sl_family_hash(f, it->key != NULL ? it->key : "", it->key_len);
+    sl_lver *v;
+    sl_loc loc;
+    for (;;) {
+        v = sl_family_cur(f);
+        sl_table_locate(v->table, h, f->id, &loc);
+        __builtin_prefetch(loc.base + (size_t)loc.home * loc.t->esize);
+        sl_shard_lock(loc.sh);
+        if (sl_family_cur(f) == v) break;
+        sl_shard_unlock(loc.sh);
     }
-    note_time(locked, m, now);
-    uint64_t next[SL_STORE_SMALL_STATE / 8];
-    sl_ehdr *e = sl_table_find(&c.loc);
+    const sl_limit *l = &v->lim;
+    if (l->state_size > SL_STORE_SMALL_STATE) {
+        sl_shard_unlock(loc.sh);
+        return 1;
+    }
+    if (now.mono_ns > loc.sh->last_now.mono_ns) {
+        loc.sh->last_now.mono_ns = now.mono_ns;
+        loc.sh->last_now.wall_ns = now.wall_ns;
+    }
+    sl_ehdr *e = sl_table_find(&loc);
     sl_result r;
-    bool ch = sl_algo_decide(&c.ver->lim, e != NULL ? sl_entry_state(e) : NULL, next, now,
-                             it->cost, &r);
-    bool store = ch && it->cost > 0 && r.allowed;
+    int rc = SLUICE_OK;
     if (e != NULL) {
-        e->touch = SL_TOUCH(now);
-        if (store) memcpy(sl_entry_state(e), next, c.ver->lim.state_size);
-    } else if (store) {
-        sl_keep keep = {c.loc.k0, c.loc.k1, c.loc.fam};
-        bool moved = false;
-        rc = sl_store_reserve(st, &c.loc, now, &keep, 1, &moved);
-        if (rc != SLUICE_OK) {
-            unlock_shards(locked, m);
-            out->allowed = 0;
-            return rc;
+        void *s = sl_entry_state(e);
+        uint16_t stamp = SL_TOUCH(now);
+        if (e->touch != stamp) e->touch = stamp;
+        if (it->cost > 0) {
+            sl_algo_decide(l, s, s, now, it->cost, &r);
+        } else {
+            uint64_t scratch[SL_STORE_SMALL_STATE / 8];
+            sl_algo_decide(l, s, scratch, now, 0, &r);
         }
-        memcpy(sl_entry_state(sl_table_insert(st, &c.loc, now)), next, c.ver->lim.state_size);
+    } else {
+        uint64_t next[SL_STORE_SMALL_STATE / 8];
+        bool ch = sl_algo_decide(l, NULL, next, now, it->cost, &r);
+        if (ch && it->cost > 0 && r.allowed) {
+            sl_keep keep = {loc.k0, loc.k1, loc.fam};
+            bool moved = false;
+            rc = sl_store_reserve(st, &loc, now, &keep, 1, &moved);
+            if (rc == SLUICE_OK)
+                memcpy(sl_entry_state(sl_table_insert(st, &loc, now)), next, l->state_size);
+        }
     }
-    unlock_shards(locked, m);
+    sl_shard_unlock(loc.sh);
+    if (rc != SLUICE_OK) {
+        out->allowed = 0;
+        return rc;
+    }
     to_public(&r, &out->results[0]);
     out->allowed = r.allowed ? 1 : 0;
     return SLUICE_OK;

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# run_lib.sh BUILD_DIR -- libsluice's memory store against the naive unlocked C table
+# (bench/naive_tb.c, a copy of ../shared/peers/bench_c_tb.c), both built here and run one
+# after the other in the same run, then a table of ns/decision with ratios sluice/naive.
+# Needs BUILD_DIR/libsluice.a (make bench builds it in Release).
+#   LIB_BENCH_SECONDS (default 1.5) per timed case; LIB_BENCH_KEYS (default "1000 100000
+#   10000000"; the 10M case needs ~1 GiB between the two programs).
+set -euo pipefail
+build=$(cd "${1:?usage: bench/run_lib.sh BUILD_DIR}" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+secs=${LIB_BENCH_SECONDS:-1.5}
+keys=${LIB_BENCH_KEYS:-"1000 100000 10000000"}
+lib="$build/libsluice.a"
+[ -f "$lib" ] || { echo "run_lib.sh: $lib not found (build the library first)"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+cc=${CC:-gcc}
+"$cc" -O2 -o "$work/naive_tb" "$here/naive_tb.c"
+"$cc" -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I "$root/include" -I "$root/src" \
+  -I "$root/src/core" -I "$root/src/algo" -o "$work/lib_bench" "$here/lib_bench.c" "$lib" \
+  -lyaml -ljansson -lpthread -lm
+
+echo "-- naive unlocked table (one thread, no expiry, no eviction)"
+# shellcheck disable=SC2086
+"$work/naive_tb" -s "$secs" $keys | tee "$work/naive.txt"
+echo "-- sluice memory store (thread-safe, bounded, expiring)"
+# shellcheck disable=SC2086
+"$work/lib_bench" -s "$secs" $keys | tee "$work/lib.txt"
+
+/usr/bin/python3 - "$work/naive.txt" "$work/lib.txt" <<'EOF'
+import re, sys
+naive, lib = {}, {}
+for line in open(sys.argv[1]):
+    m = re.search(r'C naive token bucket (\S+)\s+keys=(\d+)\s*\|\s*([\d.]+) ns', line)
+    if m and m.group(1) == 'str+hash':
+        naive[int(m.group(2))] = float(m.group(3))
+for line in open(sys.argv[2]):
+    m = re.search(r'sluice (\S+)\s+(\S+)\s+keys=(\d+)\s+threads=(\d)\s*\|\s*([\d.]+) ns', line)
+    if not m:
+        continue
+    algo, case, n, t, ns = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), float(m.group(5))
+    d = lib.setdefault((algo, n), {})
+    if case == 'insert':
+        b = re.search(r'bytes/key ([\d.]+)', line)
+        d['bytes'] = float(b.group(1))
+    else:
+        d['ns%d' % t] = ns
+        s = re.search(r'scaling ([\d.]+)x', line)
+        if t == 2:
+            d['scale'] = float(s.group(1))
+print()
+print('| keys | naive ns | algo | sluice ns (1 thread) | ratio sluice/naive | 2 threads ns/thread | 2T/1T throughput | bytes/key |')
+print('|---:|---:|---|---:|---:|---:|---:|---:|')
+for (algo, n), d in sorted(lib.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    nv = naive.get(n)
+    ratio = '%.2fx' % (d.get('ns1', 0) / nv) if nv else 'n/a'
+    print('| %d | %s | %s | %.1f | %s | %.1f | %.2fx | %.1f |' % (
+        n, '%.1f' % nv if nv else 'n/a', algo, d.get('ns1', 0), ratio, d.get('ns2', 0),
+        d.get('scale', 0), d.get('bytes', 0)))
+print()
+print('targets: ratio <= 1.2x at 100k and 10M keys; 2T/1T >= 1.8x; <= 48 bytes/key.')
+print('The cores are shared: figures from one run, noisy; compare only within this run.')
+EOF
