@@ -59,11 +59,13 @@ static void normalise(const sl_limit *lim, const void *state, sluice_time now, s
     }
     memcpy(s, state, sizeof(*s));
     int64_t base_b = floor_div(s->base_ns, w);
-    int64_t shift = b - (base_b + N - 1);
-    if (shift >= N) {
+    if (base_b <= b - (2 * N - 1)) { /* every bucket is older than the window */
         memset(s->counts, 0, sizeof(s->counts));
         base_b = b - (N - 1);
-    } else if (shift > 0) {
+    } else if (base_b > b + N) { /* far ahead (a clock or snapshot oddity): bounded */
+        base_b = b + N;
+    } else if (b - (N - 1) > base_b) {
+        int64_t shift = b - (N - 1) - base_b;
         memmove(s->counts, s->counts + shift, (size_t)(N - shift) * sizeof(s->counts[0]));
         memset(s->counts + (N - shift), 0, (size_t)shift * sizeof(s->counts[0]));
         base_b += shift;

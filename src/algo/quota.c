@@ -17,6 +17,7 @@ static int64_t wall_s(sluice_time now) {
  * year 2262 limit of int64 nanoseconds, but a zone must not make this overflow). */
 static int64_t until(int64_t s, sluice_time now) {
     if (s > INT64_MAX / SLUICE_NS_PER_S) return INT64_MAX;
+    if (s < INT64_MIN / SLUICE_NS_PER_S) return INT64_MIN;
     int64_t ns = s * SLUICE_NS_PER_S, d;
     return __builtin_sub_overflow(ns, now.wall_ns, &d) ? INT64_MAX : d;
 }
