@@ -155,7 +155,9 @@ static int decide_one(sluice_store *st, const sluice_item *it, sluice_time now,
     for (;;) {
         v = sl_family_cur(f);
         sl_table_locate(v->table, h, f->id, &loc);
-        __builtin_prefetch(loc.base + (size_t)loc.home * loc.t->esize);
+        const unsigned char *slot = loc.base + (size_t)loc.home * loc.t->esize;
+        __builtin_prefetch(slot);
+        __builtin_prefetch(slot + 64); /* probe runs often cross into the next line */
         sl_shard_lock(loc.sh);
         if (sl_family_cur(f) == v) break;
         sl_shard_unlock(loc.sh);

@@ -20,6 +20,8 @@
 /* Large states (sliding logs) would make max_keys entries huge: such a class table
  * holds at most this many bytes of entries (at least 1024 entries). */
 #define BIG_CLASS_BYTES (UINT64_C(256) << 20)
+/* Memory per key of capacity the tables may use for a lower load (target: <= 48). */
+#define BYTES_PER_KEY 42
 
 /* ---- locks -------------------------------------------------------------------------- */
 
@@ -129,7 +131,8 @@ static void *big_alloc(size_t bytes) {
  * keys a shard's share is binomial, so the hard cap is the mean plus four standard
  * deviations: a shard fills up before the store does with negligible probability, and
  * then pressure is handled in that shard. One shard: the hard cap is max_keys exactly.
- * Memory at full capacity is about esize * 1.2-1.6 bytes per key (more for small stores).
+ * Memory at full capacity: max(esize * 1.2-1.6, BYTES_PER_KEY) bytes per key (more for
+ * small stores, whose shards need relatively more slack).
  */
 static sl_table *table_create(sluice_store *st, uint32_t ssize) {
     sl_table *t = calloc(1, sizeof(*t));
@@ -149,6 +152,11 @@ static sl_table *table_create(sluice_store *st, uint32_t ssize) {
     uint64_t mean = (cap + ns - 1) / ns;
     t->hard_cap = ns == 1 ? cap : mean + (uint64_t)(4.0 * sqrt((double)mean)) + 8;
     t->nslots = (uint64_t)((double)t->hard_cap / 0.85) + 2;
+    /* Small entries (GCRA: 24 bytes) would sit at ~0.8 load with the rule above; spend
+     * memory up to BYTES_PER_KEY per key of capacity instead, for shorter probe runs
+     * (linear probing's successful search is ~(1 + 1/(1 - load)) / 2 slots). */
+    uint64_t budget = mean * BYTES_PER_KEY / t->esize;
+    if (budget > t->nslots) t->nslots = budget;
     t->slots_bytes = (size_t)(t->nslots * ns * t->esize);
     t->slots = big_alloc(t->slots_bytes);
     t->shards = aligned_alloc(64, sizeof(sl_shard) * ns);
