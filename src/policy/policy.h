@@ -248,6 +248,13 @@ int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, ui
                            sluice_time now);
 int sl_engine_release_token(const sl_engine *e, const char *token, size_t len, sluice_time now);
 
+/* Envoy RLS: the status of request descriptor `d` (DescriptorStatus): NO_LIMIT when no
+ * rule matched it (code OK, no current_limit), else OK or OVER_LIMIT with *item the window
+ * to report (current_limit, limit_remaining, duration_until_reset); an over-limit shadow
+ * window reports OK, an `unlimited` rule OK with remaining UINT32_MAX. */
+typedef enum sl_desc_code { SL_DESC_NO_LIMIT = 0, SL_DESC_OK = 1, SL_DESC_OVER_LIMIT = 2 } sl_desc_code;
+sl_desc_code sl_verdict_descriptor(const sl_verdict *v, size_t d, const sl_verdict_item **item);
+
 /* ---- rendering (no I/O) ----------------------------------------------------------- */
 
 #define SL_RENDER_LEGACY 0x1u    /* add X-RateLimit-Limit/Remaining/Reset */

@@ -344,3 +344,28 @@ int sl_render_json(const sl_verdict *v, bool with_keys, char *buf, size_t len) {
     ws(&w, "]}");
     return finish(&w);
 }
+
+/* Why per descriptor: Envoy's response carries one status per request descriptor, in
+ * order, while the overall code is the OR of them (our action). */
+sl_desc_code sl_verdict_descriptor(const sl_verdict *v, size_t d, const sl_verdict_item **item) {
+    const sl_verdict_item *best = NULL;
+    bool over = false;
+    if (item != NULL) *item = NULL;
+    if (v == NULL) return SL_DESC_NO_LIMIT;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (it->descriptor < 0 || (size_t)it->descriptor != d) continue;
+        bool rej = !it->shadow && !it->unlimited && !it->result.allowed;
+        if (rej && (!over || (best->result.retry_after_ns != SLUICE_NEVER &&
+                              (it->result.retry_after_ns == SLUICE_NEVER ||
+                               it->result.retry_after_ns > best->result.retry_after_ns)))) {
+            best = it;
+            over = true;
+        } else if (!over && (best == NULL || it->result.remaining < best->result.remaining)) {
+            best = it;
+        }
+    }
+    if (item != NULL) *item = best;
+    if (best == NULL) return SL_DESC_NO_LIMIT;
+    return over ? SL_DESC_OVER_LIMIT : SL_DESC_OK;
+}

@@ -123,6 +123,15 @@ static void example2_nested_and_or(void) {
                             "to_number=2061111111");
     T_EQ_I(admitted(&f, r, 8), 5);
     T_EQ_S(V.items[V.deciding].info->policy, "messaging/message_type=marketing/to_number");
+    /* per-descriptor statuses, as the RLS response reports them */
+    const sl_verdict_item *it;
+    T_EQ_I(sl_verdict_descriptor(&V, 0, &it), SL_DESC_OVER_LIMIT);
+    T_EQ_U(it->info->requests_per_unit, 5);
+    T_EQ_I(it->info->envoy_unit, 4); /* DAY */
+    T_EQ_I(sl_verdict_descriptor(&V, 1, &it), SL_DESC_OK);
+    T_EQ_U(it->result.remaining, 95);
+    T_EQ_I(sl_verdict_descriptor(&V, 2, &it), SL_DESC_NO_LIMIT);
+    T_CHECK(it == NULL);
     /* other numbers have their own counters */
     T_EQ_I(admitted(&f, Q(&q, "messaging", "message_type=marketing,to_number=2062222222", NULL),
                     6), 5);
@@ -163,6 +172,9 @@ static void example5_unlimited(void) {
     T_EQ_U(V.n, 1);
     T_CHECK(V.items[0].unlimited);
     T_EQ_U(V.items[0].result.remaining, UINT32_MAX);
+    const sl_verdict_item *it;
+    T_EQ_I(sl_verdict_descriptor(&V, 0, &it), SL_DESC_OK);
+    T_CHECK(it != NULL && it->unlimited);
     T_EQ_I(admitted(&f, Q(&q, "internal", "azure=y", NULL), 101), 100);
     fx_close(&f);
 }
@@ -173,6 +185,7 @@ static void example6_shadow(void) {
     rls q;
     T_EQ_I(admitted(&f, Q(&q, "example6", "service=auth-service,user=user-a", NULL), 30), 30);
     T_CHECK(V.shadow_limited);
+    T_EQ_I(sl_verdict_descriptor(&V, 0, NULL), SL_DESC_OK); /* shadow: reported OK */
     T_EQ_I(admitted(&f, Q(&q, "example6", "service=auth-service,user=user-b", NULL), 30), 20);
     fx_close(&f);
 }
