@@ -22,12 +22,17 @@ cc=${CC:-gcc}
   -I "$root/src/core" -I "$root/src/algo" -o "$work/lib_bench" "$here/lib_bench.c" "$lib" \
   -lyaml -ljansson -lpthread -lm
 
-echo "-- naive unlocked table (one thread, no expiry, no eviction)"
-# shellcheck disable=SC2086
-"$work/naive_tb" -s "$secs" $keys | tee "$work/naive.txt"
-echo "-- sluice memory store (thread-safe, bounded, expiring)"
-# shellcheck disable=SC2086
-"$work/lib_bench" -s "$secs" $keys | tee "$work/lib.txt"
+# One key count at a time, naive then sluice, so both see the same machine state (the
+# cores are shared with other work).
+: >"$work/naive.txt"
+: >"$work/lib.txt"
+"$work/lib_bench" -hash -s 0.5 | tee -a "$work/lib.txt"
+for n in $keys; do
+  echo "-- $n keys: naive unlocked table (one thread, no expiry, no eviction)"
+  "$work/naive_tb" -s "$secs" "$n" | tee -a "$work/naive.txt"
+  echo "-- $n keys: sluice memory store (thread-safe, bounded, expiring)"
+  "$work/lib_bench" -s "$secs" "$n" | tee -a "$work/lib.txt"
+done
 
 /usr/bin/python3 - "$work/naive.txt" "$work/lib.txt" <<'EOF'
 import re, sys
