@@ -25,20 +25,17 @@ static int64_t until(int64_t s, sluice_time now) {
 /* The state in effect at `now`: the stored one while its period lasts, else a fresh
  * one for the current period. If the wall clock stepped back into an earlier period,
  * the stored (later) period is kept: a clock step must not hand out a second budget.
- * *end receives the UTC second at which the returned period ends. */
+ * Both cases are "now is before the stored period's end", which costs one calendar
+ * computation on the common path. *end receives the end of the returned period. */
 static sl_quota_state current(const sl_limit *lim, const void *state, sluice_time now, int64_t *end) {
     int64_t t = wall_s(now);
-    sl_quota_state s = {sl_cal_period_start(lim->tz, lim->quota_period, t), 0};
-    *end = sl_cal_period_next(lim->tz, lim->quota_period, t);
     if (state != NULL) {
         const sl_quota_state *old = state;
-        if (old->period_start_s == s.period_start_s) {
-            s.used = old->used;
-        } else if (old->period_start_s > s.period_start_s) {
-            s = *old;
-            *end = sl_cal_period_next(lim->tz, lim->quota_period, old->period_start_s);
-        }
+        *end = sl_cal_period_next(lim->tz, lim->quota_period, old->period_start_s);
+        if (t < *end) return *old;
     }
+    sl_quota_state s = {sl_cal_period_start(lim->tz, lim->quota_period, t), 0};
+    *end = sl_cal_period_next(lim->tz, lim->quota_period, t);
     return s;
 }
 
