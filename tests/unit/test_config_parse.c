@@ -401,7 +401,33 @@ static void diagnostics_are_bounded(void) {
     T_EQ_I(sl_config_load_buffer("x: 1\n", 5, "x", &cfg, NULL), SLUICE_EINVAL);
 }
 
+/* The complete example in docs/config.md is a config that loads. */
+static void docs_example_loads(void) {
+    const char *src = getenv("SLUICE_SRC");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/docs/config.md", src ? src : ".");
+    FILE *f = fopen(path, "r");
+    T_CHECK(f != NULL);
+    if (f == NULL) return;
+    static char doc[65536], yaml[65536];
+    size_t n = fread(doc, 1, sizeof(doc) - 1, f);
+    fclose(f);
+    doc[n] = '\0';
+    const char *sec = strstr(doc, "## A complete example");
+    const char *start = sec ? strstr(sec, "```yaml\n") : NULL;
+    const char *end = start ? strstr(start + 8, "```") : NULL;
+    T_CHECK(end != NULL);
+    if (end == NULL) return;
+    size_t len = (size_t)(end - (start + 8));
+    memcpy(yaml, start + 8, len);
+    yaml[len] = '\0';
+    sl_config *cfg = load_ok(yaml);
+    T_CHECK(cfg != NULL && sl_config_policy_count(cfg) == 7);
+    sl_config_destroy(cfg);
+}
+
 int main(void) {
+    T_RUN(docs_example_loads);
     T_RUN(rates);
     T_RUN(durations_and_quotas);
     T_RUN(globs);
