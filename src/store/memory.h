@@ -210,4 +210,8 @@ bool sl_table_insert_raw(sluice_store *st, sl_table *t, uint64_t k0, uint32_t k1
 int sl_store_restore_buf(sluice_store *st, const uint8_t *buf, size_t len, sluice_time now,
                          uint64_t *skipped, char *errbuf, size_t errbuf_len);
 
+/* Rewrites the last 16 bytes of a snapshot image with the checksum of the bytes before
+ * them (the fuzz target uses it so that mutations reach the parser behind the checksum). */
+void sl_snapshot_seal(uint8_t *buf, size_t len);
+
 #endif /* SL_STORE_MEMORY_H */

@@ -466,6 +466,15 @@ out:
     return rc;
 }
 
+void sl_snapshot_seal(uint8_t *buf, size_t len) {
+    if (buf == NULL || len < TRAILER) return;
+    sl_hash128 h = sl_siphash128(&checksum_key, buf, len - TRAILER, 2, 4);
+    for (int i = 0; i < 8; i++) {
+        buf[len - TRAILER + (size_t)i] = (uint8_t)(h.lo >> (8 * i));
+        buf[len - TRAILER + 8 + (size_t)i] = (uint8_t)(h.hi >> (8 * i));
+    }
+}
+
 int sluice_store_restore(sluice_store *st, const char *path, sluice_time now, uint64_t *skipped,
                          char *errbuf, size_t errbuf_len) {
     if (skipped != NULL) *skipped = 0;
