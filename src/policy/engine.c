@@ -7,11 +7,13 @@
  * byte, a 2-byte big-endian length and the bytes, so no two part lists collide.
  */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "core/hash.h"
 #include "internal.h"
 
 typedef sl__ewin e_win;
@@ -907,7 +909,22 @@ static bool put_fmt(char *buf, size_t len, size_t *off, const char *fmt, unsigne
     return true;
 }
 
-/* Format: "t1" then per item to settle or release ";NAMEHEX,INDEX,KEYHEX,COST,LEASE,S".
+/* Tokens are authenticated with SipHash-2-4-128 under a per-process random key: a client
+ * handed a token cannot forge one that refunds or releases another client's budget. The
+ * key is process-wide (not per engine) so a token survives a reload; it does not survive
+ * a restart, which only loses pending settlements (reservations stand as charged). */
+static sl_hash_key token_key;
+static int token_key_ok;
+static pthread_once_t token_once = PTHREAD_ONCE_INIT;
+static void token_key_init(void) { token_key_ok = sl_hash_random_key(&token_key) == 0; }
+
+static sl_hash128 token_mac(const char *p, size_t n) {
+    pthread_once(&token_once, token_key_init);
+    return sl_siphash128(&token_key, p, n, 2, 4);
+}
+
+/* Format: "t1" then per item to settle or release ";NAMEHEX,INDEX,KEYHEX,COST,LEASE,S",
+ * then ".MAC" (32 hex digits).
  * Why names rather than indices: a token must stay meaningful across a reload, and the
  * limiter identity (name + index) is exactly what survives one. */
 int sl_verdict_token(const sl_verdict *v, char *buf, size_t len) {
@@ -932,7 +949,12 @@ int sl_verdict_token(const sl_verdict *v, char *buf, size_t len) {
                 !put_fmt(buf, len, &off, ",%llu", it->settle ? 1u : 0u))
                 return SLUICE_ERANGE;
         }
-    if (off >= len) return SLUICE_ERANGE;
+    sl_hash128 mac = token_mac(buf, off);
+    if (!token_key_ok) return SLUICE_EIO;
+    uint64_t w[2] = {mac.lo, mac.hi};
+    if (off + 1 >= len) return SLUICE_ERANGE;
+    buf[off++] = '.';
+    if (!put_hex(buf, len, &off, w, sizeof(w))) return SLUICE_ERANGE;
     buf[off] = '\0';
     return (int)off;
 }
@@ -970,7 +992,21 @@ typedef int (*token_fn)(const sl_engine *e, const e_win *w, const unsigned char 
 
 static int walk_token(const sl_engine *e, const char *t, size_t len, uint64_t actual,
                       sluice_time now, token_fn fn) {
-    if (e == NULL || t == NULL || len < 2 || t[0] != 't' || t[1] != '1') return SLUICE_EINVAL;
+    if (e == NULL || t == NULL || len < 2 + 33 || t[0] != 't' || t[1] != '1') return SLUICE_EINVAL;
+    /* authenticate before interpreting anything */
+    size_t body = len - 33;
+    if (t[body] != '.') return SLUICE_EINVAL;
+    sl_hash128 mac = token_mac(t, body);
+    if (!token_key_ok) return SLUICE_EIO;
+    uint64_t w[2] = {mac.lo, mac.hi};
+    unsigned char want[16], got[16];
+    memcpy(want, w, 16);
+    bool hex_ok = true;
+    get_hex(t + body + 1, 32, got, sizeof(got), &hex_ok);
+    unsigned char diff = hex_ok ? 0 : 1;
+    for (int k = 0; k < 16; k++) diff |= (unsigned char)(want[k] ^ got[k]);
+    if (diff != 0) return SLUICE_EINVAL;
+    len = body;
     size_t i = 2;
     int first = SLUICE_OK;
     while (i < len) {

@@ -10,8 +10,29 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* Tokens come back from the network (/v1/settle, /v1/release): the same bytes are also
+ * tried as a token against a fixed engine. */
+static void fuzz_token(const uint8_t *data, size_t size) {
+    static sl_config *cfg;
+    static sluice_store *st;
+    static sl_engine *e;
+    if (e == NULL) {
+        static const char y[] = "policies:\n  - {name: t, objective: cost, key: [], algorithm: gcra,\n"
+                                "      cost: {default: 5, settle: true}, limits: [{rate: 10/s, burst: 100}]}\n";
+        int err;
+        if (sl_config_load_buffer(y, sizeof(y) - 1, "t", &cfg, NULL) != SLUICE_OK) return;
+        st = sluice_store_create(NULL, &err);
+        e = sl_engine_create(cfg, st, &err, NULL, 0);
+        if (e == NULL) return;
+    }
+    sluice_time now = {INT64_C(1000000000), INT64_C(1767225600000000000)};
+    sl_engine_settle_token(e, (const char *)data, size, 3, now);
+    sl_engine_release_token(e, (const char *)data, size, now);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static sl_diag_list dl;
+    fuzz_token(data, size);
     sl_config *cfg = NULL;
     int rc = sl_config_load_buffer((const char *)data, size, "fuzz.yaml", &cfg, &dl);
     if (rc != SLUICE_OK) {
