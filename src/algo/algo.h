@@ -23,8 +23,9 @@ struct sl_tz; /* src/core/tz.h */
 /* Sliding log: the largest limit it accepts (one int64 timestamp per admitted unit). */
 #define SL_SLIDING_LOG_MAX 1024
 
-/* Concurrency: leases are counted in this many time buckets of lease/SL_CONC_BUCKETS
- * each, so a lost lease is reclaimed between lease and lease*(1+1/SL_CONC_BUCKETS). */
+/* Concurrency: leases are counted in this many time buckets of
+ * w = ceil(lease / (SL_CONC_BUCKETS - 1)) each, so a lost lease is reclaimed after more
+ * than lease and at most lease + w (1.2 x lease for 6 buckets); see conc.c for why. */
 #define SL_CONC_BUCKETS 6
 
 /* ---- per-algorithm state (what the store keeps per key) ------------------------ */
