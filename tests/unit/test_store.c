@@ -4,6 +4,8 @@
  * busy keys never reset, LRU order, re-registration carrying state, memory per key,
  * and hash flooding resistance (chosen keys spread over shards). Fake time only.
  */
+#include <pthread.h>
+
 #include "t.h"
 
 #include "store/memory.h"
@@ -239,6 +241,47 @@ static void test_spread(void) {
     sluice_limiter_destroy(l);
 }
 
+/* Re-registration while other threads decide: the swap happens under every shard lock,
+ * so decisions see either version, never a torn one; the store stays consistent (each
+ * key once, counts right) and every decision succeeds. */
+typedef struct churn {
+    sluice_store *st;
+    sluice_limiter *const *lims;
+    int errors, admitted;
+} churn;
+
+static void *churn_run(void *p) {
+    churn *c = p;
+    for (int i = 0; i < 20000; i++) {
+        int r = take(c->st, c->lims[i % 2], i % 50, 1, at(0), NULL);
+        if (r < 0) c->errors++;
+        if (r == 1) c->admitted++;
+    }
+    return NULL;
+}
+
+static void test_register_while_deciding(void) {
+    sluice_store *st = mkstore(1000, 4, SLUICE_REFUSE_NEW);
+    sluice_limiter *v[4] = {mk(SLUICE_FIXED_WINDOW, "live", 100, 3600 * SLUICE_NS_PER_S, 0),
+                            mk(SLUICE_FIXED_WINDOW, "live", 300, 3600 * SLUICE_NS_PER_S, 0),
+                            mk(SLUICE_TOKEN_BUCKET, "live", 100, 3600 * SLUICE_NS_PER_S, 100),
+                            mk(SLUICE_GCRA, "live", 100, 3600 * SLUICE_NS_PER_S, 100)};
+    sluice_store_register(st, v[0]);
+    sluice_store_register(st, v[1]);
+    churn c[2] = {{st, v, 0, 0}, {st, v + 2, 0, 0}};
+    sluice_store_register(st, v[2]);
+    sluice_store_register(st, v[3]);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, churn_run, &c[i]);
+    for (int i = 0; i < 200; i++) T_EQ_I(sluice_store_register(st, v[i % 4]), SLUICE_OK);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    T_EQ_I(c[0].errors + c[1].errors, 0);
+    T_CHECK(c[0].admitted + c[1].admitted > 0);
+    T_CHECK(stats(st).keys <= 50);
+    sluice_store_destroy(st);
+    for (int i = 0; i < 4; i++) sluice_limiter_destroy(v[i]);
+}
+
 int main(void) {
     T_RUN(test_refuse_new);
     T_RUN(test_evict_lru);
@@ -248,5 +291,6 @@ int main(void) {
     T_RUN(test_register_carry);
     T_RUN(test_bytes_per_key);
     T_RUN(test_spread);
+    T_RUN(test_register_while_deciding);
     return T_DONE();
 }
