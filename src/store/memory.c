@@ -324,7 +324,12 @@ static bool evict_lru(sluice_store *st, const sl_loc *loc, sluice_time now, cons
 int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const sl_keep *keep,
                      size_t nkeep, bool *moved) {
     if (try_reserve(st, loc)) return SLUICE_OK;
-    if (drop_fresh(st, loc, now, keep, nkeep) > 0) {
+    /* Up to 4 windows of this shard (the hand moves on each time): a store where only a
+     * few entries are fresh still finds one before anything busy is evicted or a new key
+     * refused. Fresh entries in other shards of this table are not looked at (their locks
+     * are not ours to take here); other tables get one try-locked window each. */
+    for (int w = 0; w < 4; w++) {
+        if (drop_fresh(st, loc, now, keep, nkeep) == 0) continue;
         *moved = true;
         if (try_reserve(st, loc)) return SLUICE_OK;
     }
