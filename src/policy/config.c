@@ -167,6 +167,11 @@ static bool parse_chain(sl__ctx *cx, const sl_ynode *n, sl_chain *c) {
 static const char *const window_fields[] = {"name", "rate", "burst", "quota", "tz", "max",
                                             "lease", "max_delay", "algorithm", NULL};
 
+static const char *algo_str(sluice_algo a) {
+    const char *n = sluice_algo_name(a);
+    return n ? n : "an unknown algorithm";
+}
+
 static bool algo_has_burst(sluice_algo a) {
     return a == SLUICE_TOKEN_BUCKET || a == SLUICE_GCRA || a == SLUICE_LEAKY_BUCKET;
 }
@@ -238,7 +243,7 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
     } else {
         if (rate == NULL) {
             sl__err(cx, n, "algorithm %s needs a rate (expected rate: N/unit such as 10/s)",
-                    sluice_algo_name(a));
+                    algo_str(a));
             return false;
         }
         if (!is_scalar(rate) || !sl__parse_rate(rate->s, &w->spec.limit, &w->spec.period_ns)) {
@@ -255,7 +260,7 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
     if ((x = sl__get(n, "burst")) != NULL) {
         if (!algo_has_burst(a)) {
             sl__err(cx, x, "burst applies to token_bucket, gcra and leaky_bucket, not %s",
-                    sluice_algo_name(a));
+                    algo_str(a));
             ok = false;
         } else {
             ok &= sl__get_u64(cx, x, UINT32_MAX, &w->spec.burst);
@@ -780,6 +785,7 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
                     pa_set = true;
                 }
                 const sl_ynode *lim = sl__get(v, "limits");
+                if (algo_bad && sl__get(v, "algorithm") == NULL) continue; /* reported */
                 if (lim == NULL) {
                     sl__err(cx, v, "plan '%s' needs limits (expected limits: [...])", cp->name);
                     ok = false;
@@ -1042,8 +1048,8 @@ static void check_labels(sl__ctx *cx, const sl_ynode *root) {
                 for (size_t b = (j == i ? a + 1 : 0); b < cx->pol[j]->nwin; b++)
                     if (cx->pol[i]->win[a].label && cx->pol[j]->win[b].label &&
                         strcmp(cx->pol[i]->win[a].label, cx->pol[j]->win[b].label) == 0 &&
-                        !cx->pol[i]->envoy && !cx->pol[j]->envoy &&
-                        strcmp(cx->pol[i]->name, cx->pol[j]->name) != 0) {
+                        !cx->pol[i]->envoy && !cx->pol[j]->envoy && cx->pol[i]->name &&
+                        cx->pol[j]->name && strcmp(cx->pol[i]->name, cx->pol[j]->name) != 0) {
                         sl__err(cx, root, "limit name '%s' is used twice (in policies '%s' and "
                                 "'%s'; expected unique names)", cx->pol[i]->win[a].label,
                                 cx->pol[i]->name, cx->pol[j]->name);

@@ -41,7 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     int err;
-    sluice_store *st = sluice_store_create(NULL, &err);
+    sluice_store_options so = {.max_keys = 1024}; /* small: a store per input */
+    sluice_store *st = sluice_store_create(&so, &err);
     sl_engine *e = st ? sl_engine_create(cfg, st, &err, NULL, 0) : NULL;
     if (e != NULL) {
         static sl_verdict v;
