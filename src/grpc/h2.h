@@ -1,0 +1,99 @@
+/*
+ * h2.h -- a gRPC server session over cleartext HTTP/2 (prior knowledge), built on
+ * libnghttp2 with no I/O: feed it the bytes a connection read, take the bytes it wants
+ * written. Many concurrent unary calls per connection; each call's one length-prefixed
+ * message is buffered (bounded by max_message), decided synchronously when the request
+ * ends, answered with a normal response or Trailers-Only for an immediate error.
+ * Times: env->mono_ns (monotonic ns) for grpc-timeout deadlines; env->now for decisions.
+ */
+#ifndef SL_GRPC_H2_H
+#define SL_GRPC_H2_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/policy.h"
+
+/* gRPC status codes (SPECS §3.6) */
+enum {
+    SL_GRPC_OK = 0,
+    SL_GRPC_CANCELLED = 1,
+    SL_GRPC_UNKNOWN = 2,
+    SL_GRPC_INVALID_ARGUMENT = 3,
+    SL_GRPC_DEADLINE_EXCEEDED = 4,
+    SL_GRPC_NOT_FOUND = 5,
+    SL_GRPC_RESOURCE_EXHAUSTED = 8,
+    SL_GRPC_UNIMPLEMENTED = 12,
+    SL_GRPC_INTERNAL = 13,
+    SL_GRPC_UNAVAILABLE = 14
+};
+
+struct sl_rls_ovcache;
+
+/* What a call is decided with; set by the caller before every feed/tick (borrowed). */
+typedef struct sl_grpc_env {
+    const sl_engine *engine;       /* NULL: ShouldRateLimit answers UNAVAILABLE */
+    sluice_store *store;           /* for per-descriptor limit overrides */
+    struct sl_rls_ovcache *ov;     /* NULL: descriptors with a limit override are refused */
+    sluice_time now;               /* decision time, read once per feed */
+    int64_t mono_ns;               /* deadlines */
+    unsigned render_flags;         /* SL_RENDER_* for response_headers_to_add */
+    bool draining;                 /* health answers NOT_SERVING */
+    /* after every ShouldRateLimit decision (v) or failed call (v NULL); may be NULL */
+    void (*observe)(void *ud, const sl_verdict *v, int grpc_status);
+    void *ud;
+} sl_grpc_env;
+
+typedef struct sl_h2_opts {
+    uint32_t max_streams;      /* SETTINGS_MAX_CONCURRENT_STREAMS; 0 = 1024 */
+    uint32_t max_header_list;  /* request header list bytes (RFC 7541 sizes); 0 = 8192 */
+    uint32_t max_message;      /* request message bytes; 0 = 64 KiB */
+} sl_h2_opts;
+
+typedef struct sl_h2 sl_h2;
+
+/* A new session; its SETTINGS are the first output. NULL when out of memory. */
+sl_h2 *sl_h2_create(const sl_h2_opts *opts);
+void sl_h2_destroy(sl_h2 *h);
+
+/* Processes input bytes (all are consumed). Returns 0, or -1 when the connection is
+ * beyond repair (bad preface, protocol error): write what sl_h2_send still gives (a
+ * GOAWAY), then close. */
+int sl_h2_feed(sl_h2 *h, const uint8_t *in, size_t len, const sl_grpc_env *env);
+/* Copies up to `cap` pending output bytes into dst; returns how many (0: nothing now). */
+size_t sl_h2_send(sl_h2 *h, uint8_t *dst, size_t cap);
+/* Answers calls whose grpc-timeout passed with DEADLINE_EXCEEDED. */
+void sl_h2_tick(sl_h2 *h, const sl_grpc_env *env);
+/* Graceful drain: GOAWAY naming the last stream taken; open calls still finish. */
+void sl_h2_goaway(sl_h2 *h);
+/* false once the session neither reads nor writes any more: close the connection. */
+bool sl_h2_alive(const sl_h2 *h);
+size_t sl_h2_open_calls(const sl_h2 *h);
+/* Earliest pending deadline (monotonic ns) or 0 when none. */
+int64_t sl_h2_next_deadline(const sl_h2 *h);
+
+/* ---- the call layer (grpc.c), used by the session ---- */
+
+/* One reply: status, optional message (text, percent-encoded on the wire) and, when
+ * status is OK, the serialized response message in buf[0..len). */
+typedef struct sl_grpc_reply {
+    int status;
+    char message[160];
+    uint8_t *buf;
+    size_t cap, len;
+} sl_grpc_reply;
+
+/* true when `path` names a method this server offers (others: UNIMPLEMENTED at once). */
+bool sl_grpc_known_method(const char *path, size_t len);
+/* Decides one call: method `path`, request message msg[0..len). Uses `verdict` as
+ * scratch. Never fails: errors become a status in *out. */
+void sl_grpc_call(const sl_grpc_env *env, const char *path, size_t path_len, const uint8_t *msg,
+                  size_t len, sl_verdict *verdict, sl_grpc_reply *out);
+
+/* grpc-timeout value ("20m", "1S") in ns; -1 when malformed. */
+int64_t sl_grpc_parse_timeout(const char *v, size_t len);
+/* grpc-message percent-encoding; returns bytes written (NUL-terminated, truncated). */
+size_t sl_grpc_pct_encode(const char *in, char *out, size_t cap);
+
+#endif /* SL_GRPC_H2_H */
