@@ -31,7 +31,7 @@
  * atomic exchange instead of two. The cores are shared, so a waiter that spins for long
  * (the holder was preempted) yields the CPU instead of burning its slice.
  */
-void sl_shard_lock(sl_shard *sh) {
+void sl_shard_lock_slow(sl_shard *sh) {
     for (;;) {
         if (!atomic_exchange_explicit(&sh->lock, 1, memory_order_acquire)) return;
         unsigned spins = 0;
@@ -186,16 +186,6 @@ static inline unsigned char *slot_at(const sl_loc *loc, uint64_t i) {
 
 static inline uint64_t home_of(const sl_table *t, uint64_t k0) {
     return (uint64_t)(((unsigned __int128)k0 * t->nslots) >> 64);
-}
-
-void *sl_table_find(const sl_loc *loc) {
-    uint64_t n = loc->t->nslots, i = loc->home;
-    for (;;) {
-        sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
-        if (e->fam == 0) return NULL;
-        if (e->k0 == loc->k0 && e->k1 == loc->k1 && e->fam == loc->fam) return e;
-        if (++i == n) i = 0;
-    }
 }
 
 /* Is the entry equivalent to a fresh state at `now` (so dropping it changes nothing)? */

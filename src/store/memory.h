@@ -159,7 +159,12 @@ static inline sl_family *sl_store_family(sluice_store *st, uint16_t id) {
 
 /* ---- locks ------------------------------------------------------------------------ */
 
-void sl_shard_lock(sl_shard *sh);
+void sl_shard_lock_slow(sl_shard *sh);
+/* Inlined fast path: one atomic exchange when the lock is free (see memory.c). */
+static inline void sl_shard_lock(sl_shard *sh) {
+    if (!atomic_exchange_explicit(&sh->lock, 1, memory_order_acquire)) return;
+    sl_shard_lock_slow(sh);
+}
 static inline void sl_shard_unlock(sl_shard *sh) {
     atomic_store_explicit(&sh->lock, 0, memory_order_release);
 }
@@ -181,7 +186,23 @@ static inline void sl_table_locate(sl_table *t, sl_hash128 h, uint16_t fam, sl_l
     loc->fam = fam;
 }
 
-void *sl_table_find(const sl_loc *loc);
+/* The entry of loc's key, or NULL: linear probing from the home slot to an empty one. */
+static inline void *sl_table_find(const sl_loc *loc) {
+    const sl_table *t = loc->t;
+    uint64_t n = t->nslots, i = loc->home;
+    unsigned char *p = loc->base + (size_t)i * t->esize;
+    for (;;) {
+        sl_ehdr *e = (sl_ehdr *)p;
+        if (e->fam == 0) return NULL;
+        if (e->k0 == loc->k0 && e->k1 == loc->k1 && e->fam == loc->fam) return e;
+        if (++i == n) {
+            i = 0;
+            p = loc->base;
+        } else {
+            p += t->esize;
+        }
+    }
+}
 
 /* Room for one new entry in loc's shard: reserves it (global count and shard), first
  * dropping fresh-equivalent entries, then evicting or refusing per on_full. Entries
