@@ -1,0 +1,1106 @@
+/*
+ * client.c -- the Redis store's client: one per worker, bound to the worker's sl_loop.
+ * Each node gets one hiredis async connection attached through a small adapter (the hooks
+ * map onto sl_loop_add/mod/del); commands issued during one loop turn are written
+ * together on the next writable event, so concurrent decisions share round trips.
+ * A decision is split by cluster slot into groups, one EVALSHA each; replies are decoded
+ * into the C algorithms' results. Failure handling: a deadline per decision (a timerfd
+ * in the same loop), a circuit breaker over consecutive failures, reconnection with
+ * exponential backoff, MOVED/ASK/NOSCRIPT recovery, every degraded answer counted.
+ *
+ * Allocation: requests live in a fixed pool created with the client; hiredis allocates
+ * per command (its output buffer growth and one callback node) and per reply (the reply
+ * tree), which we cannot avoid without replacing hiredis.
+ * Cross-slot decisions: every group consumes in its own call; if one rejects, the groups
+ * that admitted are refunded by a second call. Between the two calls (one round trip) the
+ * refunded units look consumed to other decisions (under-admission, never over-admission);
+ * a refund that is lost (Redis fails in between) leaves those units consumed until the
+ * window or bucket refills on its own.
+ */
+#include <errno.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "algo/algo.h"
+#include "engine/limiter.h"
+#include "redis/redis.h"
+
+#define MAX_NODES 64
+#define MAX_REDIRECTS 5
+#define MAX_RANGES 4096
+#define EXACT_COST_MAX (INT64_C(1) << 40) /* costs and deltas the scripts take */
+
+typedef struct sl_redis_node sl_redis_node;
+
+struct sl_redis_node {
+    sl_redis *r;
+    int idx;
+    char host[SL_REDIS_HOST_MAX];
+    int port;
+    redisAsyncContext *ac;
+    sl_io io;
+    uint32_t events;
+    bool in_loop;
+    int state;            /* 0 down, 1 connecting, 2 up */
+    int64_t retry_at;     /* down: next connection attempt (local monotonic ns) */
+    int64_t connect_by;   /* connecting: give up then */
+    int64_t backoff;
+};
+
+typedef struct rq_item {
+    const sluice_limiter *lim;
+    int64_t cost;
+    int64_t p[4];
+    char key[SL_REDIS_KEY_MAX];
+    uint8_t klen;
+    uint16_t slot;
+    int8_t group;
+    int8_t prev; /* earlier item with the same key, or -1 */
+} rq_item;
+
+typedef struct rq_group {
+    uint16_t slot;
+    uint8_t n;
+    uint8_t idx[SLUICE_MAX_ITEMS];
+    bool done, failed, all_ok;
+    int redirects;
+} rq_group;
+
+typedef struct rq {
+    uint32_t gen;
+    bool busy;
+    char op; /* 'd', 's', 'l' */
+    uint8_t n, ngroups, pending;
+    rq_item it[SLUICE_MAX_ITEMS];
+    rq_group g[SLUICE_MAX_ITEMS];
+    sluice_time now;
+    sl_redis_cb cb;
+    void *ud;
+    sl_dnode dl;
+    bool failed;
+    bool got_time;
+    sluice_time rnow; /* the time the script used */
+    sluice_decision dec;
+    struct rq *next_free;
+} rq;
+
+typedef struct cache_ent {
+    uint64_t fp;
+    int64_t until;    /* caller monotonic ns: rejected until then */
+    int64_t reset_at;
+    uint64_t min_cost;
+    uint64_t limit;
+} cache_ent;
+
+struct sl_redis {
+    sl_loop *loop;
+    sl_redis_opts o;
+    sl_hash_key sk;
+    const char *script;
+    size_t script_len;
+    const char *sha;
+    sl_redis_node nodes[MAX_NODES];
+    int nnodes;
+    uint8_t slotmap[SL_REDIS_SLOTS]; /* node index, 0xFF = unknown (seed 0) */
+    int64_t topo_at;                 /* last refresh request */
+    bool topo_pending;
+    sl_io tio;
+    int tfd;
+    int64_t armed;
+    sl_dlist deadlines;
+    rq *pool;
+    rq *free;
+    unsigned npool;
+    cache_ent *cache;
+    unsigned cache_mask;
+    unsigned fails;
+    int64_t open_until; /* breaker: refusing until then (0 = closed) */
+    bool half_open;
+    sl_redis_stats st;
+    char last_error[128];
+};
+
+static void inc(_Atomic uint64_t *c) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
+}
+
+static int64_t mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * SLUICE_NS_PER_S + ts.tv_nsec;
+}
+
+void sl_redis_opts_default(sl_redis_opts *o) {
+    memset(o, 0, sizeof(*o));
+    snprintf(o->seeds, sizeof(o->seeds), "127.0.0.1:6379");
+}
+
+int sl_redis_parse_url(const char *url, sl_redis_opts *o) {
+    const char *rest;
+    if (strncmp(url, "redis://", 8) == 0) o->cluster = false, rest = url + 8;
+    else if (strncmp(url, "redis-cluster://", 16) == 0) o->cluster = true, rest = url + 16;
+    else return SLUICE_EINVAL;
+    size_t n = strlen(rest);
+    while (n > 0 && rest[n - 1] == '/') n--;
+    if (n == 0 || n >= sizeof(o->seeds) || memchr(rest, ':', n) == NULL) return SLUICE_EINVAL;
+    memcpy(o->seeds, rest, n);
+    o->seeds[n] = '\0';
+    return SLUICE_OK;
+}
+
+/* ---- timer ------------------------------------------------------------------------ */
+
+static void arm(sl_redis *r, int64_t at) {
+    if (r->armed != 0 && r->armed <= at) return;
+    struct itimerspec its = {0};
+    if (at <= 0) at = 1;
+    its.it_value.tv_sec = at / SLUICE_NS_PER_S;
+    its.it_value.tv_nsec = at % SLUICE_NS_PER_S;
+    timerfd_settime(r->tfd, TFD_TIMER_ABSTIME, &its, NULL);
+    r->armed = at;
+}
+
+/* ---- breaker ---------------------------------------------------------------------- */
+
+static void note_ok(sl_redis *r) {
+    r->fails = 0;
+    r->open_until = 0;
+    r->half_open = false;
+}
+
+static void note_fail(sl_redis *r) {
+    r->fails++;
+    if (r->half_open || r->fails >= r->o.breaker_failures) {
+        r->open_until = mono_now() + r->o.breaker_open_ns;
+        r->half_open = false;
+        arm(r, r->open_until);
+    }
+}
+
+/* Whether a new decision may go to Redis now. After the open period, one probe goes
+ * through (half-open); its outcome closes or reopens the breaker. */
+static bool breaker_allows(sl_redis *r) {
+    if (r->open_until == 0) return true;
+    if (r->half_open) return false;
+    if (mono_now() < r->open_until) return false;
+    r->half_open = true;
+    return true;
+}
+
+/* ---- adapter: hiredis hooks onto sl_loop ------------------------------------------- */
+
+static void node_io(void *ud, uint32_t ev);
+
+static void ev_update(sl_redis_node *nd, uint32_t want) {
+    if (nd->ac == NULL) return;
+    if (want == nd->events && nd->in_loop) return;
+    nd->io.fd = nd->ac->c.fd;
+    nd->io.cb = node_io;
+    nd->io.ud = nd;
+    if (!nd->in_loop) {
+        if (sl_loop_add(nd->r->loop, &nd->io, want) == 0) nd->in_loop = true;
+    } else {
+        sl_loop_mod(nd->r->loop, &nd->io, want);
+    }
+    nd->events = want;
+}
+
+static void ev_add_read(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events | EPOLLIN); }
+static void ev_del_read(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events & ~(uint32_t)EPOLLIN); }
+static void ev_add_write(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events | EPOLLOUT); }
+static void ev_del_write(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events & ~(uint32_t)EPOLLOUT); }
+
+static void ev_cleanup(void *p) {
+    sl_redis_node *nd = p;
+    if (nd->in_loop) sl_loop_del(nd->r->loop, &nd->io);
+    nd->in_loop = false;
+    nd->events = 0;
+    nd->ac = NULL;
+}
+
+static void node_io(void *ud, uint32_t ev) {
+    sl_redis_node *nd = ud;
+    if (nd->ac != NULL && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))) redisAsyncHandleRead(nd->ac);
+    if (nd->ac != NULL && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) redisAsyncHandleWrite(nd->ac);
+}
+
+/* ---- connections ------------------------------------------------------------------ */
+
+static void node_down(sl_redis_node *nd) {
+    if (nd->state == 0) return;
+    nd->state = 0;
+    sl_redis *r = nd->r;
+    nd->backoff = nd->backoff == 0 ? r->o.backoff_min_ns : nd->backoff * 2;
+    if (nd->backoff > r->o.backoff_max_ns) nd->backoff = r->o.backoff_max_ns;
+    nd->retry_at = mono_now() + nd->backoff;
+    arm(r, nd->retry_at);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status) {
+    sl_redis_node *nd = ac->data;
+    if (nd == NULL) return;
+    if (status != REDIS_OK) {
+        node_down(nd);
+        return;
+    }
+    nd->state = 2;
+    nd->backoff = 0;
+    inc(&nd->r->st.reconnects);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status) {
+    (void)status;
+    sl_redis_node *nd = ac->data;
+    if (nd != NULL) node_down(nd);
+}
+
+static void on_script_load(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)priv;
+    redisReply *rep = reply;
+    sl_redis_node *nd = ac->data;
+    if (nd != NULL && rep != NULL && rep->type == REDIS_REPLY_ERROR)
+        snprintf(nd->r->last_error, sizeof(nd->r->last_error), "SCRIPT LOAD: %.100s", rep->str);
+}
+
+static void queue_script_load(sl_redis_node *nd) {
+    const char *argv[3] = {"SCRIPT", "LOAD", nd->r->script};
+    size_t len[3] = {6, 4, nd->r->script_len};
+    redisAsyncCommandArgv(nd->ac, on_script_load, NULL, 3, argv, len);
+}
+
+static void refresh_topology(sl_redis *r, bool force);
+
+/* Starts a non-blocking connection; SCRIPT LOAD is queued first so every EVALSHA sent
+ * on this connection finds the script (NOSCRIPT stays possible after SCRIPT FLUSH). */
+static void node_connect(sl_redis_node *nd) {
+    sl_redis *r = nd->r;
+    redisAsyncContext *ac = redisAsyncConnect(nd->host, nd->port);
+    if (ac == NULL || ac->err) {
+        if (ac) redisAsyncFree(ac);
+        nd->state = 1;
+        node_down(nd);
+        return;
+    }
+    nd->ac = ac;
+    ac->data = nd;
+    ac->ev.data = nd;
+    ac->ev.addRead = ev_add_read;
+    ac->ev.delRead = ev_del_read;
+    ac->ev.addWrite = ev_add_write;
+    ac->ev.delWrite = ev_del_write;
+    ac->ev.cleanup = ev_cleanup;
+    nd->events = 0;
+    nd->in_loop = false;
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    nd->state = 1;
+    nd->connect_by = mono_now() + 4 * r->o.timeout_ns + 100 * SLUICE_NS_PER_MS;
+    arm(r, nd->connect_by);
+    queue_script_load(nd);
+    if (r->o.cluster && !r->topo_pending) refresh_topology(r, true);
+}
+
+static int node_find(sl_redis *r, const char *host, int port, bool create) {
+    for (int i = 0; i < r->nnodes; i++)
+        if (r->nodes[i].port == port && strcmp(r->nodes[i].host, host) == 0) return i;
+    if (!create || r->nnodes >= MAX_NODES || strlen(host) >= SL_REDIS_HOST_MAX) return -1;
+    sl_redis_node *nd = &r->nodes[r->nnodes];
+    memset(nd, 0, sizeof(*nd));
+    nd->r = r;
+    nd->idx = r->nnodes;
+    snprintf(nd->host, sizeof(nd->host), "%s", host);
+    nd->port = port;
+    r->nnodes++;
+    node_connect(nd);
+    return nd->idx;
+}
+
+/* ---- topology --------------------------------------------------------------------- */
+
+static void apply_topology(sl_redis *r, sl_redis_node *from, const redisReply *rep, bool shards) {
+    static __thread sl_redis_range ranges[MAX_RANGES];
+    int n = sl_redis_parse_topology(rep, shards, ranges, MAX_RANGES);
+    if (n <= 0) return;
+    for (int i = 0; i < n; i++) {
+        const char *host = ranges[i].host[0] ? ranges[i].host : from->host;
+        int idx = node_find(r, host, ranges[i].port, true);
+        if (idx < 0) continue;
+        memset(r->slotmap + ranges[i].lo, idx, (size_t)ranges[i].hi - ranges[i].lo + 1);
+    }
+    inc(&r->st.topology);
+}
+
+static void on_slots(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)priv;
+    sl_redis_node *nd = ac->data;
+    if (nd == NULL) return;
+    nd->r->topo_pending = false;
+    if (reply != NULL) apply_topology(nd->r, nd, reply, false);
+}
+
+static void on_shards(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)priv;
+    sl_redis_node *nd = ac->data;
+    if (nd == NULL) return;
+    redisReply *rep = reply;
+    if (rep != NULL && rep->type == REDIS_REPLY_ERROR && nd->ac != NULL) {
+        /* before Redis 7: CLUSTER SHARDS is unknown, ask CLUSTER SLOTS */
+        redisAsyncCommand(nd->ac, on_slots, NULL, "CLUSTER SLOTS");
+        return;
+    }
+    nd->r->topo_pending = false;
+    if (rep != NULL) apply_topology(nd->r, nd, rep, true);
+}
+
+/* Asks a connected (or connecting) node for the slot map, at most every 100 ms unless
+ * forced. */
+static void refresh_topology(sl_redis *r, bool force) {
+    int64_t t = mono_now();
+    if (!force && (r->topo_pending || t - r->topo_at < 100 * SLUICE_NS_PER_MS)) return;
+    for (int i = 0; i < r->nnodes; i++) {
+        sl_redis_node *nd = &r->nodes[i];
+        if (nd->ac == NULL) continue;
+        r->topo_pending = true;
+        r->topo_at = t;
+        redisAsyncCommand(nd->ac, on_shards, NULL, "CLUSTER SHARDS");
+        return;
+    }
+}
+
+/* ---- local over-limit cache ------------------------------------------------------- */
+
+static uint64_t fp_of(const rq_item *it) {
+    /* the key string already is a keyed hash: fold its bytes */
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < it->klen; i++) h = (h ^ (unsigned char)it->key[i]) * 1099511628211ull;
+    return h | 1;
+}
+
+static bool cacheable(sluice_algo a) {
+    /* state only gets worse for other instances' decisions until the retry time; not
+     * concurrency (a release frees slots at any time) */
+    return a == SLUICE_GCRA || a == SLUICE_TOKEN_BUCKET || a == SLUICE_FIXED_WINDOW ||
+           a == SLUICE_SLIDING_WINDOW || a == SLUICE_QUOTA;
+}
+
+static cache_ent *cache_get(sl_redis *r, uint64_t fp) {
+    if (r->cache == NULL) return NULL;
+    cache_ent *e = &r->cache[fp & r->cache_mask];
+    return e->fp == fp ? e : NULL;
+}
+
+static void cache_put(sl_redis *r, const rq_item *it, const sluice_result *res, sluice_time now) {
+    if (r->cache == NULL || !cacheable(it->lim->spec.algo)) return;
+    if (res->allowed || res->retry_after_ns <= 0 || res->retry_after_ns == SLUICE_NEVER) return;
+    uint64_t fp = fp_of(it);
+    cache_ent *e = &r->cache[fp & r->cache_mask];
+    e->fp = fp;
+    e->until = now.mono_ns + res->retry_after_ns;
+    e->reset_at = now.mono_ns + res->reset_after_ns;
+    e->min_cost = (uint64_t)it->cost;
+    e->limit = res->limit;
+}
+
+/* ---- requests --------------------------------------------------------------------- */
+
+static rq *rq_get(sl_redis *r) {
+    rq *q = r->free;
+    if (q == NULL) return NULL;
+    r->free = q->next_free;
+    q->busy = true;
+    q->gen++;
+    q->failed = false;
+    q->got_time = false;
+    sl_dnode_init(&q->dl);
+    return q;
+}
+
+static void rq_put(sl_redis *r, rq *q) {
+    sl_dnode_disarm(&q->dl);
+    q->busy = false;
+    q->gen++;
+    q->next_free = r->free;
+    r->free = q;
+}
+
+static void *priv_of(sl_redis *r, rq *q, int g) {
+    uintptr_t idx = (uintptr_t)(q - r->pool);
+    return (void *)((idx << 40) | ((uintptr_t)(q->gen & 0xFFFFFFFFu) << 8) | (uintptr_t)g);
+}
+
+static rq *rq_of(sl_redis *r, void *priv, int *g) {
+    uintptr_t v = (uintptr_t)priv;
+    uintptr_t idx = v >> 40;
+    if (idx >= r->npool) return NULL;
+    rq *q = &r->pool[idx];
+    if (!q->busy || (q->gen & 0xFFFFFFFFu) != ((v >> 8) & 0xFFFFFFFFu)) return NULL;
+    *g = (int)(v & 0xFF);
+    return q;
+}
+
+static void on_group_reply(redisAsyncContext *ac, void *reply, void *priv);
+
+static sl_redis_node *route(sl_redis *r, unsigned slot) {
+    unsigned idx = r->o.cluster ? r->slotmap[slot] : 0;
+    if (idx >= (unsigned)r->nnodes) idx = 0;
+    return &r->nodes[idx];
+}
+
+static void fmt_i(char **p, const char **argv, size_t *len, int *argc, int64_t v) {
+    int n = sprintf(*p, "%lld", (long long)v);
+    argv[*argc] = *p;
+    len[*argc] = (size_t)n;
+    (*argc)++;
+    *p += n + 1;
+}
+
+static void split_ns(int64_t ns, int64_t *s, int64_t *n) {
+    *s = ns / SLUICE_NS_PER_S;
+    *n = ns % SLUICE_NS_PER_S;
+    if (*n < 0) *n += SLUICE_NS_PER_S, (*s)--;
+}
+
+/* Sends group g of q to node nd (ASKING first when asked to). Returns false when the
+ * node cannot take commands now. */
+static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking) {
+    if (nd->ac == NULL) return false;
+    rq_group *gr = &q->g[g];
+    const char *argv[3 + SLUICE_MAX_ITEMS + SL_REDIS_HEAD_ARGS + SLUICE_MAX_ITEMS * SL_REDIS_ITEM_ARGS];
+    size_t len[sizeof(argv) / sizeof(argv[0])];
+    char nums[(SL_REDIS_HEAD_ARGS + SLUICE_MAX_ITEMS * SL_REDIS_ITEM_ARGS + 1) * 24];
+    char *p = nums;
+    int argc = 0;
+    argv[argc] = "EVALSHA", len[argc++] = 7;
+    argv[argc] = r->sha, len[argc++] = 40;
+    fmt_i(&p, argv, len, &argc, gr->n);
+    for (int k = 0; k < gr->n; k++) {
+        rq_item *it = &q->it[gr->idx[k]];
+        argv[argc] = it->key, len[argc++] = it->klen;
+    }
+    argv[argc] = q->op == 'd' ? "d" : q->op == 's' ? "s" : "l", len[argc++] = 1;
+    argv[argc] = r->o.time_mode == SL_REDIS_TIME_SERVER ? "r" : "c", len[argc++] = 1;
+    int64_t ms, mn, ws, wn;
+    split_ns(q->now.mono_ns, &ms, &mn);
+    split_ns(q->now.wall_ns, &ws, &wn);
+    fmt_i(&p, argv, len, &argc, ms);
+    fmt_i(&p, argv, len, &argc, mn);
+    fmt_i(&p, argv, len, &argc, ws);
+    fmt_i(&p, argv, len, &argc, wn);
+    fmt_i(&p, argv, len, &argc, r->o.expiry_slack_ms);
+    for (int k = 0; k < gr->n; k++) {
+        rq_item *it = &q->it[gr->idx[k]];
+        fmt_i(&p, argv, len, &argc, it->lim->spec.algo);
+        fmt_i(&p, argv, len, &argc, it->cost);
+        for (int j = 0; j < 4; j++) fmt_i(&p, argv, len, &argc, it->p[j]);
+    }
+    if (asking) redisAsyncCommand(nd->ac, NULL, NULL, "ASKING");
+    if (redisAsyncCommandArgv(nd->ac, on_group_reply, priv_of(r, q, g), argc, argv, len) != REDIS_OK)
+        return false;
+    inc(&r->st.calls);
+    return true;
+}
+
+/* Computes the results of group g from the states the script saw, with the C algorithms
+ * (so they are exactly the memory store's), chaining repeated keys. */
+static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
+    rq_group *gr = &q->g[g];
+    size_t need = 3 + 2 * (size_t)gr->n;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != need) return false;
+    for (size_t i = 0; i < 3 + (size_t)gr->n; i++)
+        if (rep->element[i]->type != REDIS_REPLY_INTEGER) return false;
+    int64_t ts = rep->element[1]->integer, tn = rep->element[2]->integer;
+    sluice_time now = q->now;
+    if (r->o.time_mode == SL_REDIS_TIME_SERVER) {
+        now.mono_ns = now.wall_ns = ts * SLUICE_NS_PER_S + tn;
+        q->rnow = now;
+        q->got_time = true;
+    }
+    gr->all_ok = rep->element[0]->integer == 1;
+    /* scratch: the state each item decided on (src) and its next state (dst) */
+    uint64_t src[SLUICE_MAX_ITEMS][4], dst[SLUICE_MAX_ITEMS][4];
+    bool has[SLUICE_MAX_ITEMS], changed[SLUICE_MAX_ITEMS];
+    for (int k = 0; k < gr->n; k++) {
+        int i = gr->idx[k];
+        rq_item *it = &q->it[i];
+        const sl_limit *l = &it->lim->lim;
+        if (l->state_size > sizeof(src[0])) return false;
+        const redisReply *b = rep->element[3 + gr->n + k];
+        int pk = -1;
+        for (int j = k - 1; j >= 0; j--)
+            if (q->it[gr->idx[j]].klen == it->klen && memcmp(q->it[gr->idx[j]].key, it->key, it->klen) == 0) {
+                pk = j;
+                break;
+            }
+        if (pk >= 0) {
+            has[k] = has[pk] || changed[pk];
+            memcpy(src[k], changed[pk] ? dst[pk] : src[pk], sizeof(src[k]));
+        } else {
+            if (b->type != REDIS_REPLY_STRING) return false;
+            int pr = sl_redis_state_parse(it->lim, b->str, b->len, src[k]);
+            if (pr < 0) return false;
+            has[k] = pr == 1;
+        }
+        sl_result res;
+        bool script_ok = rep->element[3 + k]->integer == 1;
+        if (q->op == 's') {
+            sl_algo_settle(l, has[k] ? src[k] : NULL, dst[k], now, it->cost, &res);
+            changed[k] = true;
+        } else if (q->op == 'l') {
+            memset(&res, 0, sizeof(res));
+            res.allowed = script_ok;
+            changed[k] = false;
+        } else {
+            bool ch = sl_algo_decide(l, has[k] ? src[k] : NULL, dst[k], now, (uint64_t)it->cost, &res);
+            changed[k] = ch && it->cost > 0;
+        }
+        if (script_ok != res.allowed) {
+            inc(&r->st.mismatches);
+            res.allowed = script_ok;
+        }
+        sluice_result *o = &q->dec.results[i];
+        o->allowed = res.allowed ? 1 : 0;
+        o->limit = res.limit;
+        o->remaining = res.remaining;
+        o->reset_after_ns = res.reset_after_ns;
+        o->retry_after_ns = res.retry_after_ns;
+        o->delay_ns = res.delay_ns;
+        o->lease = res.lease;
+    }
+    return true;
+}
+
+static bool less_share(const sluice_result *a, const sluice_result *b) {
+    if (b->limit == 0) return false;
+    if (a->limit == 0) return true;
+    return (unsigned __int128)a->remaining * b->limit < (unsigned __int128)b->remaining * a->limit;
+}
+
+static bool longer_retry(int64_t a, int64_t b) {
+    if (a == SLUICE_NEVER) return b != SLUICE_NEVER;
+    if (b == SLUICE_NEVER) return false;
+    return a > b;
+}
+
+/* The memory store's choice (engine/decide.c): longest retry on rejection, least
+ * remaining share on admission. */
+static int pick_deciding(const sluice_decision *d) {
+    int best = 0;
+    for (size_t i = 1; i < d->n; i++) {
+        const sluice_result *x = &d->results[i], *b = &d->results[best];
+        if (d->allowed) {
+            if (less_share(x, b)) best = (int)i;
+        } else if (!x->allowed && (b->allowed || longer_retry(x->retry_after_ns, b->retry_after_ns))) {
+            best = (int)i;
+        }
+    }
+    return best;
+}
+
+static void send_refunds(sl_redis *r, rq *q);
+
+/* Every group answered (or the request failed): refund what must be, answer, recycle. */
+static void finish(sl_redis *r, rq *q, int rc) {
+    if (q->op == 'd') {
+        bool all = !q->failed;
+        for (int g = 0; g < q->ngroups && all; g++)
+            if (!q->g[g].all_ok) all = false;
+        if (!all && q->ngroups > 1) send_refunds(r, q);
+        if (!q->failed) {
+            q->dec.allowed = all ? 1 : 0;
+            q->dec.deciding = q->n ? pick_deciding(&q->dec) : -1;
+            sluice_time t = q->now;
+            for (int i = 0; i < q->n; i++) cache_put(r, &q->it[i], &q->dec.results[i], t);
+        }
+    }
+    sl_redis_cb cb = q->cb;
+    void *ud = q->ud;
+    sluice_decision *d = &q->dec;
+    if (q->failed && rc == SLUICE_OK) rc = SLUICE_ESTORE;
+    /* the callback may start new decisions: keep q out of the free list until it returns */
+    sl_dnode_disarm(&q->dl);
+    if (cb) cb(ud, rc, rc == SLUICE_OK ? d : NULL);
+    rq_put(r, q);
+}
+
+static void group_fail(sl_redis *r, rq *q, int g) {
+    rq_group *gr = &q->g[g];
+    if (gr->done) return;
+    gr->done = gr->failed = true;
+    q->failed = true;
+    if (--q->pending == 0) finish(r, q, SLUICE_ESTORE);
+}
+
+static void on_group_reply(redisAsyncContext *ac, void *reply, void *priv) {
+    sl_redis_node *nd = ac->data;
+    if (nd == NULL) return;
+    sl_redis *r = nd->r;
+    int g;
+    rq *q = rq_of(r, priv, &g);
+    if (q == NULL || g >= q->ngroups || q->g[g].done) return; /* timed out already */
+    redisReply *rep = reply;
+    rq_group *gr = &q->g[g];
+    if (rep == NULL) { /* connection lost */
+        inc(&r->st.errors);
+        note_fail(r);
+        group_fail(r, q, g);
+        return;
+    }
+    if (rep->type == REDIS_REPLY_ERROR) {
+        unsigned slot;
+        char host[SL_REDIS_HOST_MAX];
+        int port;
+        int kind = sl_redis_parse_redirect(rep->str, rep->len, &slot, host, sizeof(host), &port);
+        if (kind != 0 && ++gr->redirects <= MAX_REDIRECTS) {
+            int idx = node_find(r, host[0] ? host : nd->host, port, true);
+            if (idx >= 0) {
+                if (kind == 1) {
+                    inc(&r->st.moved);
+                    r->slotmap[slot] = (uint8_t)idx;
+                    refresh_topology(r, false);
+                } else {
+                    inc(&r->st.ask);
+                }
+                if (send_group(r, q, g, &r->nodes[idx], kind == 2)) return;
+            }
+        } else if (rep->len >= 8 && memcmp(rep->str, "NOSCRIPT", 8) == 0 && ++gr->redirects <= MAX_REDIRECTS) {
+            inc(&r->st.noscript);
+            queue_script_load(nd);
+            if (send_group(r, q, g, nd, false)) return;
+        } else if (rep->len >= 8 && memcmp(rep->str, "TRYAGAIN", 8) == 0) {
+            inc(&r->st.tryagain);
+        }
+        snprintf(r->last_error, sizeof(r->last_error), "%.120s", rep->str);
+        inc(&r->st.errors);
+        note_fail(r);
+        group_fail(r, q, g);
+        return;
+    }
+    if (!decode_group(r, q, g, rep)) {
+        snprintf(r->last_error, sizeof(r->last_error), "unexpected script reply");
+        inc(&r->st.errors);
+        note_fail(r);
+        group_fail(r, q, g);
+        return;
+    }
+    note_ok(r);
+    gr->done = true;
+    if (--q->pending == 0) finish(r, q, SLUICE_OK);
+}
+
+/* Issues every group of q; a group whose node is down fails at once (no waiting). */
+static void launch(sl_redis *r, rq *q) {
+    q->pending = q->ngroups;
+    sl_dlist_arm(&r->deadlines, &q->dl, mono_now());
+    arm(r, q->dl.deadline_ns);
+    int ng = q->ngroups;
+    for (int g = 0; g < ng; g++) {
+        if (!q->busy) return; /* finished inside the loop (all failed) */
+        sl_redis_node *nd = route(r, q->g[g].slot);
+        if (nd->state != 2 || !send_group(r, q, g, nd, false)) {
+            inc(&r->st.node_down);
+            group_fail(r, q, g);
+        }
+    }
+}
+
+static int build(sl_redis *r, rq *q, const sluice_item *items, size_t n, sluice_time now) {
+    q->n = (uint8_t)n;
+    q->ngroups = 0;
+    q->now = now;
+    q->dec.n = n;
+    q->dec.allowed = 1;
+    q->dec.deciding = n ? 0 : -1;
+    for (size_t i = 0; i < n; i++) {
+        rq_item *it = &q->it[i];
+        if (items[i].limiter == NULL || (items[i].key == NULL && items[i].key_len > 0)) return SLUICE_EINVAL;
+        if (items[i].cost > (uint64_t)EXACT_COST_MAX) return SLUICE_ERANGE;
+        it->lim = items[i].limiter;
+        it->cost = (int64_t)items[i].cost;
+        int rc = sl_redis_params(it->lim, now, it->p);
+        if (rc != SLUICE_OK) return rc;
+        it->klen = (uint8_t)sl_redis_key(&r->sk, it->lim, items[i].key != NULL ? items[i].key : "",
+                                         items[i].key_len, it->key);
+        it->slot = (uint16_t)sl_redis_keyslot(it->key, it->klen);
+        int g = -1;
+        for (int k = 0; k < q->ngroups; k++)
+            if (q->g[k].slot == it->slot) g = k;
+        if (g < 0) {
+            g = q->ngroups++;
+            memset(&q->g[g], 0, sizeof(q->g[g]));
+            q->g[g].slot = it->slot;
+        }
+        it->group = (int8_t)g;
+        q->g[g].idx[q->g[g].n++] = (uint8_t)i;
+    }
+    return SLUICE_OK;
+}
+
+static void send_refunds(sl_redis *r, rq *q) {
+    for (int g = 0; g < q->ngroups; g++) {
+        rq_group *gr = &q->g[g];
+        if (!gr->done || gr->failed || !gr->all_ok) continue;
+        rq *f = rq_get(r);
+        if (f == NULL) return;
+        f->op = 's';
+        f->cb = NULL;
+        f->n = 0;
+        f->ngroups = 1;
+        f->now = q->got_time ? q->rnow : q->now;
+        memset(&f->g[0], 0, sizeof(f->g[0]));
+        f->g[0].slot = gr->slot;
+        for (int k = 0; k < gr->n; k++) {
+            rq_item *it = &q->it[gr->idx[k]];
+            if (it->cost == 0) continue;
+            f->it[f->n] = *it;
+            f->it[f->n].cost = -it->cost;
+            f->g[0].idx[f->g[0].n++] = f->n;
+            f->n++;
+        }
+        f->dec.n = f->n;
+        if (f->n == 0) {
+            rq_put(r, f);
+            continue;
+        }
+        inc(&r->st.refunds);
+        launch(r, f);
+    }
+}
+
+/* ---- timer: deadlines, reconnection, connect timeouts ------------------------------- */
+
+static void on_timer(void *ud, uint32_t ev) {
+    (void)ev;
+    sl_redis *r = ud;
+    uint64_t x;
+    while (read(r->tfd, &x, sizeof(x)) > 0) {
+    }
+    r->armed = 0;
+    int64_t t = mono_now();
+    sl_dnode *d;
+    while ((d = sl_dlist_expired(&r->deadlines, t)) != NULL) {
+        rq *q = (rq *)((char *)d - offsetof(rq, dl));
+        sl_dnode_disarm(d);
+        if (q->cb != NULL) inc(&r->st.timeouts);
+        note_fail(r);
+        q->failed = true;
+        for (int g = 0; g < q->ngroups; g++)
+            if (!q->g[g].done) q->g[g].done = q->g[g].failed = true;
+        q->pending = 0;
+        finish(r, q, SLUICE_ESTORE);
+    }
+    int64_t next = 0;
+    for (int i = 0; i < r->nnodes; i++) {
+        sl_redis_node *nd = &r->nodes[i];
+        if (nd->state == 1 && nd->ac != NULL && t >= nd->connect_by) {
+            redisAsyncContext *ac = nd->ac;
+            ac->data = NULL; /* its callbacks now ignore this node */
+            redisAsyncFree(ac);
+            nd->ac = NULL;
+            node_down(nd);
+        }
+        if (nd->state == 0 && nd->ac == NULL && t >= nd->retry_at) node_connect(nd);
+        int64_t at = nd->state == 0 ? nd->retry_at : nd->state == 1 ? nd->connect_by : 0;
+        if (at && (next == 0 || at < next)) next = at;
+    }
+    sl_dnode *h = r->deadlines.head.next;
+    if (h != &r->deadlines.head && (next == 0 || h->deadline_ns < next)) next = h->deadline_ns;
+    if (r->open_until && (next == 0 || r->open_until < next) && r->open_until > t) next = r->open_until;
+    if (next) arm(r, next);
+}
+
+/* ---- public ----------------------------------------------------------------------- */
+
+sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
+    int e = SLUICE_OK;
+    sl_redis *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        e = SLUICE_ENOMEM;
+        goto fail;
+    }
+    r->loop = loop;
+    r->o = *o;
+    r->tfd = -1;
+    if (r->o.timeout_ns <= 0) r->o.timeout_ns = 20 * SLUICE_NS_PER_MS;
+    if (r->o.expiry_slack_ms <= 0)
+        r->o.expiry_slack_ms = r->o.time_mode == SL_REDIS_TIME_SERVER ? 1000 : 3600 * 1000;
+    if (r->o.breaker_failures == 0) r->o.breaker_failures = 5;
+    if (r->o.breaker_open_ns <= 0) r->o.breaker_open_ns = 200 * SLUICE_NS_PER_MS;
+    if (r->o.backoff_min_ns <= 0) r->o.backoff_min_ns = 20 * SLUICE_NS_PER_MS;
+    if (r->o.backoff_max_ns <= 0) r->o.backoff_max_ns = 320 * SLUICE_NS_PER_MS;
+    if (r->o.max_pending == 0) r->o.max_pending = 1024;
+    unsigned cs = r->o.cache_slots ? r->o.cache_slots : 4096;
+    r->o.secret = NULL; /* not kept: only the derived key */
+    r->sk = sl_redis_secret_key(o->secret, o->secret_len);
+    r->script = sl_redis_script(&r->script_len);
+    r->sha = sl_redis_script_sha();
+    if (r->script == NULL) {
+        e = SLUICE_ENOMEM;
+        goto fail;
+    }
+    r->npool = r->o.max_pending;
+    r->pool = calloc(r->npool, sizeof(rq));
+    if (r->pool == NULL) {
+        e = SLUICE_ENOMEM;
+        goto fail;
+    }
+    for (unsigned i = r->npool; i-- > 0;) {
+        r->pool[i].next_free = r->free;
+        r->free = &r->pool[i];
+    }
+    if (cs > 1) {
+        if (cs & (cs - 1)) {
+            e = SLUICE_EINVAL;
+            goto fail;
+        }
+        r->cache = calloc(cs, sizeof(cache_ent));
+        if (r->cache == NULL) {
+            e = SLUICE_ENOMEM;
+            goto fail;
+        }
+        r->cache_mask = cs - 1;
+    }
+    memset(r->slotmap, 0xFF, sizeof(r->slotmap));
+    sl_dlist_init(&r->deadlines, 0, r->o.timeout_ns);
+    r->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (r->tfd < 0) {
+        e = SLUICE_EIO;
+        goto fail;
+    }
+    r->tio = (sl_io){r->tfd, on_timer, r};
+    if (sl_loop_add(loop, &r->tio, EPOLLIN) != 0) {
+        e = SLUICE_EIO;
+        goto fail;
+    }
+    /* seeds: "h:p,h:p" */
+    char buf[sizeof(r->o.seeds)];
+    snprintf(buf, sizeof(buf), "%s", r->o.seeds);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *c = strrchr(tok, ':');
+        if (c == NULL || c == tok) {
+            e = SLUICE_EINVAL;
+            goto fail;
+        }
+        *c = '\0';
+        int port = atoi(c + 1);
+        if (port <= 0 || port > 65535) {
+            e = SLUICE_EINVAL;
+            goto fail;
+        }
+        node_find(r, tok, port, true);
+        if (!r->o.cluster) break;
+    }
+    if (r->nnodes == 0) {
+        e = SLUICE_EINVAL;
+        goto fail;
+    }
+    return r;
+fail:
+    if (err) *err = e;
+    sl_redis_destroy(r);
+    return NULL;
+}
+
+void sl_redis_destroy(sl_redis *r) {
+    if (r == NULL) return;
+    for (int i = 0; i < r->nnodes; i++) {
+        sl_redis_node *nd = &r->nodes[i];
+        if (nd->ac != NULL) {
+            redisAsyncContext *ac = nd->ac;
+            ac->data = NULL;
+            redisAsyncFree(ac); /* pending callbacks run with NULL and are ignored */
+            nd->ac = NULL;
+        }
+    }
+    /* decisions still in flight are answered (failed) so their owners can clean up */
+    for (unsigned i = 0; r->pool && i < r->npool; i++) {
+        rq *q = &r->pool[i];
+        if (!q->busy) continue;
+        q->failed = true;
+        q->ngroups = 0;
+        sl_redis_cb cb = q->cb;
+        q->busy = false;
+        if (cb) cb(q->ud, SLUICE_ESTORE, NULL);
+    }
+    if (r->tfd >= 0) {
+        sl_loop_del(r->loop, &r->tio);
+        close(r->tfd);
+    }
+    free(r->cache);
+    free(r->pool);
+    free(r);
+}
+
+const sl_redis_stats *sl_redis_stats_get(const sl_redis *r) { return &r->st; }
+
+bool sl_redis_ready(const sl_redis *r) {
+    if (r->open_until != 0) return false;
+    for (int i = 0; i < r->nnodes; i++)
+        if (r->nodes[i].state != 2) return false;
+    return true;
+}
+
+/* A decision certain to be rejected, answered without Redis: cost above a capacity, or
+ * an item still inside the retry time of an earlier rejection of at most this cost. */
+static bool answer_locally(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
+                           sluice_decision *d) {
+    int hit = -1;
+    int64_t retry = 0, reset = 0;
+    for (size_t i = 0; i < n && hit < 0; i++) {
+        if (items[i].limiter == NULL) return false;
+        if (items[i].cost > sluice_limiter_capacity(items[i].limiter) &&
+            items[i].limiter->spec.algo != SLUICE_CONCURRENCY) {
+            hit = (int)i, retry = SLUICE_NEVER, reset = 0;
+            inc(&r->st.never_rejects);
+            break;
+        }
+        if (r->cache == NULL || !cacheable(items[i].limiter->spec.algo)) continue;
+        rq_item it;
+        it.klen = (uint8_t)sl_redis_key(&r->sk, items[i].limiter, items[i].key ? items[i].key : "",
+                                        items[i].key_len, it.key);
+        cache_ent *e = cache_get(r, fp_of(&it));
+        if (e != NULL && now.mono_ns < e->until && items[i].cost >= e->min_cost && items[i].cost > 0) {
+            hit = (int)i, retry = e->until - now.mono_ns;
+            reset = e->reset_at > now.mono_ns ? e->reset_at - now.mono_ns : 0;
+            inc(&r->st.local_rejects);
+        }
+    }
+    if (hit < 0) return false;
+    /* Only the rejecting item is known; the others are reported at their capacity
+     * (their state was not read: nothing was consumed anywhere). */
+    d->n = n;
+    d->allowed = 0;
+    d->deciding = hit;
+    for (size_t i = 0; i < n; i++) {
+        sluice_result *o = &d->results[i];
+        memset(o, 0, sizeof(*o));
+        o->limit = sluice_limiter_capacity(items[i].limiter);
+        o->allowed = (int)i != hit;
+        o->remaining = (int)i != hit ? o->limit : 0;
+    }
+    d->results[hit].retry_after_ns = retry;
+    d->results[hit].reset_after_ns = reset;
+    return true;
+}
+
+static int submit(sl_redis *r, char op, const sluice_item *items, size_t n, sluice_time now,
+                  sl_redis_cb cb, void *ud, uint64_t lease) {
+    if (r == NULL || (items == NULL && n > 0)) return SLUICE_EINVAL;
+    if (n > SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
+    if (op == 'd') {
+        inc(&r->st.decisions);
+        static __thread sluice_decision local;
+        if (answer_locally(r, items, n, now, &local)) {
+            if (cb) cb(ud, SLUICE_OK, &local);
+            return SLUICE_OK;
+        }
+    }
+    if (!breaker_allows(r)) {
+        inc(&r->st.breaker_open);
+        if (cb) cb(ud, SLUICE_ESTORE, NULL);
+        return SLUICE_OK;
+    }
+    rq *q = rq_get(r);
+    if (q == NULL) {
+        inc(&r->st.pool_full);
+        if (cb) cb(ud, SLUICE_ESTORE, NULL);
+        return SLUICE_OK;
+    }
+    q->op = op;
+    q->cb = cb;
+    q->ud = ud;
+    int rc = build(r, q, items, n, now);
+    if (rc == SLUICE_OK && op == 'l') {
+        /* release: cost = the lease's bucket number (mod 2^40), p[3] = its slots */
+        q->it[0].cost = (int64_t)(lease >> 24);
+        q->it[0].p[3] = (int64_t)(lease & 0xFFFFFF);
+    }
+    if (rc != SLUICE_OK) {
+        rq_put(r, q);
+        return rc;
+    }
+    if (n == 0) {
+        q->pending = 0;
+        finish(r, q, SLUICE_OK);
+        return SLUICE_OK;
+    }
+    launch(r, q);
+    return SLUICE_OK;
+}
+
+int sl_redis_decide(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
+                    sl_redis_cb cb, void *ud) {
+    return submit(r, 'd', items, n, now, cb, ud, 0);
+}
+
+int sl_redis_settle(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
+                    int64_t delta, sluice_time now, sl_redis_cb cb, void *ud) {
+    if (delta > EXACT_COST_MAX || delta < -EXACT_COST_MAX) return SLUICE_ERANGE;
+    sluice_item it = {lim, key, key_len, 0};
+    /* build() copies cost from the item; a signed delta is patched in after */
+    if (r == NULL || lim == NULL) return SLUICE_EINVAL;
+    if (!breaker_allows(r)) {
+        inc(&r->st.breaker_open);
+        if (cb) cb(ud, SLUICE_ESTORE, NULL);
+        return SLUICE_OK;
+    }
+    rq *q = rq_get(r);
+    if (q == NULL) {
+        inc(&r->st.pool_full);
+        if (cb) cb(ud, SLUICE_ESTORE, NULL);
+        return SLUICE_OK;
+    }
+    q->op = 's';
+    q->cb = cb;
+    q->ud = ud;
+    int rc = build(r, q, &it, 1, now);
+    if (rc != SLUICE_OK) {
+        rq_put(r, q);
+        return rc;
+    }
+    q->it[0].cost = delta;
+    launch(r, q);
+    return SLUICE_OK;
+}
+
+int sl_redis_release(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
+                     uint64_t lease, sluice_time now, sl_redis_cb cb, void *ud) {
+    if (lim == NULL || lim->spec.algo != SLUICE_CONCURRENCY) return SLUICE_EINVAL;
+    sluice_item it = {lim, key, key_len, 0};
+    return submit(r, 'l', &it, 1, now, cb, ud, lease);
+}
+
+typedef struct sync_wait {
+    bool done;
+    int rc;
+    sluice_decision *out;
+} sync_wait;
+
+static void sync_cb(void *ud, int rc, const sluice_decision *d) {
+    sync_wait *w = ud;
+    w->done = true;
+    w->rc = rc;
+    if (d != NULL && w->out != NULL) *w->out = *d;
+}
+
+int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
+                         sluice_decision *out) {
+    sync_wait w = {false, SLUICE_OK, out};
+    int rc = sl_redis_decide(r, items, n, now, sync_cb, &w);
+    if (rc != SLUICE_OK) return rc;
+    int64_t until = mono_now() + 2 * SLUICE_NS_PER_S;
+    while (!w.done && mono_now() < until) sl_loop_poll(r->loop, 5);
+    return w.done ? w.rc : SLUICE_ESTORE;
+}
+
+void sl_redis_run(sl_redis *r, int ms) {
+    int64_t until = mono_now() + (int64_t)ms * SLUICE_NS_PER_MS;
+    while (mono_now() < until) sl_loop_poll(r->loop, 2);
+}

@@ -1,0 +1,277 @@
+/*
+ * codec.c -- what travels to and from Redis: the composed script and its SHA1, the key
+ * names (keyed hashes, never raw keys), the per-algorithm script parameters and the
+ * stored state strings parsed back into the C algorithms' states. Pure functions; the
+ * script is composed once per process (pthread_once) and never changes afterwards.
+ * Ranges: the scripts compute in doubles, exactly for integers below 2^53; parameters are
+ * refused (SLUICE_ERANGE) when a value or a product the scripts form could exceed 2^52.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "core/tz.h"
+#include "engine/limiter.h"
+#include "redis/redis.h"
+
+extern const char sl_lua_common[];
+extern const char sl_lua_gcra[];
+extern const char sl_lua_token_bucket[];
+extern const char sl_lua_fixed_window[];
+extern const char sl_lua_sliding_window[];
+extern const char sl_lua_concurrency[];
+extern const char sl_lua_quota[];
+extern const char sl_lua_main[];
+
+#define EXACT_MAX (INT64_C(1) << 52)
+
+/* ---- SHA1 (FIPS 180-4), only to name the script for EVALSHA ------------------------ */
+
+static uint32_t rol(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
+
+static void sha1_block(uint32_t h[5], const unsigned char *b) {
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)b[4 * i] << 24 | (uint32_t)b[4 * i + 1] << 16 | (uint32_t)b[4 * i + 2] << 8 | b[4 * i + 3];
+    for (int i = 16; i < 80; i++) w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    uint32_t a = h[0], bb = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20) f = (bb & c) | (~bb & d), k = 0x5A827999;
+        else if (i < 40) f = bb ^ c ^ d, k = 0x6ED9EBA1;
+        else if (i < 60) f = (bb & c) | (bb & d) | (c & d), k = 0x8F1BBCDC;
+        else f = bb ^ c ^ d, k = 0xCA62C1D6;
+        uint32_t t = rol(a, 5) + f + e + k + w[i];
+        e = d, d = c, c = rol(bb, 30), bb = a, a = t;
+    }
+    h[0] += a, h[1] += bb, h[2] += c, h[3] += d, h[4] += e;
+}
+
+void sl_redis_sha1_hex(const void *p, size_t len, char out[41]) {
+    uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
+    const unsigned char *m = p;
+    size_t i = 0;
+    for (; i + 64 <= len; i += 64) sha1_block(h, m + i);
+    unsigned char tail[128] = {0};
+    size_t rest = len - i;
+    memcpy(tail, m + i, rest);
+    tail[rest] = 0x80;
+    size_t tl = rest + 1 + 8 <= 64 ? 64 : 128;
+    uint64_t bits = (uint64_t)len * 8;
+    for (int k = 0; k < 8; k++) tail[tl - 1 - k] = (unsigned char)(bits >> (8 * k));
+    sha1_block(h, tail);
+    if (tl == 128) sha1_block(h, tail + 64);
+    for (int k = 0; k < 5; k++) snprintf(out + 8 * k, 9, "%08x", h[k]);
+}
+
+/* ---- the script ------------------------------------------------------------------- */
+
+static char *g_script;
+static size_t g_script_len;
+static char g_sha[41];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void compose(void) {
+    const char *parts[] = {sl_lua_common, sl_lua_gcra, sl_lua_token_bucket, sl_lua_fixed_window,
+                           sl_lua_sliding_window, sl_lua_concurrency, sl_lua_quota, sl_lua_main};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) total += strlen(parts[i]) + 1;
+    g_script = malloc(total + 1);
+    if (g_script == NULL) return;
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        size_t n = strlen(parts[i]);
+        memcpy(g_script + off, parts[i], n);
+        off += n;
+        g_script[off++] = '\n';
+    }
+    g_script[off] = '\0';
+    g_script_len = off;
+    sl_redis_sha1_hex(g_script, g_script_len, g_sha);
+}
+
+const char *sl_redis_script(size_t *len) {
+    pthread_once(&g_once, compose);
+    if (len) *len = g_script_len;
+    return g_script;
+}
+
+const char *sl_redis_script_sha(void) {
+    pthread_once(&g_once, compose);
+    return g_sha;
+}
+
+/* ---- keys ------------------------------------------------------------------------- */
+
+/* Without a configured secret every instance uses this one (documented; the server warns
+ * at start): identities are still not stored raw, but anyone can recompute the hashes. */
+static const char default_secret[] = "sluice default redis key secret";
+
+sl_hash_key sl_redis_secret_key(const void *secret, size_t len) {
+    if (secret == NULL || len == 0) secret = default_secret, len = sizeof(default_secret) - 1;
+    sl_hash_key zero = {UINT64_C(0x736c7569636552), UINT64_C(0x6b65792d646572)};
+    sl_hash128 h = sl_hash128_of(&zero, secret, len);
+    return (sl_hash_key){h.lo, h.hi};
+}
+
+size_t sl_redis_key(const sl_hash_key *sk, const sluice_limiter *lim, const void *key,
+                    size_t key_len, char out[SL_REDIS_KEY_MAX]) {
+    sl_sip s;
+    sl_sip_init(&s, sk);
+    /* name, a NUL separator, then the key: absorbed as one message */
+    const char *name = lim->spec.name;
+    size_t nl = strlen(name);
+    unsigned char buf[320];
+    sl_hash128 h;
+    if (nl + 1 + key_len <= sizeof(buf)) {
+        memcpy(buf, name, nl);
+        buf[nl] = 0;
+        if (key_len) memcpy(buf + nl + 1, key, key_len);
+        h = sl_sip_finish(&s, buf, nl + 1 + key_len, SL_HASH_C, SL_HASH_D);
+    } else {
+        /* long keys: hash the key first, then (name NUL keyhash) */
+        sl_hash128 kh = sl_hash128_of(sk, key, key_len);
+        memcpy(buf, name, nl);
+        buf[nl] = 0;
+        memcpy(buf + nl + 1, &kh, sizeof(kh));
+        h = sl_sip_finish(&s, buf, nl + 1 + sizeof(kh), SL_HASH_C, SL_HASH_D);
+    }
+    int n = snprintf(out, SL_REDIS_KEY_MAX, "sl:{%016llx%016llx}:%u.%d", (unsigned long long)h.hi,
+                     (unsigned long long)h.lo, (unsigned)lim->spec.index, (int)lim->spec.algo);
+    return n > 0 && n < SL_REDIS_KEY_MAX ? (size_t)n : SL_REDIS_KEY_MAX - 1;
+}
+
+/* ---- parameters ------------------------------------------------------------------- */
+
+static bool small(uint64_t v) { return v < (uint64_t)EXACT_MAX; }
+static bool small_prod(uint64_t a, uint64_t b) {
+    return (unsigned __int128)a * b < (unsigned __int128)EXACT_MAX;
+}
+
+static int64_t floor_s(int64_t ns) {
+    int64_t q = ns / SLUICE_NS_PER_S;
+    return (ns % SLUICE_NS_PER_S < 0) ? q - 1 : q;
+}
+
+int sl_redis_params(const sluice_limiter *limiter, sluice_time now, int64_t p[4]) {
+    const sl_limit *l = &limiter->lim;
+    p[0] = p[1] = p[2] = p[3] = 0;
+    switch (l->algo) {
+    case SLUICE_FIXED_WINDOW:
+    case SLUICE_SLIDING_WINDOW:
+        if (!small(l->limit) || !small((uint64_t)l->period_ns) || !small_prod(2, (uint64_t)l->period_ns))
+            return SLUICE_ERANGE;
+        p[0] = (int64_t)l->limit, p[1] = l->period_ns;
+        return SLUICE_OK;
+    case SLUICE_TOKEN_BUCKET:
+        if (!small_prod(l->limit, SL_MICRO) || !small_prod(l->capacity, SL_MICRO) ||
+            !small((uint64_t)l->period_ns))
+            return SLUICE_ERANGE;
+        p[0] = (int64_t)l->limit, p[1] = l->period_ns, p[2] = (int64_t)l->capacity;
+        return SLUICE_OK;
+    case SLUICE_GCRA:
+        if (!small_prod(l->capacity, (uint64_t)l->emission_ns)) return SLUICE_ERANGE;
+        p[0] = l->emission_ns, p[1] = (int64_t)l->capacity;
+        return SLUICE_OK;
+    case SLUICE_CONCURRENCY: {
+        int64_t w = (l->lease_ns + (SL_CONC_BUCKETS - 1) - 1) / (SL_CONC_BUCKETS - 1);
+        if (w < 1000 || !small((uint64_t)l->lease_ns)) return SLUICE_ERANGE;
+        p[0] = (int64_t)l->limit, p[1] = l->lease_ns, p[2] = w;
+        return SLUICE_OK;
+    }
+    case SLUICE_QUOTA: {
+        if (!small(l->limit)) return SLUICE_ERANGE;
+        int64_t t = floor_s(now.wall_ns);
+        p[0] = (int64_t)l->limit;
+        p[1] = sl_cal_period_start(l->tz, l->quota_period, t);
+        p[2] = sl_cal_period_next(l->tz, l->quota_period, t);
+        return SLUICE_OK;
+    }
+    default:
+        return SLUICE_EINVAL; /* sliding_log, leaky_bucket: memory store only */
+    }
+}
+
+/* ---- stored states ---------------------------------------------------------------- */
+
+static int parse_ints(const char *s, size_t len, int64_t *v, int want) {
+    int n = 0;
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && s[i] == ' ') i++;
+        if (i >= len) break;
+        if (n >= want) return -1;
+        bool neg = false;
+        if (s[i] == '-') neg = true, i++;
+        size_t d = 0;
+        int64_t x = 0;
+        while (i < len && s[i] >= '0' && s[i] <= '9') {
+            if (x > (INT64_MAX - 9) / 10) return -1;
+            x = x * 10 + (s[i++] - '0');
+            d++;
+        }
+        if (d == 0 || (i < len && s[i] != ' ')) return -1;
+        v[n++] = neg ? -x : x;
+    }
+    return n == want ? n : -1;
+}
+
+static bool pair_ns(int64_t s, int64_t n, int64_t *out) {
+    int64_t a;
+    if (__builtin_mul_overflow(s, SLUICE_NS_PER_S, &a) || __builtin_add_overflow(a, n, out)) return false;
+    return true;
+}
+
+int sl_redis_state_parse(const sluice_limiter *limiter, const char *s, size_t len, void *state) {
+    const sl_limit *l = &limiter->lim;
+    int64_t v[7];
+    if (len == 0) return 0;
+    switch (l->algo) {
+    case SLUICE_GCRA: {
+        sl_gcra_state *g = state;
+        if (parse_ints(s, len, v, 2) < 0 || !pair_ns(v[0], v[1], &g->tat_ns)) return -1;
+        return 1;
+    }
+    case SLUICE_TOKEN_BUCKET: {
+        sl_tb_state *t = state;
+        if (parse_ints(s, len, v, 3) < 0 || !pair_ns(v[0], v[1], &t->last_ns)) return -1;
+        t->tokens_u = v[2];
+        return 1;
+    }
+    case SLUICE_FIXED_WINDOW: {
+        sl_fixed_state *f = state;
+        if (parse_ints(s, len, v, 3) < 0 || v[2] < 0 || !pair_ns(v[0], v[1], &f->window_start_ns)) return -1;
+        f->count = (uint64_t)v[2];
+        return 1;
+    }
+    case SLUICE_SLIDING_WINDOW: {
+        sl_sliding_state *w = state;
+        if (parse_ints(s, len, v, 4) < 0 || v[2] < 0 || v[3] < 0 ||
+            !pair_ns(v[0], v[1], &w->window_start_ns))
+            return -1;
+        w->cur = (uint64_t)v[2], w->prev = (uint64_t)v[3];
+        return 1;
+    }
+    case SLUICE_CONCURRENCY: {
+        sl_conc_state *c = state;
+        int64_t w = (l->lease_ns + (SL_CONC_BUCKETS - 1) - 1) / (SL_CONC_BUCKETS - 1);
+        if (parse_ints(s, len, v, 1 + SL_CONC_BUCKETS) < 0 || __builtin_mul_overflow(v[0], w, &c->base_ns))
+            return -1;
+        for (int i = 0; i < SL_CONC_BUCKETS; i++) {
+            if (v[1 + i] < 0 || v[1 + i] > UINT32_MAX) return -1;
+            c->counts[i] = (uint32_t)v[1 + i];
+        }
+        return 1;
+    }
+    case SLUICE_QUOTA: {
+        sl_quota_state *q = state;
+        if (parse_ints(s, len, v, 2) < 0 || v[1] < 0) return -1;
+        q->period_start_s = v[0], q->used = (uint64_t)v[1];
+        return 1;
+    }
+    default:
+        return -1;
+    }
+}

@@ -1,0 +1,163 @@
+/*
+ * redis.h -- the Redis and Redis Cluster store: per-worker hiredis connections driven by
+ * the worker's sl_loop, one Lua script (src/redis/lua: common + one file per algorithm +
+ * main) called with EVALSHA, all limits of a decision that share a slot in one call.
+ * Invariants: Redis holds only keyed hashes of (limiter name, key) (never raw identities);
+ * a decision that cannot be answered in time fails with SLUICE_ESTORE (the caller applies
+ * its failure mode); nothing blocks the loop. Times: nanoseconds; deadlines on the
+ * process's CLOCK_MONOTONIC, decision times as given by the caller (sluice_time).
+ */
+#ifndef SL_REDIS_H
+#define SL_REDIS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/hash.h"
+#include "server/loop.h"
+#include "sluice.h"
+
+struct redisReply;
+
+/* ---- key slots and cluster topology (slot.c, pure) ---------------------------------- */
+
+#define SL_REDIS_SLOTS 16384
+#define SL_REDIS_HOST_MAX 64
+
+/* CRC16/XMODEM (poly 0x1021, init 0, no reflection): "123456789" -> 0x31C3. */
+uint16_t sl_redis_crc16(const void *p, size_t len);
+/* The cluster slot of a key, hash tags included (SPECS §8.1). */
+unsigned sl_redis_keyslot(const void *key, size_t len);
+
+/* One slot range of a topology reply and its master. host "" means "the host of the
+ * connection that answered" (a NULL or empty endpoint). */
+typedef struct sl_redis_range {
+    uint16_t lo, hi;
+    char host[SL_REDIS_HOST_MAX];
+    int port;
+} sl_redis_range;
+
+/* Parses a CLUSTER SHARDS (shards = true) or CLUSTER SLOTS reply into at most `cap`
+ * ranges. Returns the number of ranges, or -1 when the reply is not of that shape (a
+ * range with a bad slot number or no usable master is skipped, not fatal). */
+int sl_redis_parse_topology(const struct redisReply *rep, bool shards, sl_redis_range *out,
+                            int cap);
+
+/* Parses "MOVED 3999 host:port" / "ASK 3999 host:port" (error reply text). Returns 1 for
+ * MOVED, 2 for ASK, 0 for anything else; host "" means the same host. */
+int sl_redis_parse_redirect(const char *s, size_t len, unsigned *slot, char *host,
+                            size_t host_cap, int *port);
+
+/* ---- keys, script arguments and replies (codec.c, pure) --------------------------- */
+
+#define SL_REDIS_KEY_MAX 64
+#define SL_REDIS_ITEM_ARGS 6  /* per item: algo, cost, p1..p4 */
+#define SL_REDIS_HEAD_ARGS 7  /* op, time mode, mono_s, mono_n, wall_s, wall_n, slack */
+
+/* The script: common.lua + algorithms + main.lua, and its SHA1 (40 hex + NUL). */
+const char *sl_redis_script(size_t *len);
+const char *sl_redis_script_sha(void);
+/* SHA1 of `len` bytes as 40 lowercase hex digits + NUL (used for EVALSHA). */
+void sl_redis_sha1_hex(const void *p, size_t len, char out[41]);
+
+/* Derives the 16-byte hashing key from the configured secret (any bytes). */
+sl_hash_key sl_redis_secret_key(const void *secret, size_t len);
+/* "sl:{<32 hex>}:<index>.<algo>": the tag is SipHash-128(secret, name NUL key), shared by
+ * every window (index) of one rule and one key, so they land in one slot. Returns the
+ * length (always < SL_REDIS_KEY_MAX). */
+size_t sl_redis_key(const sl_hash_key *sk, const sluice_limiter *lim, const void *key,
+                    size_t key_len, char out[SL_REDIS_KEY_MAX]);
+/* The algorithm parameters the script needs (p[0..3]). SLUICE_EINVAL for an algorithm
+ * the Redis store does not implement (sliding_log, leaky_bucket), SLUICE_ERANGE when a
+ * parameter would exceed the scripts' exact range (values and products below 2^52). */
+int sl_redis_params(const sluice_limiter *lim, sluice_time now, int64_t p[4]);
+/* Parses one stored state string into the C state of `lim` (state buffer of
+ * lim's state_size). Returns 1 parsed, 0 absent (empty), -1 malformed. */
+int sl_redis_state_parse(const sluice_limiter *lim, const char *s, size_t len, void *state);
+
+/* ---- the client (client.c) ------------------------------------------------------------ */
+
+typedef enum sl_redis_time {
+    SL_REDIS_TIME_SERVER = 0, /* redis.call('TIME') inside the script (default) */
+    SL_REDIS_TIME_CALLER = 1  /* the caller's sluice_time (time: local, tests) */
+} sl_redis_time;
+
+typedef struct sl_redis_opts {
+    char seeds[512];          /* "host:port" or, for a cluster, "h:p,h:p,..." */
+    bool cluster;
+    sl_redis_time time_mode;
+    int64_t timeout_ns;       /* per decision; 0 = 20 ms */
+    const void *secret;       /* key hashing secret; NULL/0 = the documented default */
+    size_t secret_len;
+    int64_t expiry_slack_ms;  /* keys live this long past fresh; 0 = 1 s (server time)
+                                 or 1 h (caller time: its clock may not follow Redis's) */
+    unsigned cache_slots;     /* local over-limit cache entries (power of two); 0 = 4096;
+                                 1 disables the cache */
+    unsigned breaker_failures;/* consecutive failures that open the breaker; 0 = 5 */
+    int64_t breaker_open_ns;  /* how long it stays open before a probe; 0 = 200 ms */
+    int64_t backoff_min_ns;   /* reconnection backoff; 0 = 20 ms */
+    int64_t backoff_max_ns;   /* 0 = 320 ms (a restarted Redis is found within a second) */
+    unsigned max_pending;     /* decisions in flight per client; 0 = 1024 */
+} sl_redis_opts;
+
+void sl_redis_opts_default(sl_redis_opts *o);
+/* Parses "redis://host:port" or "redis-cluster://h:p,h:p" into o->seeds/o->cluster.
+ * SLUICE_EINVAL when malformed. */
+int sl_redis_parse_url(const char *url, sl_redis_opts *o);
+
+/* Counters of one client (one worker), single writer, read by anyone (relaxed). Every
+ * decision that did not get a normal Redis answer is counted in exactly one of
+ * timeouts, errors, breaker_open, node_down, pool_full. */
+typedef struct sl_redis_stats {
+    _Atomic uint64_t decisions;    /* decisions asked of the client */
+    _Atomic uint64_t calls;        /* EVALSHA commands sent (retries and refunds included) */
+    _Atomic uint64_t local_rejects;/* answered by the over-limit cache (no round trip) */
+    _Atomic uint64_t never_rejects;/* cost above capacity: answered without Redis */
+    _Atomic uint64_t timeouts;     /* no answer within timeout_ns */
+    _Atomic uint64_t errors;       /* error replies, lost connections, bad replies */
+    _Atomic uint64_t breaker_open; /* refused at once: breaker open */
+    _Atomic uint64_t node_down;    /* refused at once: the node is not connected */
+    _Atomic uint64_t pool_full;    /* refused at once: max_pending in flight */
+    _Atomic uint64_t refunds;      /* cross-slot refund calls sent */
+    _Atomic uint64_t moved, ask, noscript, tryagain;
+    _Atomic uint64_t reconnects;   /* connections (re)established */
+    _Atomic uint64_t topology;     /* slot map refreshes applied */
+    _Atomic uint64_t mismatches;   /* script and C disagreed on an admission (0 expected) */
+} sl_redis_stats;
+
+typedef struct sl_redis sl_redis;
+
+/* `rc` is SLUICE_OK (see d->allowed) or SLUICE_ESTORE / another error; `d` is valid
+ * for the duration of the callback only. */
+typedef void (*sl_redis_cb)(void *ud, int rc, const sluice_decision *d);
+
+/* A client bound to `loop` (it adds a timerfd and its connections to it). Connecting is
+ * asynchronous: creating succeeds while Redis is down. NULL with *err on bad options. */
+sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err);
+void sl_redis_destroy(sl_redis *r);
+const sl_redis_stats *sl_redis_stats_get(const sl_redis *r);
+/* True when every known node is connected and the breaker is closed. */
+bool sl_redis_ready(const sl_redis *r);
+
+/* Decides `items` all-or-nothing (items and keys are copied; `now` is the caller's
+ * time). The callback runs later from the loop, or at once (before this returns) for
+ * answers that need no round trip. Returns SLUICE_OK when the callback was or will be
+ * called, or an argument error (no callback). */
+int sl_redis_decide(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
+                    sl_redis_cb cb, void *ud);
+/* Settle one reservation (delta = actual - reserved units), release a concurrency
+ * lease: fire and forget (callback with d->results[0] when cb is not NULL). */
+int sl_redis_settle(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
+                    int64_t delta, sluice_time now, sl_redis_cb cb, void *ud);
+int sl_redis_release(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
+                     uint64_t lease, sluice_time now, sl_redis_cb cb, void *ud);
+
+/* For tests and tools: decide and run the loop until the answer (or 2 s) arrives. */
+int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
+                         sluice_decision *out);
+/* Runs the loop for up to `ms` milliseconds (tests: let connections settle). */
+void sl_redis_run(sl_redis *r, int ms);
+
+#endif /* SL_REDIS_H */
