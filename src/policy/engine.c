@@ -81,6 +81,8 @@ static int make_win(sl_engine *e, e_pol *ep, e_win *w, const sl_cwindow *cw, con
     w->info.index = cw->spec.index;
     w->info.envoy_unit = cw->envoy_unit;
     w->info.requests_per_unit = cw->requests_per_unit;
+    w->info.objective = cp->objective;
+    w->info.detailed_metric = cp->detailed_metric || cp->value_to_metric;
     if (cw->spec.algo == SLUICE_CONCURRENCY) w->info.qu = SL_QU_CONCURRENT;
     if (cw->deny_all) {
         w->info.quota = 0;
@@ -153,6 +155,8 @@ sl_engine *sl_engine_create(const sl_config *cfg, sluice_store *store, int *err,
             ep->win->ep = ep;
             ep->win->info.name = cp->rule_name ? cp->rule_name : cp->name;
             ep->win->info.policy = cp->name;
+            ep->win->info.objective = cp->objective;
+            ep->win->info.detailed_metric = cp->detailed_metric || cp->value_to_metric;
             continue;
         }
         ep->win = calloc(cp->nwin ? cp->nwin : 1, sizeof(*ep->win));

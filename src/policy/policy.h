@@ -167,6 +167,9 @@ typedef struct sl_window_info {
     int envoy_unit;            /* envoy RateLimitResponse.RateLimit.Unit, 0 if none */
     uint32_t requests_per_unit;/* envoy current_limit */
     const sluice_limiter *limiter;
+    const char *objective;     /* the policy's objective (protection, fairness, ...) */
+    bool detailed_metric;      /* envoy detailed_metric / value_to_metric: metrics may
+                                  label this rule by the descriptor's values */
 } sl_window_info;
 
 #define SL_VERDICT_KEYS 4096 /* bytes of composed keys one verdict can hold */

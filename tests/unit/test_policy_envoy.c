@@ -210,6 +210,7 @@ static void example8_detailed_metric(void) {
     if (!fx_open(&f, "08-detailed-metric.yaml")) return;
     rls q;
     T_EQ_I(admitted(&f, Q(&q, "example8", "key1=unspecified_value", NULL), 11), 10);
+    T_CHECK(V.items[0].info->detailed_metric); /* for the server's metrics labels */
     T_EQ_I(admitted(&f, Q(&q, "example8", "key1=unspecified_value2", NULL), 11), 10);
     T_EQ_I(admitted(&f, Q(&q, "example8", "key1=value1", NULL), 21), 20);
     fx_close(&f);
