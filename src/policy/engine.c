@@ -714,11 +714,13 @@ static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
                 grp[ng++] = j;
         bool ok;
         if (decide_group(e, v, grp, ng, !allowed, now, &ok, &dummy) != SLUICE_OK) continue;
-        for (size_t j = 0; j < ng; j++)
+        for (size_t j = 0; j < ng; j++) {
+            v->items[grp[j]].consumed = allowed && ok;
             if (!v->items[grp[j]].result.allowed) {
                 v->items[grp[j]].would_limit = true;
                 v->shadow_limited = true;
             }
+        }
     }
     /* deciding item among the enforced ones */
     int dec = -1;
@@ -738,6 +740,7 @@ static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
         }
     }
     v->deciding = dec;
+    for (size_t i = 0; i < ne; i++) v->items[enf[i]].consumed = allowed;
     if (allowed) {
         int64_t delay = 0;
         for (size_t i = 0; i < ne; i++)
@@ -869,7 +872,7 @@ int sl_engine_release(const sl_engine *e, const sl_verdict *v, sluice_time now) 
     int first = SLUICE_OK;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
-        if (it->result.lease == 0 || it->unlimited) continue;
+        if (it->result.lease == 0 || it->unlimited || !it->consumed) continue;
         int rc = sluice_release(e->store, item_win(it)->lim, v->keys + it->key_off, it->key_len,
                                 it->result.lease, now);
         if (rc != SLUICE_OK && first == SLUICE_OK) first = rc;
@@ -883,7 +886,7 @@ int sl_engine_settle(const sl_engine *e, const sl_verdict *v, uint64_t actual, s
     int first = SLUICE_OK;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
-        if (!it->settle || it->unlimited || item_win(it)->lim == NULL) continue;
+        if (!it->settle || it->unlimited || !it->consumed || item_win(it)->lim == NULL) continue;
         sluice_result r;
         int rc = sluice_settle(e->store, item_win(it)->lim, v->keys + it->key_off, it->key_len,
                                it->cost, actual, now, &r);
@@ -940,7 +943,8 @@ int sl_verdict_token(const sl_verdict *v, char *buf, size_t len) {
         for (size_t i = 0; i < v->n; i++) {
             const sl_verdict_item *it = &v->items[i];
             const e_win *w = item_win(it);
-            if (it->unlimited || w->lim == NULL || (!it->settle && it->result.lease == 0))
+            if (it->unlimited || !it->consumed || w->lim == NULL ||
+                (!it->settle && it->result.lease == 0))
                 continue;
             const char *name = sluice_limiter_spec(w->lim)->name;
             if (off + 1 >= len) return SLUICE_ERANGE;

@@ -185,6 +185,7 @@ typedef struct sl_verdict_item {
     bool would_limit;           /* rejected by its own limit (reported, maybe shadowed) */
     bool unlimited;             /* envoy unlimited: OK, remaining = UINT32_MAX */
     bool settle;                /* cost is a reservation to settle after the response */
+    bool consumed;              /* this window's cost was taken (what settle/release undo) */
     sluice_result result;
 } sl_verdict_item;
 

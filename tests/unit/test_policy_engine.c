@@ -409,6 +409,32 @@ static void settled_costs(void) {
     fx_close(&f);
 }
 
+/* Settling touches only what was consumed: a shadow window that would have limited took
+ * nothing, so nothing of it is refunded. */
+static void settle_only_what_was_consumed(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - { name: real, objective: cost, key: [header.x-k], algorithm: fixed_window,\n"
+                     "      cost: {from: header.x-n, settle: true}, limits: [{rate: 1000/h}] }\n"
+                     "  - { name: trial, objective: cost, key: [header.x-k], algorithm: fixed_window,\n"
+                     "      cost: {from: header.x-n, settle: true}, limits: [{rate: 10/h}],\n"
+                     "      mode: shadow }\n"))
+        return;
+    treq t;
+    sl_engine_check(f.e, R(&t, "GET", "/", NULL, "x-k", "a", "x-n", "8", NULL), now(&f), &V);
+    T_CHECK(item(&V, "trial")->consumed);
+    sl_engine_check(f.e, R(&t, "GET", "/", NULL, "x-k", "a", "x-n", "8", NULL), now(&f), &V);
+    T_EQ_I(V.action, SL_ALLOW);
+    T_CHECK(item(&V, "trial")->would_limit);
+    T_CHECK(!item(&V, "trial")->consumed);
+    T_CHECK(item(&V, "real")->consumed);
+    T_EQ_I(sl_engine_settle(f.e, &V, 0, now(&f)), SLUICE_OK);
+    sl_engine_check(f.e, R(&t, "GET", "/", NULL, "x-k", "a", "x-n", "0", NULL), now(&f), &V);
+    T_EQ_U(remaining(&V, "real"), 992);
+    T_EQ_U(remaining(&V, "trial"), 2);
+    fx_close(&f);
+}
+
 static void shadow_never_rejects(void) {
     fx f;
     if (!fx_open(&f, "policies:\n"
@@ -677,6 +703,7 @@ int main(void) {
     T_RUN(plans_override_defaults);
     T_RUN(per_operation_and_attribute_costs);
     T_RUN(settled_costs);
+    T_RUN(settle_only_what_was_consumed);
     T_RUN(shadow_never_rejects);
     T_RUN(rollout_by_key_hash);
     T_RUN(delay_bounded_else_reject);
