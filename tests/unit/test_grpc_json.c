@@ -1,0 +1,131 @@
+/*
+ * test_grpc_json.c -- the /json converter: proto3 JSON RateLimitRequest in (camelCase and
+ * proto field names, 64-bit values as strings), decided as ShouldRateLimit, proto3 JSON
+ * RateLimitResponse out with 200 (OK) / 429 (OVER_LIMIT) / 400 (bad request).
+ */
+#include <jansson.h>
+
+#include "grpc/rls.h"
+#include "t.h"
+
+#define SEC SLUICE_NS_PER_S
+
+static const char CONFIG[] =
+    "domain: rl\n"
+    "descriptors:\n"
+    "  - key: k\n"
+    "    value: v\n"
+    "    rate_limit: {unit: second, requests_per_unit: 2}\n";
+
+static sluice_clock *clk;
+static sluice_store *st;
+static sl_config *cfg;
+static sl_engine *eng;
+static sl_rls_ovcache *ov;
+static sl_verdict V;
+
+static json_t *call(const char *body, int *http) {
+    sl_grpc_env env = {.engine = eng, .store = st, .ov = ov, .now = sluice_clock_now(clk)};
+    static char out[16384];
+    int n = sl_rls_json(&env, body, strlen(body), &V, out, sizeof(out), http);
+    T_CHECK(n > 0);
+    json_t *j = n > 0 ? json_loads(out, 0, NULL) : NULL;
+    T_CHECK(j != NULL);
+    return j;
+}
+
+static const char *sget(json_t *o, const char *path0, const char *k) {
+    json_t *x = path0 ? json_object_get(o, path0) : o;
+    const char *s = json_string_value(json_object_get(x, k));
+    return s ? s : "(absent)";
+}
+
+static void ok_then_over(void) {
+    int http = 0;
+    const char *req = "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[{\"key\":\"k\",\"value\":\"v\"}]}]}";
+    json_t *j = call(req, &http);
+    T_EQ_I(http, 200);
+    T_EQ_S(sget(j, NULL, "overallCode"), "OK");
+    json_t *s0 = json_array_get(json_object_get(j, "statuses"), 0);
+    T_EQ_S(sget(s0, NULL, "code"), "OK");
+    T_EQ_I(json_integer_value(json_object_get(s0, "limitRemaining")), 1);
+    T_EQ_S(sget(s0, "currentLimit", "unit"), "SECOND");
+    T_EQ_I(json_integer_value(json_object_get(json_object_get(s0, "currentLimit"), "requestsPerUnit")), 2);
+    T_EQ_S(sget(s0, NULL, "durationUntilReset"), "1s");
+    T_CHECK(json_object_get(j, "rawBody") == NULL);
+    json_decref(j);
+    /* proto field names and a string hits_addend are accepted too */
+    j = call("{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[{\"key\":\"k\",\"value\":\"v\"}],"
+             "\"hits_addend\":\"1\"}]}", &http);
+    T_EQ_I(http, 200);
+    s0 = json_array_get(json_object_get(j, "statuses"), 0);
+    T_CHECK(json_object_get(s0, "limitRemaining") == NULL); /* 0 is omitted in proto3 JSON */
+    json_decref(j);
+    j = call(req, &http);
+    T_EQ_I(http, 429);
+    T_EQ_S(sget(j, NULL, "overallCode"), "OVER_LIMIT");
+    s0 = json_array_get(json_object_get(j, "statuses"), 0);
+    T_EQ_S(sget(s0, NULL, "code"), "OVER_LIMIT");
+    T_CHECK(json_object_get(j, "rawBody") != NULL);
+    bool retry = false;
+    json_t *hs = json_object_get(j, "responseHeadersToAdd");
+    for (size_t i = 0; i < json_array_size(hs); i++)
+        if (strcmp(sget(json_array_get(hs, i), NULL, "key"), "Retry-After") == 0) retry = true;
+    T_CHECK(retry);
+    json_decref(j);
+}
+
+static void bad_requests(void) {
+    static const char *const bad[] = {
+        "not json",
+        "[1]",
+        "{\"descriptors\":[{\"entries\":[{\"key\":\"k\",\"value\":\"v\"}]}]}",
+        "{\"domain\":\"rl\"}",
+        "{\"domain\":\"rl\",\"descriptors\":[]}",
+        "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[]}]}",
+        "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[{\"key\":\"\",\"value\":\"v\"}]}]}",
+        "{\"domain\":\"rl\",\"hitsAddend\":-1,\"descriptors\":[{\"entries\":[{\"key\":\"k\"}]}]}",
+        "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[{\"key\":\"k\"}],\"limit\":{\"unit\":\"FORTNIGHT\"}}]}",
+        "{\"domain\":5,\"descriptors\":[{\"entries\":[{\"key\":\"k\"}]}]}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int http = 0;
+        json_t *j = call(bad[i], &http);
+        if (http != 400) T_FAIL("case %zu: http %d", i, http);
+        T_EQ_I(json_integer_value(json_object_get(j, "code")), SL_GRPC_INVALID_ARGUMENT);
+        json_decref(j);
+    }
+}
+
+static void override_by_json(void) {
+    int http = 0;
+    const char *req = "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[{\"key\":\"x\",\"value\":\"y\"}],"
+                      "\"limit\":{\"requestsPerUnit\":1,\"unit\":\"MINUTE\"}}]}";
+    json_t *j = call(req, &http);
+    T_EQ_I(http, 200);
+    json_t *s0 = json_array_get(json_object_get(j, "statuses"), 0);
+    T_EQ_S(sget(s0, "currentLimit", "unit"), "MINUTE");
+    json_decref(j);
+    j = call(req, &http);
+    T_EQ_I(http, 429);
+    json_decref(j);
+}
+
+int main(void) {
+    static sl_diag_list dl;
+    if (sl_config_load_buffer(CONFIG, sizeof(CONFIG) - 1, "t.yaml", &cfg, &dl) != SLUICE_OK) return 1;
+    clk = sluice_clock_create_manual(INT64_C(1767225600) * SEC);
+    int err;
+    st = sluice_store_create(NULL, &err);
+    eng = sl_engine_create(cfg, st, &err, NULL, 0);
+    ov = sl_rls_ovcache_create();
+    T_RUN(ok_then_over);
+    T_RUN(bad_requests);
+    T_RUN(override_by_json);
+    sl_rls_ovcache_destroy(ov);
+    sl_engine_destroy(eng);
+    sl_config_destroy(cfg);
+    sluice_store_destroy(st);
+    sluice_clock_destroy(clk);
+    return T_DONE();
+}
