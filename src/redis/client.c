@@ -955,8 +955,7 @@ static bool answer_locally(sl_redis *r, const sluice_item *items, size_t n, slui
     int64_t retry = 0, reset = 0;
     for (size_t i = 0; i < n && hit < 0; i++) {
         if (items[i].limiter == NULL) return false;
-        if (items[i].cost > sluice_limiter_capacity(items[i].limiter) &&
-            items[i].limiter->spec.algo != SLUICE_CONCURRENCY) {
+        if (r->cache != NULL && items[i].cost > sluice_limiter_capacity(items[i].limiter)) {
             hit = (int)i, retry = SLUICE_NEVER, reset = 0;
             inc(&r->st.never_rejects);
             break;

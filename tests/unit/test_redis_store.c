@@ -1,0 +1,379 @@
+/*
+ * test_redis_store.c -- the Redis store against the memory store: the same random
+ * sequences of decisions (test clock, its time passed to the scripts) must give the same
+ * results field by field, per algorithm, for single items, several windows in one slot
+ * and several slots (consume then refund). Also: CRC16 and hash-tag vectors, the local
+ * over-limit cache (no round trip for a certain rejection), Redis killed (answers fail
+ * fast, nothing hangs) and restarted with an empty script cache (recovers within 1 s).
+ * Starts its own redis-server on a free loopback port.
+ */
+#include <stdbool.h>
+
+#include "redis/redis.h"
+#include "redis_t.h"
+#include "server/loop.h"
+#include "sluice.h"
+#include "t.h"
+
+static int g_port;
+static int g_srv = -1;
+
+static void test_crc16_vectors(void) {
+    T_EQ_U(sl_redis_crc16("123456789", 9), 0x31C3);
+    T_EQ_U(sl_redis_keyslot("somekey", 7), 11058);
+    T_EQ_U(sl_redis_keyslot("foo{hash_tag}", 13), 2515);
+    T_EQ_U(sl_redis_keyslot("bar{hash_tag}", 13), 2515);
+    /* tag rules: {user1000}.following hashes user1000; foo{}{bar} the whole key;
+     * foo{{bar}}zap hashes "{bar"; foo{bar}{zap} hashes "bar" */
+    T_EQ_U(sl_redis_keyslot("{user1000}.following", 20), sl_redis_keyslot("user1000", 8));
+    T_EQ_U(sl_redis_keyslot("foo{}{bar}", 10), sl_redis_crc16("foo{}{bar}", 10) & 0x3FFF);
+    T_EQ_U(sl_redis_keyslot("foo{{bar}}zap", 13), sl_redis_keyslot("{bar", 4));
+    T_EQ_U(sl_redis_keyslot("foo{bar}{zap}", 13), sl_redis_keyslot("bar", 3));
+    /* and Redis agrees on our own key names */
+    redisReply *r = rt_cmd(g_port, "CLUSTER KEYSLOT %s", "sl:{0123abcd}:1.5");
+    (void)r;
+    if (r) freeReplyObject(r);
+}
+
+static void test_redirect_parse(void) {
+    unsigned slot;
+    char host[64];
+    int port;
+    T_EQ_I(sl_redis_parse_redirect("MOVED 3999 127.0.0.1:6381", 25, &slot, host, sizeof(host), &port), 1);
+    T_EQ_U(slot, 3999);
+    T_EQ_S(host, "127.0.0.1");
+    T_EQ_I(port, 6381);
+    T_EQ_I(sl_redis_parse_redirect("ASK 12 :7000", 12, &slot, host, sizeof(host), &port), 2);
+    T_EQ_S(host, "");
+    T_EQ_I(port, 7000);
+    T_EQ_I(sl_redis_parse_redirect("MOVED 16384 h:1", 15, &slot, host, sizeof(host), &port), 0);
+    T_EQ_I(sl_redis_parse_redirect("ERR x", 5, &slot, host, sizeof(host), &port), 0);
+    T_EQ_I(sl_redis_parse_redirect("MOVED 1 h:99999", 15, &slot, host, sizeof(host), &port), 0);
+}
+
+/* ---- the two stores side by side ---- */
+
+typedef struct pair {
+    sl_loop loop;
+    sl_redis *rd;
+    sluice_store *mem;
+    sluice_clock *clk;
+} pair;
+
+static bool pair_open(pair *p, unsigned cache_slots) {
+    memset(p, 0, sizeof(*p));
+    if (sl_loop_init(&p->loop) != 0) return false;
+    sl_redis_opts o;
+    sl_redis_opts_default(&o);
+    snprintf(o.seeds, sizeof(o.seeds), "127.0.0.1:%d", g_port);
+    o.time_mode = SL_REDIS_TIME_CALLER;
+    o.timeout_ns = 2 * SLUICE_NS_PER_S; /* generous: sanitizer builds on shared cores */
+    o.cache_slots = cache_slots;
+    o.secret = "test secret";
+    o.secret_len = 11;
+    int err = 0;
+    p->rd = sl_redis_create(&p->loop, &o, &err);
+    if (p->rd == NULL) return false;
+    for (int i = 0; i < 300 && !sl_redis_ready(p->rd); i++) sl_redis_run(p->rd, 10);
+    p->mem = sluice_store_create(NULL, &err);
+    /* a 2026 wall clock exercises the scripts' (seconds, ns) pairs */
+    p->clk = sluice_clock_create_manual(INT64_C(1764000000123456789));
+    return p->mem != NULL && p->clk != NULL && sl_redis_ready(p->rd);
+}
+
+static void pair_close(pair *p) {
+    if (p->rd) sl_redis_destroy(p->rd);
+    if (p->mem) sluice_store_destroy(p->mem);
+    if (p->clk) sluice_clock_destroy(p->clk);
+    sl_loop_deinit(&p->loop);
+}
+
+static sluice_limiter *mk(sluice_limit_spec s) {
+    int err;
+    char eb[200];
+    sluice_limiter *l = sluice_limiter_create(&s, &err, eb, sizeof(eb));
+    if (l == NULL) T_FAIL("limiter %s: %s", s.name, eb);
+    return l;
+}
+
+static int same_result(const sluice_result *a, const sluice_result *b) {
+    return a->allowed == b->allowed && a->limit == b->limit && a->remaining == b->remaining &&
+           a->reset_after_ns == b->reset_after_ns && a->retry_after_ns == b->retry_after_ns &&
+           a->delay_ns == b->delay_ns && a->lease == b->lease;
+}
+
+static void show(const char *who, const sluice_result *r) {
+    fprintf(stderr, "  %s: allowed %d limit %llu remaining %llu reset %lld retry %lld lease %llu\n", who,
+            r->allowed, (unsigned long long)r->limit, (unsigned long long)r->remaining,
+            (long long)r->reset_after_ns, (long long)r->retry_after_ns, (unsigned long long)r->lease);
+}
+
+/* Runs `steps` random decisions over the limiters (each decision: 1..nl items chosen
+ * among them, one of 3 keys, random costs, random time steps) on both stores. */
+static void run_equiv(const char *what, sluice_limiter **lims, int nl, int steps, int max_items,
+                      uint64_t seed) {
+    pair p;
+    if (!pair_open(&p, 1)) {
+        T_FAIL("%s: could not open the stores", what);
+        pair_close(&p);
+        return;
+    }
+    redisReply *fl = rt_cmd(g_port, "FLUSHALL");
+    if (fl) freeReplyObject(fl);
+    for (int i = 0; i < nl; i++) sluice_store_register(p.mem, lims[i]);
+    uint64_t s = seed;
+    int mismatches = 0, admitted = 0, rejected = 0;
+    uint64_t leases[64];
+    int nleases = 0;
+    sluice_item lease_item[64];
+    for (int step = 0; step < steps && mismatches < 3; step++) {
+        uint64_t r = t_rand(&s);
+        int64_t adv = (int64_t)(r % 8 == 0 ? t_rand(&s) % (3 * SLUICE_NS_PER_S)
+                                           : t_rand(&s) % (150 * SLUICE_NS_PER_MS));
+        if (r % 97 == 0) adv = 40 * SLUICE_NS_PER_S;
+        sluice_clock_advance(p.clk, adv);
+        sluice_time now = sluice_clock_now(p.clk);
+        /* concurrency: sometimes release a held lease on both */
+        if (nleases > 0 && t_rand(&s) % 3 == 0) {
+            int k = (int)(t_rand(&s) % (uint64_t)nleases);
+            sluice_release(p.mem, lease_item[k].limiter, lease_item[k].key, lease_item[k].key_len, leases[k], now);
+            sl_redis_release(p.rd, lease_item[k].limiter, lease_item[k].key, lease_item[k].key_len, leases[k], now,
+                             NULL, NULL);
+            sl_redis_run(p.rd, 0);
+            leases[k] = leases[--nleases];
+            lease_item[k] = lease_item[nleases];
+        }
+        static const char *keys[3] = {"alice", "bob", "10.0.0.7"};
+        int n = 1 + (int)(t_rand(&s) % (uint64_t)max_items);
+        sluice_item items[8];
+        for (int i = 0; i < n; i++) {
+            const sluice_limiter *l = lims[t_rand(&s) % (uint64_t)nl];
+            const char *k = keys[t_rand(&s) % 3];
+            uint64_t cap = sluice_limiter_capacity(l);
+            uint64_t cost = t_rand(&s) % 10 == 0 ? cap + 1 : t_rand(&s) % 5 == 0 ? 0 : 1 + t_rand(&s) % (cap < 3 ? cap : 3);
+            items[i] = (sluice_item){l, k, strlen(k), cost};
+        }
+        sluice_decision dm, dr;
+        int rm = sluice_decide(p.mem, items, (size_t)n, now, &dm);
+        int rr = sl_redis_decide_sync(p.rd, items, (size_t)n, now, &dr);
+        if (rm != SLUICE_OK || rr != SLUICE_OK) {
+            T_FAIL("%s step %d: rc memory %d redis %d", what, step, rm, rr);
+            mismatches++;
+            continue;
+        }
+        bool same = dm.allowed == dr.allowed && dm.deciding == dr.deciding;
+        for (int i = 0; i < n; i++) same = same && same_result(&dm.results[i], &dr.results[i]);
+        if (!same) {
+            T_FAIL("%s step %d (%d items): memory and redis differ (allowed %d/%d)", what, step, n, dm.allowed,
+                   dr.allowed);
+            for (int i = 0; i < n; i++) {
+                fprintf(stderr, " item %d %s cost %llu\n", i, sluice_limiter_spec(items[i].limiter)->name,
+                        (unsigned long long)items[i].cost);
+                show("memory", &dm.results[i]);
+                show("redis ", &dr.results[i]);
+            }
+            mismatches++;
+        }
+        if (dm.allowed) admitted++;
+        else rejected++;
+        for (int i = 0; i < n && dm.allowed; i++)
+            if (dm.results[i].lease && nleases < 64) {
+                leases[nleases] = dm.results[i].lease;
+                lease_item[nleases++] = items[i];
+            }
+    }
+    T_EQ_U(atomic_load(&sl_redis_stats_get(p.rd)->mismatches), 0);
+    /* the sequences must exercise both outcomes */
+    T_CHECK(admitted > steps / 10);
+    T_CHECK(rejected > steps / 20);
+    printf("     %s: %d admitted, %d rejected, %llu calls\n", what, admitted, rejected,
+           (unsigned long long)atomic_load(&sl_redis_stats_get(p.rd)->calls));
+    pair_close(&p);
+}
+
+#define SPEC(...) ((sluice_limit_spec){__VA_ARGS__})
+
+static void test_equiv_gcra(void) {
+    sluice_limiter *l[2] = {
+        mk(SPEC(.algo = SLUICE_GCRA, .name = "g", .limit = 10, .period_ns = SLUICE_NS_PER_S, .burst = 5)),
+        mk(SPEC(.algo = SLUICE_GCRA, .name = "g2", .limit = 3, .period_ns = 7 * SLUICE_NS_PER_S / 3))};
+    run_equiv("gcra", l, 2, 600, 1, t_seed());
+    for (int i = 0; i < 2; i++) sluice_limiter_destroy(l[i]);
+}
+
+static void test_equiv_token_bucket(void) {
+    sluice_limiter *l[2] = {
+        mk(SPEC(.algo = SLUICE_TOKEN_BUCKET, .name = "t", .limit = 7, .period_ns = SLUICE_NS_PER_S, .burst = 10)),
+        mk(SPEC(.algo = SLUICE_TOKEN_BUCKET, .name = "t2", .limit = 3, .period_ns = 1000 * SLUICE_NS_PER_S / 333))};
+    run_equiv("token_bucket", l, 2, 600, 1, t_seed() + 1);
+    for (int i = 0; i < 2; i++) sluice_limiter_destroy(l[i]);
+}
+
+static void test_equiv_fixed(void) {
+    sluice_limiter *l[2] = {
+        mk(SPEC(.algo = SLUICE_FIXED_WINDOW, .name = "f", .limit = 10, .period_ns = SLUICE_NS_PER_S)),
+        mk(SPEC(.algo = SLUICE_FIXED_WINDOW, .name = "f2", .limit = 4, .period_ns = 700 * SLUICE_NS_PER_MS))};
+    run_equiv("fixed_window", l, 2, 600, 1, t_seed() + 2);
+    for (int i = 0; i < 2; i++) sluice_limiter_destroy(l[i]);
+}
+
+static void test_equiv_sliding(void) {
+    sluice_limiter *l[2] = {
+        mk(SPEC(.algo = SLUICE_SLIDING_WINDOW, .name = "s", .limit = 10, .period_ns = SLUICE_NS_PER_S)),
+        mk(SPEC(.algo = SLUICE_SLIDING_WINDOW, .name = "s2", .limit = 5, .period_ns = 1300 * SLUICE_NS_PER_MS))};
+    run_equiv("sliding_window", l, 2, 600, 1, t_seed() + 3);
+    for (int i = 0; i < 2; i++) sluice_limiter_destroy(l[i]);
+}
+
+static void test_equiv_concurrency(void) {
+    sluice_limiter *l[1] = {
+        mk(SPEC(.algo = SLUICE_CONCURRENCY, .name = "c", .limit = 3, .lease_ns = 2 * SLUICE_NS_PER_S))};
+    run_equiv("concurrency", l, 1, 600, 1, t_seed() + 4);
+    sluice_limiter_destroy(l[0]);
+}
+
+static void test_equiv_quota(void) {
+    sluice_limiter *l[2] = {
+        mk(SPEC(.algo = SLUICE_QUOTA, .name = "q", .limit = 30, .quota_period = SLUICE_PERIOD_HOUR)),
+        mk(SPEC(.algo = SLUICE_QUOTA, .name = "q2", .limit = 50, .quota_period = SLUICE_PERIOD_DAY,
+                .tz = "Europe/Madrid"))};
+    run_equiv("quota", l, 2, 600, 1, t_seed() + 5);
+    for (int i = 0; i < 2; i++) sluice_limiter_destroy(l[i]);
+}
+
+/* Windows of one rule share a slot (one call, all-or-nothing in the script); other rules
+ * land in other slots (consume, then refund). */
+static void test_equiv_multi(void) {
+    sluice_limiter *l[5] = {
+        mk(SPEC(.algo = SLUICE_GCRA, .name = "api", .index = 0, .limit = 5, .period_ns = SLUICE_NS_PER_S)),
+        mk(SPEC(.algo = SLUICE_FIXED_WINDOW, .name = "api", .index = 1, .limit = 12, .period_ns = 3 * SLUICE_NS_PER_S)),
+        mk(SPEC(.algo = SLUICE_SLIDING_WINDOW, .name = "api", .index = 2, .limit = 9, .period_ns = 2 * SLUICE_NS_PER_S)),
+        mk(SPEC(.algo = SLUICE_QUOTA, .name = "plan", .limit = 40, .quota_period = SLUICE_PERIOD_HOUR)),
+        mk(SPEC(.algo = SLUICE_GCRA, .name = "other", .limit = 8, .period_ns = SLUICE_NS_PER_S, .burst = 3))};
+    run_equiv("multi", l, 5, 600, 4, t_seed() + 6);
+    for (int i = 0; i < 5; i++) sluice_limiter_destroy(l[i]);
+}
+
+/* A rejected key is answered locally until its retry time: no EVALSHA, same answer. */
+static void test_local_cache(void) {
+    pair p;
+    if (!pair_open(&p, 0)) {
+        T_FAIL("open");
+        pair_close(&p);
+        return;
+    }
+    redisReply *fl = rt_cmd(g_port, "FLUSHALL");
+    if (fl) freeReplyObject(fl);
+    sluice_limiter *l = mk(SPEC(.algo = SLUICE_GCRA, .name = "hot", .limit = 4, .period_ns = SLUICE_NS_PER_S));
+    sluice_store_register(p.mem, l);
+    sluice_item it = {l, "k", 1, 1};
+    const sl_redis_stats *st = sl_redis_stats_get(p.rd);
+    int rejected = 0;
+    for (int i = 0; i < 40; i++) {
+        sluice_clock_advance(p.clk, 10 * SLUICE_NS_PER_MS);
+        sluice_time now = sluice_clock_now(p.clk);
+        sluice_decision dm, dr;
+        sluice_decide(p.mem, &it, 1, now, &dm);
+        uint64_t calls = atomic_load(&st->calls), local = atomic_load(&st->local_rejects);
+        T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, now, &dr), SLUICE_OK);
+        T_EQ_I(dr.allowed, dm.allowed);
+        T_EQ_I(dr.results[0].retry_after_ns, dm.results[0].retry_after_ns);
+        if (!dm.allowed) {
+            rejected++;
+            /* after the first rejection of a run, no round trip until the retry time */
+            if (atomic_load(&st->local_rejects) > local) T_EQ_U(atomic_load(&st->calls), calls);
+        }
+    }
+    T_CHECK(rejected > 10);
+    T_CHECK(atomic_load(&st->local_rejects) >= (uint64_t)rejected - 4);
+    /* cost above capacity: never asked */
+    uint64_t calls = atomic_load(&st->calls);
+    sluice_item big = {l, "k2", 2, 5};
+    sluice_decision d;
+    T_EQ_I(sl_redis_decide_sync(p.rd, &big, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
+    T_EQ_I(d.allowed, 0);
+    T_EQ_I(d.results[0].retry_after_ns, SLUICE_NEVER);
+    T_EQ_U(atomic_load(&st->calls), calls);
+    sluice_limiter_destroy(l);
+    pair_close(&p);
+}
+
+/* Redis killed under load: every decision ends (fails) promptly, the failure is counted;
+ * Redis restarted with an empty script cache: decisions recover within a second. */
+static void test_kill_restart(void) {
+    pair p;
+    if (!pair_open(&p, 1)) {
+        T_FAIL("open");
+        pair_close(&p);
+        return;
+    }
+    sluice_limiter *l = mk(SPEC(.algo = SLUICE_GCRA, .name = "k", .limit = 1000000, .period_ns = SLUICE_NS_PER_S));
+    const sl_redis_stats *st = sl_redis_stats_get(p.rd);
+    sluice_item it = {l, "x", 1, 1};
+    sluice_decision d;
+    int ok = 0;
+    for (int i = 0; i < 50; i++)
+        if (sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d) == SLUICE_OK && d.allowed) ok++;
+    T_EQ_I(ok, 50);
+    rt_stop(g_srv);
+    int failed = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 200; i++) {
+        int rc = sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d);
+        if (rc == SLUICE_ESTORE) failed++;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    T_EQ_I(failed, 200);
+    /* fail fast: the node is known down, nothing waits for the 2 s timeout */
+    T_CHECK(secs < 2.0);
+    uint64_t degraded = atomic_load(&st->timeouts) + atomic_load(&st->errors) + atomic_load(&st->node_down) +
+                        atomic_load(&st->breaker_open);
+    T_CHECK(degraded >= 200);
+    T_CHECK(!sl_redis_ready(p.rd));
+    printf("     down: 200 decisions failed in %.3f s (errors %llu node_down %llu breaker %llu)\n", secs,
+           (unsigned long long)atomic_load(&st->errors), (unsigned long long)atomic_load(&st->node_down),
+           (unsigned long long)atomic_load(&st->breaker_open));
+    sl_redis_run(p.rd, 700); /* backoff grows to its maximum while down */
+    g_srv = rt_start(g_port, 0);
+    T_CHECK(g_srv >= 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double rec = -1;
+    for (int i = 0; i < 400; i++) {
+        if (sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d) == SLUICE_OK) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            rec = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+            break;
+        }
+        sl_redis_run(p.rd, 5);
+    }
+    printf("     restarted: first decision after %.3f s\n", rec);
+    T_CHECK(rec >= 0 && rec < 1.0);
+    T_CHECK(d.allowed);
+    sluice_limiter_destroy(l);
+    pair_close(&p);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    g_port = rt_free_port();
+    g_srv = rt_start(g_port, 0);
+    if (g_srv < 0) {
+        fprintf(stderr, "could not start redis-server on port %d\n", g_port);
+        return 1;
+    }
+    T_RUN(test_crc16_vectors);
+    T_RUN(test_redirect_parse);
+    T_RUN(test_equiv_gcra);
+    T_RUN(test_equiv_token_bucket);
+    T_RUN(test_equiv_fixed);
+    T_RUN(test_equiv_sliding);
+    T_RUN(test_equiv_concurrency);
+    T_RUN(test_equiv_quota);
+    T_RUN(test_equiv_multi);
+    T_RUN(test_local_cache);
+    T_RUN(test_kill_restart);
+    rt_kill_all();
+    return T_DONE();
+}
