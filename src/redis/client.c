@@ -253,6 +253,8 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     nd->state = 2;
     nd->backoff = 0;
     inc(&nd->r->st.reconnects);
+    /* a fresh connection ends the open period: the next decision is the probe */
+    if (nd->r->open_until != 0) nd->r->open_until = 1, nd->r->half_open = false;
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
@@ -705,6 +707,7 @@ static void launch(sl_redis *r, rq *q) {
         sl_redis_node *nd = route(r, q->g[g].slot);
         if (nd->state != 2 || !send_group(r, q, g, nd, false)) {
             inc(&r->st.node_down);
+            note_fail(r);
             group_fail(r, q, g);
         }
     }

@@ -107,6 +107,8 @@ static int rt_start(int port, int cluster) {
     char ports[16], conf[300];
     snprintf(ports, sizeof(ports), "%d", port);
     snprintf(conf, sizeof(conf), "nodes-%d.conf", port);
+    fflush(stdout);
+    fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
