@@ -21,6 +21,10 @@ void sl_wbuf_puts(sl_wbuf *w, const char *s) { sl_wbuf_put(w, s, strlen(s)); }
 void sl_wbuf_putc(sl_wbuf *w, char c) { sl_wbuf_put(w, &c, 1); }
 
 void sl_wbuf_u64(sl_wbuf *w, uint64_t v) {
+    if (v < 10 && !w->overflow && w->len < w->cap) { /* the common small case */
+        w->data[w->len++] = (char)('0' + v);
+        return;
+    }
     char tmp[24];
     size_t i = sizeof(tmp);
     do {

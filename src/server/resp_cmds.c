@@ -72,15 +72,6 @@ static void count_verdict(sl_worker *w, int rc, const sl_verdict *v) {
     sl_server_count(w, slot, r);
 }
 
-static const char *action_name(sl_action a) {
-    switch (a) {
-    case SL_ALLOW: return "allow";
-    case SL_DELAY: return "delay";
-    case SL_REJECT: return "reject";
-    default: return "fail";
-    }
-}
-
 /* The SL.* decision reply: a map (RESP3) or flat array (RESP2) with a fixed shape. */
 static void verdict_reply(resp_ctx *x, int rc, const sl_verdict *v, const char *policy) {
     sl_worker *w = x->c->w;
@@ -100,27 +91,37 @@ static void verdict_reply(resp_ctx *x, int rc, const sl_verdict *v, const char *
     int p = x->c->proto;
     const sl_verdict_item *it = (v->deciding >= 0 && (size_t)v->deciding < v->n) ? &v->items[v->deciding] : NULL;
     bool allowed = v->action == SL_ALLOW || v->action == SL_DELAY;
-    sl_resp_map(&x->wb, p, 9);
-    sl_resp_bulk_str(&x->wb, "allowed");
+    /* the field names are pre-encoded bulk strings: this reply is on the hot path */
+#define LIT(w, s) sl_wbuf_put((w), s, sizeof(s) - 1)
+    if (p == 3)
+        LIT(&x->wb, "%9\r\n$7\r\nallowed\r\n");
+    else
+        LIT(&x->wb, "*18\r\n$7\r\nallowed\r\n");
     sl_resp_bool(&x->wb, p, allowed);
-    sl_resp_bulk_str(&x->wb, "action");
-    sl_resp_bulk_str(&x->wb, action_name(v->action));
-    sl_resp_bulk_str(&x->wb, "policy");
+    LIT(&x->wb, "$6\r\naction\r\n");
+    switch (v->action) {
+    case SL_ALLOW: LIT(&x->wb, "$5\r\nallow\r\n"); break;
+    case SL_DELAY: LIT(&x->wb, "$5\r\ndelay\r\n"); break;
+    case SL_REJECT: LIT(&x->wb, "$6\r\nreject\r\n"); break;
+    default: LIT(&x->wb, "$4\r\nfail\r\n"); break;
+    }
+    LIT(&x->wb, "$6\r\npolicy\r\n");
     if (it && it->info && it->info->policy)
         sl_resp_bulk_str(&x->wb, it->info->policy);
     else
         sl_resp_null(&x->wb, p);
-    sl_resp_bulk_str(&x->wb, "limit");
+    LIT(&x->wb, "$5\r\nlimit\r\n");
     sl_resp_int(&x->wb, it ? (int64_t)it->result.limit : 0);
-    sl_resp_bulk_str(&x->wb, "remaining");
+    LIT(&x->wb, "$9\r\nremaining\r\n");
     sl_resp_int(&x->wb, it ? (int64_t)it->result.remaining : 0);
-    sl_resp_bulk_str(&x->wb, "retry_after_ms");
+    LIT(&x->wb, "$14\r\nretry_after_ms\r\n");
     sl_resp_int(&x->wb, allowed ? 0 : ceil_ms(v->retry_after_ns));
-    sl_resp_bulk_str(&x->wb, "reset_after_ms");
+    LIT(&x->wb, "$14\r\nreset_after_ms\r\n");
     sl_resp_int(&x->wb, it ? ceil_ms(it->result.reset_after_ns) : 0);
-    sl_resp_bulk_str(&x->wb, "delay_ms");
+    LIT(&x->wb, "$8\r\ndelay_ms\r\n");
     sl_resp_int(&x->wb, v->action == SL_DELAY ? ceil_ms(v->delay_ns) : 0);
-    sl_resp_bulk_str(&x->wb, "token");
+    LIT(&x->wb, "$5\r\ntoken\r\n");
+#undef LIT
     bool needs_token = false;
     for (size_t i = 0; i < v->n; i++)
         if (v->items[i].settle || v->items[i].result.lease) needs_token = true;
