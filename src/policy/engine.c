@@ -220,8 +220,81 @@ static sl_str find_entry(const sl_descriptor *d, const char *name, size_t nlen) 
 
 static size_t path_len(sl_str p) {
     if (p.p == NULL) return 0;
-    const char *q = memchr(p.p, '?', p.len);
-    return q ? (size_t)(q - p.p) : p.len;
+    for (size_t i = 0; i < p.len; i++)
+        if (p.p[i] == '?' || p.p[i] == '#') return i;
+    return p.len;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static bool unreserved(int c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/*
+ * The path as policies see it: without query or fragment, percent-encoded unreserved
+ * characters decoded (and other escapes' hex upper-cased), runs of '/' collapsed, "."
+ * and ".." segments resolved (RFC 3986 section 6.2.2). Why: a limit on /login must
+ * also hold for //login, /./login, /x/../login and /%6Cogin, which the backend treats as
+ * the same resource; otherwise a client could side-step it by rewriting the path.
+ * A trailing '/' is kept (it may name another resource). Paths not starting with '/'
+ * or longer than `cap` are used as they are (query still removed).
+ */
+static sl_str path_norm(sl_str in, char *out, size_t cap) {
+    size_t n = path_len(in);
+    if (in.p == NULL || n == 0 || in.p[0] != '/' || n >= cap) return (sl_str){in.p, n};
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = in.p[i];
+        if (c == '%' && i + 2 < n && hexval(in.p[i + 1]) >= 0 && hexval(in.p[i + 2]) >= 0) {
+            int v = hexval(in.p[i + 1]) * 16 + hexval(in.p[i + 2]);
+            if (unreserved(v)) {
+                out[o++] = (char)v;
+            } else {
+                out[o++] = '%';
+                out[o++] = "0123456789ABCDEF"[v >> 4];
+                out[o++] = "0123456789ABCDEF"[v & 15];
+            }
+            i += 2;
+            continue;
+        }
+        out[o++] = c;
+    }
+    /* segments, in place: the write position never passes the read position */
+    size_t r = 0, w = 0;
+    bool dir = false; /* the path ends as a directory ("/", "/." or "/..") */
+    while (r < o) {
+        if (out[r] == '/') {
+            r++;
+            dir = true;
+            continue;
+        }
+        size_t st = r;
+        while (r < o && out[r] != '/') r++;
+        size_t len = r - st;
+        if (len == 1 && out[st] == '.') {
+            dir = true;
+            continue;
+        }
+        if (len == 2 && out[st] == '.' && out[st + 1] == '.') {
+            while (w > 0 && out[w - 1] != '/') w--;
+            if (w > 0) w--;
+            dir = true;
+            continue;
+        }
+        out[w++] = '/';
+        memmove(out + w, out + st, len);
+        w += len;
+        dir = false;
+    }
+    if (w == 0 || dir) out[w++] = '/';
+    return (sl_str){out, w};
 }
 
 /* Host without port, lowercased into buf; 0 when absent or too long. */
@@ -296,6 +369,7 @@ typedef struct sl_ctxreq {
     const sl_request *req;
     const sl_descriptor *desc;
     const sl_enode **epath; /* envoy: node per level */
+    sl_str path;            /* normalised path (path_norm) */
 } ctxreq;
 
 /* Appends part `pt` of the request; false when the request does not carry it. An empty
@@ -320,12 +394,10 @@ static bool put_part(kbuf *k, const ctxreq *c, const sl_cpolicy *cp, const sl_pa
         if (r->method.p == NULL || r->method.len == 0) return false;
         kput(k, 'm', r->method.p, r->method.len);
         return true;
-    case SL_PART_PATH: {
-        size_t n = path_len(r->path);
-        if (n == 0) return false;
-        kput(k, 'p', r->path.p, n);
+    case SL_PART_PATH:
+        if (c->path.p == NULL || c->path.len == 0) return false;
+        kput(k, 'p', c->path.p, c->path.len);
         return true;
-    }
     case SL_PART_ROUTE:
         if (r->route.p != NULL && r->route.len > 0) {
             kput(k, 'r', r->route.p, r->route.len);
@@ -405,14 +477,13 @@ static uint64_t request_cost(const ctxreq *c, const sl_cpolicy *cp) {
         if (c->desc->has_hits_addend) return c->desc->hits_addend;
         return r->hits_addend ? r->hits_addend : 1;
     }
-    size_t pl = path_len(r->path);
     for (size_t i = 0; i < cp->n_ops; i++) {
         const sl_op_cost *op = &cp->ops[i];
         if (op->method[0] != '*' &&
             !(r->method.p && r->method.len == strlen(op->method) &&
               memcmp(r->method.p, op->method, r->method.len) == 0))
             continue;
-        if (r->path.p != NULL && sl__glob(op->path, r->path.p, pl)) return op->cost;
+        if (c->path.p != NULL && sl__glob(op->path, c->path.p, c->path.len)) return op->cost;
     }
     if (cp->cost_from_set) {
         uint64_t v;
@@ -442,7 +513,7 @@ static bool cond_ok(const sl_hdr_cond *c, sl_str v) {
     return v.p != NULL && sl__glob(c->pattern, v.p, v.len);
 }
 
-static bool match_http(const sl_cpolicy *cp, const sl_request *r) {
+static bool match_http(const sl_cpolicy *cp, const sl_request *r, sl_str path) {
     if (cp->n_methods > 0) {
         bool any = false;
         for (size_t i = 0; i < cp->n_methods && !any; i++)
@@ -451,17 +522,17 @@ static bool match_http(const sl_cpolicy *cp, const sl_request *r) {
         if (!any) return false;
     }
     if (cp->path_kind != SL_PATH_ANY) {
-        if (r->path.p == NULL) return false;
-        size_t pl = path_len(r->path), n = strlen(cp->path);
+        if (path.p == NULL) return false;
+        size_t pl = path.len, n = strlen(cp->path);
         switch (cp->path_kind) {
         case SL_PATH_EXACT:
-            if (pl != n || memcmp(r->path.p, cp->path, n) != 0) return false;
+            if (pl != n || memcmp(path.p, cp->path, n) != 0) return false;
             break;
         case SL_PATH_PREFIX:
-            if (pl < n || memcmp(r->path.p, cp->path, n) != 0) return false;
+            if (pl < n || memcmp(path.p, cp->path, n) != 0) return false;
             break;
         default:
-            if (!sl__glob(cp->path, r->path.p, pl)) return false;
+            if (!sl__glob(cp->path, path.p, pl)) return false;
         }
     }
     if (cp->host != NULL) {
@@ -802,7 +873,7 @@ int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, 
         for (size_t d = 0; d < req->n_descriptors && rc == SLUICE_OK; d++) {
             const sl_descriptor *desc = &req->descriptors[d];
             const sl_enode *path[SL_ENVOY_DEPTH];
-            ctxreq c = {req, desc, path};
+            ctxreq c = {req, desc, path, {req->path.p, path_len(req->path)}};
             const sl_enode *hit = sl__envoy_match(dom, desc, path);
             if (hit != NULL && hit->policy >= 0)
                 rc = add_policy(&e->pol[hit->policy], out, &c, (int)d);
@@ -812,16 +883,17 @@ int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, 
                     memcmp(cp->domain, req->domain.p, req->domain.len) != 0 ||
                     !match_desc(cp, desc))
                     continue;
-                ctxreq c2 = {req, desc, NULL};
+                ctxreq c2 = {req, desc, NULL, {req->path.p, path_len(req->path)}};
                 rc = add_policy(&e->pol[i], out, &c2, (int)d);
             }
         }
         if (rc == SLUICE_OK) apply_replaces(out);
     } else {
-        ctxreq c = {req, NULL, NULL};
+        char np[2048];
+        ctxreq c = {req, NULL, NULL, path_norm(req->path, np, sizeof(np))};
         for (size_t i = 0; i < e->n_pol && rc == SLUICE_OK; i++) {
             const sl_cpolicy *cp = e->pol[i].cp;
-            if (cp->envoy || cp->domain != NULL || !match_http(cp, req)) continue;
+            if (cp->envoy || cp->domain != NULL || !match_http(cp, req, c.path)) continue;
             rc = add_policy(&e->pol[i], out, &c, -1);
         }
     }

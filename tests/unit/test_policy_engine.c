@@ -693,7 +693,41 @@ static void matching_rules(void) {
     fx_close(&f);
 }
 
+/* A limit on a path holds for every spelling of that path. */
+static void path_spellings(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - { name: login, objective: security, key: [client_ip], algorithm: gcra,\n"
+                     "      match: { method: POST, path: /api/login }, limits: [{rate: 1/min, burst: 8}] }\n"
+                     "  - { name: by-path, objective: fairness, key: [path], algorithm: gcra,\n"
+                     "      match: { path_prefix: /files/ }, limits: [{rate: 1/min, burst: 3}] }\n"))
+        return;
+    treq t;
+    static const char *const same[] = {
+        "/api/login", "//api//login", "/api/./login", "/api/x/../login", "/%61pi/%6Cogin",
+        "/api/login?x=1", "/api/login#frag", "/x/../../api/login",
+    };
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+        sl_engine_check(f.e, R(&t, "POST", same[i], "10.0.0.1", NULL), now(&f), &V);
+        if (V.n != 1) T_FAIL("%s did not match", same[i]);
+        T_EQ_U(V.items[0].result.remaining, 7 - i);
+    }
+    static const char *const other[] = {"/api/login/", "/api/Login", "/api/login%2F", "/api%2Flogin"};
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+        sl_engine_check(f.e, R(&t, "POST", other[i], "10.0.0.1", NULL), now(&f), &V);
+        if (V.n != 0) T_FAIL("%s matched", other[i]);
+    }
+    /* the path as a key part is the normalised one, reserved escapes kept */
+    sl_engine_check(f.e, R(&t, "GET", "/files/a%2fb", NULL, NULL), now(&f), &V);
+    sl_engine_check(f.e, R(&t, "GET", "/files/./a%2Fb", NULL, NULL), now(&f), &V);
+    T_EQ_U(V.items[0].result.remaining, 1);
+    sl_engine_check(f.e, R(&t, "GET", "/files/a/b", NULL, NULL), now(&f), &V);
+    T_EQ_U(V.items[0].result.remaining, 2);
+    fx_close(&f);
+}
+
 int main(void) {
+    T_RUN(path_spellings);
     T_RUN(burst_after_idle);
     T_RUN(steady_and_independent);
     T_RUN(fallback_keys);
