@@ -78,7 +78,7 @@ static void rt_kill_all(void) {
     }
 }
 
-static redisContext *rt_connect(int port) {
+static inline redisContext *rt_connect(int port) {
     struct timeval tv = {1, 0};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
     if (c == NULL || c->err) {
@@ -141,7 +141,7 @@ static int rt_start(int port, int cluster) {
     return -1;
 }
 
-static void rt_stop(int slot) {
+static inline void rt_stop(int slot) {
     if (slot < 0 || rt_servers[slot].pid <= 0) return;
     kill(rt_servers[slot].pid, SIGKILL);
     waitpid(rt_servers[slot].pid, NULL, 0);
@@ -149,8 +149,8 @@ static void rt_stop(int slot) {
 }
 
 /* One admin command; returns the reply (caller frees) or NULL. */
-static redisReply *rt_cmd(int port, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static redisReply *rt_cmd(int port, const char *fmt, ...) {
+static inline redisReply *rt_cmd(int port, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline redisReply *rt_cmd(int port, const char *fmt, ...) {
     redisContext *c = rt_connect(port);
     if (c == NULL) return NULL;
     va_list ap;
