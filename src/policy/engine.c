@@ -309,6 +309,7 @@ static size_t host_norm(sl_str h, char *buf, size_t cap) {
         if (c != NULL && memchr(c + 1, ':', h.len - (size_t)(c - h.p) - 1) == NULL)
             n = (size_t)(c - h.p);
     }
+    if (n > 1 && h.p[n - 1] == '.') n--; /* "example.com." is example.com */
     for (size_t i = 0; i < n; i++) {
         char ch = h.p[i];
         buf[i] = (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch;

@@ -673,6 +673,7 @@ static void matching_rules(void) {
     } cases[] = {
         {"POST", "/api/v1/items", "a.example.com", "production", NULL, true},
         {"PUT", "/api/v1/x/items?q=1", "A.Example.COM:8443", "prod", NULL, true},
+        {"PUT", "/api/v1/items", "a.example.com.", "prod", NULL, true},
         {"GET", "/api/v1/items", "a.example.com", "prod", NULL, false},
         {"POST", "/api/v1/items/2", "a.example.com", "prod", NULL, false},
         {"POST", "/api/v1/items", "example.org", "prod", NULL, false},
