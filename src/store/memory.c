@@ -162,7 +162,13 @@ static sl_table *table_create(sluice_store *st, uint32_t ssize) {
      * (linear probing's successful search is ~(1 + 1/(1 - load)) / 2 slots). */
     uint64_t budget = mean * BYTES_PER_KEY / t->esize;
     if (budget > t->nslots) t->nslots = budget;
-    t->slots_bytes = (size_t)(t->nslots * ns * t->esize);
+    unsigned __int128 total = (unsigned __int128)t->nslots * ns * t->esize;
+    /* 64 TiB, or more per shard than its 32-bit counters hold: max_keys is absurd */
+    if (total > ((unsigned __int128)1 << 46) || t->hard_cap >= (UINT64_C(1) << 31)) {
+        free(t);
+        return NULL;
+    }
+    t->slots_bytes = (size_t)total;
     t->slots = big_alloc(t->slots_bytes);
     t->shards = aligned_alloc(64, sizeof(sl_shard) * ns);
     if (t->slots == NULL || t->shards == NULL) {
