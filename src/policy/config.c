@@ -259,8 +259,8 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
     const sl_ynode *x;
     if ((x = sl__get(n, "burst")) != NULL) {
         if (!algo_has_burst(a)) {
-            sl__err(cx, x, "burst applies to token_bucket, gcra and leaky_bucket, not %s",
-                    algo_str(a));
+            sl__err(cx, x, "burst applies to token_bucket, gcra and leaky_bucket, not %s "
+                    "(expected no burst, or one of those algorithms)", algo_str(a));
             ok = false;
         } else {
             ok &= sl__get_u64(cx, x, UINT32_MAX, &w->spec.burst);
@@ -330,7 +330,8 @@ bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const cha
     else if (err == SLUICE_ENOMEM)
         cx->cfg->arena.oom = true;
     else
-        sl__err(cx, at, "invalid limit: %s", msg[0] ? msg : sluice_strerror(err));
+        sl__err(cx, at, "invalid limit: %s (expected a limit the algorithm accepts)",
+                msg[0] ? msg : sluice_strerror(err));
     return false;
 }
 
@@ -360,7 +361,7 @@ static bool name_ok(const char *s) {
 static bool parse_conds(sl__ctx *cx, const sl_ynode *n, const char *what, bool lower,
                         sl_hdr_cond **out, size_t *nout) {
     if (n == NULL || n->kind != SL_YMAP) {
-        sl__err(cx, n, "%s must be a mapping of name: pattern", what);
+        sl__err(cx, n, "%s must be a mapping (expected name: pattern pairs)", what);
         return false;
     }
     sl_hdr_cond *c = sl__alloc(&cx->cfg->arena, (n->n ? n->n : 1) * sizeof(*c));
@@ -370,7 +371,7 @@ static bool parse_conds(sl__ctx *cx, const sl_ynode *n, const char *what, bool l
         const sl_ynode *k = n->v[2 * i], *v = n->v[2 * i + 1];
         for (size_t j = 0; j < i; j++)
             if (strcmp(n->v[2 * j]->s, k->s) == 0) {
-                sl__err(cx, k, "duplicate field '%.60s' in %s (first at %d:%d)", k->s, what,
+                sl__err(cx, k, "duplicate field '%.60s' in %s (first at %d:%d; expected it once)", k->s, what,
                         n->v[2 * j]->line, n->v[2 * j]->col);
                 ok = false;
             }
@@ -530,7 +531,7 @@ static bool parse_cost(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p) {
         const sl_ynode *k = n->v[2 * i], *v = n->v[2 * i + 1];
         for (size_t j = 0; j < i; j++)
             if (strcmp(n->v[2 * j]->s, k->s) == 0) {
-                sl__err(cx, k, "duplicate field '%.60s' in cost (first at %d:%d)", k->s,
+                sl__err(cx, k, "duplicate field '%.60s' in cost (first at %d:%d; expected it once)", k->s,
                         n->v[2 * j]->line, n->v[2 * j]->col);
                 ok = false;
             }
@@ -775,7 +776,7 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
                 cp->name = keep(cx, k->s);
                 for (size_t j = 0; j + 1 < p->n_plans; j++)
                     if (strcmp(p->plans[j].name, cp->name) == 0) {
-                        sl__err(cx, k, "duplicate plan '%s'", cp->name);
+                        sl__err(cx, k, "duplicate plan '%s' (expected unique plan names)", cp->name);
                         ok = false;
                     }
                 sluice_algo pa = p->algo;

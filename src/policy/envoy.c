@@ -218,7 +218,7 @@ static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
             continue;
         }
         if (v != NULL && v->kind != SL_YSCALAR) {
-            sl__err(cx, v, "descriptor value must be a string");
+            sl__err(cx, v, "descriptor value must be a string (expected value: <text>)");
             continue;
         }
         sl_enode *e = &nodes[cnt];

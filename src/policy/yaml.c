@@ -313,8 +313,8 @@ bool sl__check_fields(sl__ctx *cx, const sl_ynode *map, const char *what,
         }
         for (size_t j = 0; j < i; j++)
             if (strcmp(map->v[2 * j]->s, k->s) == 0) {
-                sl__err(cx, k, "duplicate field '%.60s' in %s (first at %d:%d)", k->s, what,
-                        map->v[2 * j]->line, map->v[2 * j]->col);
+                sl__err(cx, k, "duplicate field '%.60s' in %s (first at %d:%d; expected it once)",
+                        k->s, what, map->v[2 * j]->line, map->v[2 * j]->col);
                 ok = false;
                 break;
             }
@@ -330,7 +330,7 @@ static bool is_null(const sl_ynode *n) {
 const char *sl__get_str(sl__ctx *cx, const sl_ynode *n, const char *what) {
     if (n == NULL) return NULL;
     if (n->kind != SL_YSCALAR || is_null(n)) {
-        sl__err(cx, n, "%s must be a string", what);
+        sl__err(cx, n, "%s must be a string (expected a plain value)", what);
         return NULL;
     }
     return n->s;
