@@ -51,6 +51,54 @@ static void test_redirect_parse(void) {
     T_EQ_I(sl_redis_parse_redirect("MOVED 1 h:99999", 15, &slot, host, sizeof(host), &port), 0);
 }
 
+
+/* The fuzz corpus's CLUSTER SHARDS and CLUSTER SLOTS replies, parsed. */
+static int parse_file(const char *name, sl_redis_range *out, int cap) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/tests/fuzz/corpus/fuzz_redis_slots/%s", getenv("SLUICE_SRC") ? getenv("SLUICE_SRC") : ".", name);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return -2;
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    redisReader *rd = redisReaderCreate();
+    void *rep = NULL;
+    redisReaderFeed(rd, buf + 1, n - 1);
+    int k = -3;
+    if (redisReaderGetReply(rd, &rep) == REDIS_OK && rep != NULL) {
+        k = sl_redis_parse_topology(rep, buf[0] & 1, out, cap);
+        freeReplyObject(rep);
+    }
+    redisReaderFree(rd);
+    return k;
+}
+
+static void test_topology_parse(void) {
+    sl_redis_range r[8];
+    T_EQ_I(parse_file("shards.resp", r, 8), 4);
+    T_EQ_U(r[0].lo, 0);
+    T_EQ_U(r[0].hi, 5460);
+    T_EQ_I(r[0].port, 30001);
+    T_EQ_S(r[0].host, "127.0.0.1");
+    /* the failed master is passed over for the online one */
+    T_EQ_U(r[1].lo, 5461);
+    T_EQ_I(r[1].port, 30005);
+    /* an empty endpoint means the answering connection's host */
+    T_EQ_U(r[2].lo, 10923);
+    T_EQ_U(r[2].hi, 16383);
+    T_EQ_S(r[2].host, "");
+    T_EQ_U(r[3].lo, 100);
+    T_EQ_U(r[3].hi, 200);
+    T_EQ_I(parse_file("slots.resp", r, 8), 3);
+    T_EQ_I(r[0].port, 30001);
+    T_EQ_S(r[1].host, "");
+    T_EQ_I(r[1].port, 30002);
+    T_EQ_U(r[2].hi, 16383);
+    /* an error reply is not a topology */
+    T_EQ_I(parse_file("error.resp", r, 8), -1);
+    T_EQ_I(parse_file("shards.resp", r, 2), 2);
+}
+
 /* ---- the two stores side by side ---- */
 
 typedef struct pair {
@@ -383,6 +431,7 @@ int main(void) {
     }
     T_RUN(test_crc16_vectors);
     T_RUN(test_redirect_parse);
+    T_RUN(test_topology_parse);
     T_RUN(test_equiv_gcra);
     T_RUN(test_equiv_token_bucket);
     T_RUN(test_equiv_fixed);
