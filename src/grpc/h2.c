@@ -47,6 +47,7 @@ struct sl_h2 {
     const uint8_t *pend;           /* output chunk from nghttp2 not yet copied out */
     size_t pend_len;
     bool fatal;
+    bool goaway_sent;
     sl_verdict verdict;            /* scratch for one decision (calls are synchronous) */
 };
 
@@ -473,6 +474,8 @@ void sl_h2_tick(sl_h2 *h, const sl_grpc_env *env) {
 }
 
 void sl_h2_goaway(sl_h2 *h) {
+    if (h->goaway_sent || h->fatal) return;
+    h->goaway_sent = true;
     nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->s),
                           NGHTTP2_NO_ERROR, NULL, 0);
 }

@@ -65,7 +65,8 @@ int sl_h2_feed(sl_h2 *h, const uint8_t *in, size_t len, const sl_grpc_env *env);
 size_t sl_h2_send(sl_h2 *h, uint8_t *dst, size_t cap);
 /* Answers calls whose grpc-timeout passed with DEADLINE_EXCEEDED. */
 void sl_h2_tick(sl_h2 *h, const sl_grpc_env *env);
-/* Graceful drain: GOAWAY naming the last stream taken; open calls still finish. */
+/* Graceful drain: GOAWAY naming the last stream taken; open calls still finish.
+ * Idempotent: only the first call sends anything. */
 void sl_h2_goaway(sl_h2 *h);
 /* false once the session neither reads nor writes any more: close the connection. */
 bool sl_h2_alive(const sl_h2 *h);
