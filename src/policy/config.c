@@ -340,7 +340,7 @@ bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const cha
 static const char *const policy_fields[] = {
     "name", "description", "objective", "match", "key", "on_missing_key", "cost",
     "algorithm", "limits", "plan_from", "plans", "on_exceed", "mode", "on_store_error",
-    "headers", NULL};
+    "headers", "count_rejected", NULL};
 static const char *const match_fields[] = {"method", "path", "path_prefix", "host",
                                            "headers", "domain", "descriptor", NULL};
 static const char *const objectives[] = {"protection", "fairness", "security", "cost",
@@ -866,6 +866,26 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
         }
     }
     if ((x = sl__get(n, "headers")) != NULL) ok &= sl__get_bool(cx, x, &p->headers);
+    if ((x = sl__get(n, "count_rejected")) != NULL) {
+        ok &= sl__get_bool(cx, x, &p->count_rejected);
+        /* Charging a rejected request moves a bucket's retry time, which the rejection
+         * already reported; window ends and period ends do not move, so only those
+         * algorithms keep Retry-After exact. */
+        bool fits = true;
+        for (size_t i = 0; i < p->nwin; i++)
+            if (p->win[i].spec.algo != SLUICE_FIXED_WINDOW && p->win[i].spec.algo != SLUICE_QUOTA)
+                fits = false;
+        for (size_t j = 0; j < p->n_plans; j++)
+            for (size_t i = 0; i < p->plans[j].nwin; i++)
+                if (p->plans[j].win[i].spec.algo != SLUICE_FIXED_WINDOW &&
+                    p->plans[j].win[i].spec.algo != SLUICE_QUOTA)
+                    fits = false;
+        if (p->count_rejected && !fits) {
+            sl__err(cx, x, "count_rejected needs fixed_window or quota limits (expected those "
+                    "algorithms, whose Retry-After stays exact when rejections count)");
+            ok = false;
+        }
+    }
     if (p->domain == NULL) {
         for (size_t c = 0; c < p->n_chains; c++)
             for (size_t i = 0; i < p->chains[c].n; i++)

@@ -846,6 +846,20 @@ static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
     v->action = SL_REJECT;
     v->status = 429;
     v->retry_after_ns = dec >= 0 ? v->items[dec].result.retry_after_ns : SLUICE_NEVER;
+    /* count_rejected: the attempt is charged anyway (even past the limit), so a client
+     * that keeps hammering stays limited until the window or period ends. */
+    for (size_t i = 0; i < ne; i++) {
+        sl_verdict_item *it = &v->items[enf[i]];
+        const e_win *w = item_win(it);
+        if (!w->cp->count_rejected || w->lim == NULL || it->cost == 0) continue;
+        sluice_result r;
+        if (sluice_settle(e->store, w->lim, v->keys + it->key_off, it->key_len, 0, it->cost, now,
+                          &r) == SLUICE_OK) {
+            it->result.remaining = r.remaining;
+            it->consumed = true; /* charged, not reserved: settle/release leave it alone */
+            it->settle = false;
+        }
+    }
     return SLUICE_OK;
 }
 

@@ -148,6 +148,7 @@ typedef struct sl_cpolicy {
     unsigned rollout_pct;       /* 100 = enforce, 0 = shadow */
     bool fail_closed;
     bool headers;               /* render RateLimit fields for this policy */
+    bool count_rejected;        /* a rejected request still counts against these windows */
     /* envoy */
     bool unlimited;
     const char *rule_name;      /* rate_limit.name (target of replaces) */

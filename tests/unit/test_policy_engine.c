@@ -727,7 +727,44 @@ static void path_spellings(void) {
     fx_close(&f);
 }
 
+/* count_rejected: attempts made while limited still count (brute-force protection), so
+ * only waiting for the window to end helps; without it they cost nothing. */
+static void rejected_attempts_count_when_asked(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - { name: login, objective: security, key: [header.x-user], algorithm: fixed_window,\n"
+                     "      on_missing_key: skip, limits: [{rate: 3/min}, {quota: 5/day}],\n"
+                     "      count_rejected: true }\n"
+                     "  - { name: api, objective: fairness, key: [header.x-k], algorithm: fixed_window,\n"
+                     "      on_missing_key: skip, limits: [{rate: 3/min}, {quota: 5/day}] }\n"))
+        return;
+    treq t;
+    int ok_login = 0, ok_api = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 4; i++) {
+            sl_engine_check(f.e, R(&t, "POST", "/login", NULL, "x-user", "bob", NULL), now(&f), &V);
+            ok_login += V.action == SL_ALLOW;
+            sl_engine_check(f.e, R(&t, "GET", "/", NULL, "x-k", "bob", NULL), now(&f), &V);
+            ok_api += V.action == SL_ALLOW;
+        }
+        adv(&f, 61 * SEC);
+    }
+    /* minute 1: 3 admitted, the 4th counted: the day (5) has 1 left; minute 2: 1 more,
+     * then nothing for the rest of the day */
+    T_EQ_I(ok_login, 4);
+    T_EQ_I(ok_api, 5); /* 3 + 2 before the day quota ran out */
+    fx_close(&f);
+    /* only algorithms whose Retry-After cannot move */
+    static sl_diag_list dl;
+    sl_config *cfg = NULL;
+    const char *bad = "policies:\n  - { name: a, objective: security, key: [], algorithm: gcra,\n"
+                      "      limits: [{rate: 1/s}], count_rejected: true }\n";
+    T_EQ_I(sl_config_load_buffer(bad, strlen(bad), "b.yaml", &cfg, &dl), SLUICE_EINVAL);
+    T_CHECK(dl.n == 1 && strstr(dl.items[0].msg, "count_rejected needs fixed_window") != NULL);
+}
+
 int main(void) {
+    T_RUN(rejected_attempts_count_when_asked);
     T_RUN(path_spellings);
     T_RUN(burst_after_idle);
     T_RUN(steady_and_independent);
