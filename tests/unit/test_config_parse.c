@@ -422,7 +422,7 @@ static void docs_example_loads(void) {
     memcpy(yaml, start + 8, len);
     yaml[len] = '\0';
     sl_config *cfg = load_ok(yaml);
-    T_CHECK(cfg != NULL && sl_config_policy_count(cfg) == 7);
+    T_CHECK(cfg != NULL && sl_config_policy_count(cfg) == 8);
     sl_config_destroy(cfg);
 }
 
