@@ -25,12 +25,6 @@
 
 #include "clock.h"
 
-/* The store's snapshot functions land with the store's persistence work; until then a
- * weak reference keeps the server linking and snapshots are skipped with a warning.
- * (memory.c is linked anyway through sluice_store_create, so once the functions exist
- * in it these references resolve.) */
-#pragma weak sluice_store_snapshot
-#pragma weak sluice_store_restore
 
 void sl_server_opts_default(sl_server_opts *o) {
     memset(o, 0, sizeof(*o));
@@ -471,11 +465,6 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     if (g == NULL) goto fail;
     atomic_store(&s->gen, g);
 
-    if (s->snapshot_path[0] != '\0' && sluice_store_restore == NULL) {
-        fprintf(stderr, "sluice serve: warning: snapshots are not built into this binary; "
-                "%s will not be read or written\n", s->snapshot_path);
-        s->snapshot_path[0] = '\0';
-    }
     if (s->snapshot_path[0] != '\0' && access(s->snapshot_path, F_OK) == 0) {
         uint64_t skipped = 0;
         char ebuf[256] = "";
@@ -527,7 +516,7 @@ void sl_server_destroy(sl_server *s) {
 }
 
 static void write_snapshot(sl_server *s, const char *why) {
-    if (s->snapshot_path[0] == '\0' || sluice_store_snapshot == NULL) return;
+    if (s->snapshot_path[0] == '\0') return;
     int r = sluice_store_snapshot(s->store, s->snapshot_path, sluice_clock_now(s->clock));
     if (r != 0)
         fprintf(stderr, "sluice serve: snapshot (%s) to %s failed: %s\n", why, s->snapshot_path,

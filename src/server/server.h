@@ -118,6 +118,7 @@ typedef struct sl_conn {
     int proto;          /* RESP protocol version: 2 or 3 */
     char peer_ip[64];
     struct sl_conn *next_all, *prev_all;
+    void *session; /* seam for protocols with per-connection state (the gRPC/h2 session, issue 5) */
 } sl_conn;
 
 #define SL_TL_READ 0
