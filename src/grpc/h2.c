@@ -42,6 +42,7 @@ struct sl_h2 {
     const sl_grpc_env *env;        /* valid during feed/tick only */
     h2_stream *active;
     size_t nactive;
+    size_t ndeadlines;             /* unanswered calls with a deadline (tick is O(1) at 0) */
     h2_stream *pool;
     size_t npool;
     const uint8_t *pend;           /* output chunk from nghttp2 not yet copied out */
@@ -83,6 +84,7 @@ static void stream_free_mem(h2_stream *st) {
 }
 
 static void stream_release(sl_h2 *h, h2_stream *st) {
+    if (!st->answered && st->deadline_ns != 0) h->ndeadlines--;
     if (st->prev)
         st->prev->next = st->next;
     else
@@ -105,13 +107,18 @@ static void stream_release(sl_h2 *h, h2_stream *st) {
 
 /* ---- replies ----------------------------------------------------------------------- */
 
+static void set_answered(sl_h2 *h, h2_stream *st) {
+    if (!st->answered && st->deadline_ns != 0) h->ndeadlines--;
+    st->answered = true;
+}
+
 #define NV(n, v, vl) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), NGHTTP2_NV_FLAG_NONE}
 
 /* Trailers-Only (or, with http_status != 200, an HTTP-level refusal that still carries a
  * grpc-status so gRPC clients report something useful). */
 static void reply_status(sl_h2 *h, h2_stream *st, int http_status, int status, const char *msg) {
     if (st->answered) return;
-    st->answered = true;
+    set_answered(h, st);
     char hs[8], gs[8], enc[512];
     int hl = snprintf(hs, sizeof(hs), "%d", http_status);
     int gl = snprintf(gs, sizeof(gs), "%d", status);
@@ -144,7 +151,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
 
 /* A normal response: HEADERS, the framed message in DATA, trailers with grpc-status 0. */
 static void reply_message(sl_h2 *h, h2_stream *st, size_t len) {
-    st->answered = true;
+    set_answered(h, st);
     st->wbuf[0] = 0;
     st->wbuf[1] = (uint8_t)(len >> 24);
     st->wbuf[2] = (uint8_t)(len >> 16);
@@ -293,6 +300,7 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
             st->bad_timeout = true;
         } else if (h->env != NULL) {
             int64_t now = h->env->mono_ns;
+            if (st->deadline_ns == 0) h->ndeadlines++;
             st->deadline_ns = t > INT64_MAX - now ? INT64_MAX : now + t;
             if (st->deadline_ns == 0) st->deadline_ns = 1;
         }
@@ -466,6 +474,7 @@ size_t sl_h2_send(sl_h2 *h, uint8_t *dst, size_t cap) {
 }
 
 void sl_h2_tick(sl_h2 *h, const sl_grpc_env *env) {
+    if (h->ndeadlines == 0) return;
     h->env = env;
     for (h2_stream *st = h->active; st != NULL; st = st->next)
         if (!st->answered && st->deadline_ns != 0 && env->mono_ns >= st->deadline_ns)
@@ -490,6 +499,7 @@ size_t sl_h2_open_calls(const sl_h2 *h) { return h->nactive; }
 
 int64_t sl_h2_next_deadline(const sl_h2 *h) {
     int64_t d = 0;
+    if (h->ndeadlines == 0) return 0;
     for (const h2_stream *st = h->active; st != NULL; st = st->next)
         if (!st->answered && st->deadline_ns != 0 && (d == 0 || st->deadline_ns < d))
             d = st->deadline_ns;
