@@ -191,7 +191,9 @@ typedef struct sl_verdict_item {
 
 typedef struct sl_verdict {
     sl_action action;
-    int status;               /* HTTP status to answer: 200, 429 (or deny status), 503 */
+    int status;               /* HTTP status to answer: 200, 429, 400 (missing key) or 503;
+                                 /v1/auth may answer settings.auth_deny_status instead (set
+                                 it here before sl_render_problem so the body agrees) */
     bool recheck;             /* SL_DELAY from a non-shaping reaction: nothing consumed,
                                  check again after delay_ns */
     bool shadow_limited;      /* a shadow item would have limited */
@@ -237,15 +239,18 @@ int sl_engine_check_named(const sl_engine *e, const char *policy, const void *ke
 /* Concurrency policies: acquire = check_named with cost 1 (lease in items[i].result.lease). */
 int sl_engine_acquire(const sl_engine *e, const char *policy, const void *key, size_t key_len,
                       sluice_time now, sl_verdict *out);
-/* Releases every lease an admitted verdict holds. Returns SLUICE_OK or the first error
- * (SLUICE_ENOTFOUND: a lease had already expired). */
+/* Releases every lease an admitted verdict holds (a rejected one holds none). Returns
+ * SLUICE_OK or the first error (SLUICE_ENOTFOUND: a lease had already expired). */
 int sl_engine_release(const sl_engine *e, const sl_verdict *v, sluice_time now);
-/* Settles every `settle` item of an admitted verdict from its reservation to `actual`. */
+/* Settles every consumed `settle` item of an admitted verdict from its reservation
+ * (item.cost) to `actual`; SLUICE_EINVAL for a verdict that consumed nothing. */
 int sl_engine_settle(const sl_engine *e, const sl_verdict *v, uint64_t actual, sluice_time now);
 
 /* A verdict travels between a check and a later settle/release (another connection) as
- * a token: printable ASCII, at most SL_TOKEN_MAX bytes. It names policies, windows,
- * keys (hex), reserved costs and leases, so it is as personal as the keys. */
+ * a token: printable ASCII, at most SL_TOKEN_MAX bytes. It names limiters, keys (hex),
+ * reserved costs and leases (so it is as personal as the keys), only for windows that
+ * consumed, and ends in a MAC under a per-process random key: a forged or altered token is
+ * refused with SLUICE_EINVAL. Valid across reloads, not across restarts. */
 #define SL_TOKEN_MAX 2048
 int sl_verdict_token(const sl_verdict *v, char *buf, size_t len); /* bytes or SLUICE_ERANGE */
 int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, uint64_t actual,
@@ -265,8 +270,10 @@ sl_desc_code sl_verdict_descriptor(const sl_verdict *v, size_t d, const sl_verdi
 #define SL_RENDER_NO_POLICY 0x2u /* omit RateLimit-Policy (it rarely changes) */
 
 /* Header lines, each "Name: value\r\n": RateLimit-Policy, RateLimit (draft-11 lists of
- * every enforced window), Retry-After on SL_REJECT/SL_FAIL (ceil seconds, >= 1), legacy
- * X-RateLimit-* with `flags`. Returns bytes written (NUL-terminated) or SLUICE_ERANGE. */
+ * every enforced window of policies with headers on), Retry-After on SL_REJECT (ceil
+ * seconds, >= 1; none when the request can never be admitted), legacy X-RateLimit-* of the
+ * deciding window with `flags`. Nothing for SL_FAIL or a missing key. Returns bytes written
+ * (NUL-terminated) or SLUICE_ERANGE (buf then ""). */
 int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags);
 /* RFC 9457 body (application/problem+json): quota-exceeded (429) or, for SL_FAIL,
  * temporary-reduced-capacity (503); `traceparent` (may be NULL) adds its trace-id when it
