@@ -47,6 +47,15 @@ policies:
     algorithm: gcra
     limits:
       - { rate: 5/min, burst: 5 }
+  - name: tokens
+    objective: cost
+    match: { path_prefix: /ai/ }
+    key: [header.x-api-key]
+    on_missing_key: skip
+    cost: { default: 100, settle: true }
+    algorithm: token_bucket
+    limits:
+      - { rate: 1/h, burst: 1000 }
   - name: slots
     objective: protection
     match: { path_prefix: /slots/ }

@@ -153,7 +153,7 @@ def test_admin(server):
     assert requests.get(a + "/healthz", timeout=5).text == "ok\n"
     assert requests.get(a + "/readyz", timeout=5).status_code == 200
     pol = requests.get(a + "/v1/policies", timeout=5).json()
-    assert pol["policies"] == ["api", "big", "login", "slots"]
+    assert pol["policies"] == ["api", "big", "login", "tokens", "slots"]
     requests.post(server.http + "/v1/check", json={"policy": "api", "key": "secret-key-123", "cost": 30}, timeout=5)
     requests.post(server.http + "/v1/check", json={"policy": "api", "key": "secret-key-123"}, timeout=5)
     m = requests.get(a + "/metrics", timeout=5).text
@@ -176,3 +176,23 @@ def test_admin_token(make_server):
     assert requests.get(s.admin + "/metrics", headers={"Authorization": "Bearer wrong"}, timeout=5).status_code == 401
     assert requests.get(s.admin + "/metrics", headers={"Authorization": "Bearer s3cret"}, timeout=5).status_code == 200
     assert requests.get(s.admin + "/healthz", timeout=5).status_code == 200  # probes stay open
+
+
+def test_reserve_then_settle_over_http(server):
+    r = requests.post(server.http + "/v1/check", json={"policy": "tokens", "key": "u2"}, timeout=5)
+    j = r.json()
+    assert r.status_code == 200 and j["limits"][0]["remaining"] == 900 and j["token"]
+    r = requests.post(server.http + "/v1/settle", json={"token": j["token"], "actual": 250}, timeout=5)
+    assert r.status_code == 200
+    peek = requests.post(server.http + "/v1/check", json={"policy": "tokens", "key": "u2", "cost": 0}, timeout=5)
+    assert peek.json()["limits"][0]["remaining"] == 750  # charged the real 250, not the 100 reserved
+
+
+def test_traefik_style_forward_auth_headers(server):
+    """Traefik and Caddy send X-Forwarded-Method/-Uri/-For instead of nginx's names."""
+    h = {"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/login", "X-Forwarded-For": "198.51.100.7"}
+    codes = [requests.get(server.http + "/v1/auth", headers=h, timeout=5).status_code for _ in range(6)]
+    assert codes == [200] * 5 + [429]
+    r = requests.get(server.http + "/v1/auth", headers=h, timeout=5)
+    assert r.headers["Retry-After"] == "12"  # one request per 12 s (5/min)
+    assert r.headers["Content-Type"] == "application/problem+json"

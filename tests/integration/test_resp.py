@@ -176,3 +176,12 @@ def test_acquire_release_settle(server):
     d = as_dict(c.command("SL.ACQUIRE", "slots", "tenant-a"))
     assert d["allowed"] == 1
     assert isinstance(c.command("SL.RELEASE", "garbage"), RespError)
+
+
+def test_settle_over_resp(server):
+    c = server.resp()
+    d = as_dict(c.command("SL.CHECK", "tokens", "u1"))
+    assert d["allowed"] == 1 and d["remaining"] == 900 and d["token"]
+    assert c.command("SL.SETTLE", d["token"], 30) == "OK"
+    assert as_dict(c.command("SL.PEEK", "tokens", "u1"))["remaining"] == 970  # 70 refunded
+    assert isinstance(c.command("SL.SETTLE", d["token"], "x"), RespError)
