@@ -7,8 +7,9 @@
  * Choice of variant: the store uses SipHash-1-3 (SL_HASH_C/D in hash.h). For the keys the
  * store sees (a 16-byte limiter prefix absorbed once, then ~10-30 key bytes) 1-3 runs 2-3
  * compression rounds + 6 finalisation rounds per key, 2-4 runs 4-6 + 8. Measured with
- * `bench/lib_bench -hash` on the shared 2-core VM (noisy): 1-3 about 20 ns, 2-4 about
- * 24 ns per "user:<n>" key, i.e. 1-3 saves ~4 ns of a ~65 ns decision. 1-3 is the variant
+ * `bench/lib_bench -hash` on the shared 2-core VM (noisy): 1-3 12.8 ns, 2-4 17.1 ns per
+ * "user:<n>" key (a busier moment: 20 vs 24), i.e. 1-3 saves ~4 ns of a ~65 ns decision,
+ * with the same flooding resistance for a table whose seed is secret. 1-3 is the variant
  * Rust's std HashMap uses against hash flooding; it is not meant as a MAC, which the store
  * does not need (the seed is secret and the output is never shown to clients).
  */
