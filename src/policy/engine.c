@@ -25,6 +25,11 @@ typedef struct sl__epol {
     e_win **plan_win; /* per plan */
 } e_pol;
 
+/* Envoy descriptor limit overrides: one fixed window per RateLimitUnit, counting up to
+ * UINT32_MAX (the largest requests_per_unit), compared with the override's value after
+ * the decision. Indexed by unit, 1 (SECOND) .. 6 (YEAR). */
+#define OVR_UNITS 7
+
 struct sl_engine {
     const sl_config *cfg;
     sluice_store *store;
@@ -32,7 +37,16 @@ struct sl_engine {
     e_pol *pol;
     size_t n_all;
     e_win **all; /* every window, for token lookups */
+    sl_cpolicy ovr_pol;
+    e_pol ovr_ep;
+    sl_cwindow ovr_cw[OVR_UNITS];
+    e_win ovr[OVR_UNITS];
 };
+
+static const int64_t ovr_secs[OVR_UNITS] = {0, 1, 60, 3600, 86400, 2592000, 31536000};
+static const char *const ovr_names[OVR_UNITS] = {"", "second", "minute", "hour",
+                                                 "day", "month", "year"};
+/* RateLimitUnit (type/v3) -> RateLimitResponse.RateLimit.Unit: the same numbers 1..6 */
 
 /* ---- create ------------------------------------------------------------------------- */
 
@@ -108,6 +122,7 @@ static int make_win(sl_engine *e, e_pol *ep, e_win *w, const sl_cwindow *cw, con
 
 void sl_engine_destroy(sl_engine *e) {
     if (e == NULL) return;
+    for (int u = 1; u < OVR_UNITS; u++) sluice_limiter_destroy(e->ovr[u].lim);
     for (size_t i = 0; i < e->n_all; i++)
         if (e->all[i] != NULL) sluice_limiter_destroy(e->all[i]->lim);
     for (size_t i = 0; i < e->n_pol; i++) {
@@ -143,6 +158,27 @@ sl_engine *sl_engine_create(const sl_config *cfg, sluice_store *store, int *err,
     e->all = calloc(cfg->n_limiters + cfg->n_pol + 1, sizeof(*e->all));
     if (e->pol == NULL || e->all == NULL) goto fail;
     e->n_pol = cfg->n_pol;
+    /* override windows: registered whether or not the config has envoy domains, since an
+     * override bypasses the config */
+    e->ovr_pol.name = "envoy-override";
+    e->ovr_pol.objective = "protection";
+    e->ovr_pol.envoy = true;
+    e->ovr_pol.headers = true;
+    e->ovr_pol.rollout_pct = 100;
+    e->ovr_ep.cp = &e->ovr_pol;
+    for (int u = 1; u < OVR_UNITS; u++) {
+        sl_cwindow *cw = &e->ovr_cw[u];
+        cw->spec.algo = SLUICE_FIXED_WINDOW;
+        cw->spec.limit = UINT32_MAX;
+        cw->spec.period_ns = ovr_secs[u] * SLUICE_NS_PER_S;
+        cw->envoy_unit = u;
+        cw->label = ovr_names[u];
+        char lname[64];
+        snprintf(lname, sizeof(lname), "envoy#override.%s", ovr_names[u]);
+        rc = make_win(e, &e->ovr_ep, &e->ovr[u], cw, lname, NULL, errbuf, errbuf_len);
+        if (rc != SLUICE_OK) goto fail;
+        rc = SLUICE_ENOMEM;
+    }
     for (size_t i = 0; i < cfg->n_pol; i++) {
         const sl_cpolicy *cp = &cfg->pol[i];
         e_pol *ep = &e->pol[i];
@@ -745,6 +781,56 @@ static int decide_group(const sl_engine *e, sl_verdict *v, const size_t *idx, si
     return SLUICE_OK;
 }
 
+/*
+ * Override windows count up to UINT32_MAX, so the store admits them; the override's own
+ * requests_per_unit is applied here. When one is exceeded after the decision consumed,
+ * everything that decision took is given back (settled to 0, leases released).
+ * Trade-off: consume-then-refund, so a concurrent decision may briefly see those units
+ * taken (it errs on the side of limiting); the alternative, a peek first, would let two
+ * racing requests both pass the last unit.
+ */
+static void overrides(const sl_engine *e, sl_verdict *v, const size_t *enf, size_t ne,
+                      sluice_time now, bool *allowed) {
+    bool any = false, over = false;
+    for (size_t i = 0; i < ne; i++) {
+        sl_verdict_item *it = &v->items[enf[i]];
+        if (!it->override) continue;
+        any = true;
+        sluice_result *r = &it->result;
+        uint64_t used = r->limit - r->remaining; /* includes this cost if it was consumed */
+        uint64_t before = *allowed ? used - it->cost : used;
+        bool ok = before + it->cost <= it->override_limit;
+        over |= !ok;
+        r->limit = it->override_limit;
+        r->allowed = ok;
+        if (ok) {
+            r->remaining = it->override_limit - before - (*allowed ? it->cost : 0);
+            r->retry_after_ns = 0;
+        } else {
+            r->remaining = 0;
+            r->retry_after_ns = it->cost > it->override_limit ? SLUICE_NEVER : r->reset_after_ns;
+        }
+    }
+    if (!any || !over) return;
+    if (*allowed)
+        for (size_t i = 0; i < ne; i++) {
+            sl_verdict_item *it = &v->items[enf[i]];
+            const e_win *w = item_win(it);
+            if (w->lim == NULL) continue;
+            if (it->result.lease != 0) {
+                sluice_release(e->store, w->lim, v->keys + it->key_off, it->key_len,
+                               it->result.lease, now);
+                it->result.lease = 0;
+            } else if (it->cost > 0) {
+                sluice_result r;
+                sluice_settle(e->store, w->lim, v->keys + it->key_off, it->key_len, it->cost, 0,
+                              now, &r);
+                if (!it->override) it->result.remaining = r.remaining;
+            }
+        }
+    *allowed = false;
+}
+
 /* The second half of every check: one decision over the enforced items, shadow policies
  * each on their own (a shadow rule never blocks another rule's counting), then the
  * reaction of the policies that rejected. */
@@ -769,6 +855,7 @@ static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
         v->status = closed ? 503 : 200;
         return SLUICE_OK;
     }
+    if (ne > 0) overrides(e, v, enf, ne, now, &allowed);
     /* shadow policies: counted as if enforced when the request goes through */
     for (size_t i = 0; i < v->n; i++) {
         if (!v->items[i].shadow || v->items[i].unlimited) continue;
@@ -878,6 +965,34 @@ static int fail(sl_verdict *v, int rc) {
     return rc;
 }
 
+/* A descriptor carrying its own limit: counted under domain + entries in the unit's
+ * override window, with Envoy's hits_addend as the cost. */
+static int add_override(const sl_engine *e, sl_verdict *v, const sl_request *req,
+                        const sl_descriptor *desc, int d) {
+    if (v->n >= SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
+    kbuf k = {v->keys + v->keys_used, 0, SL_VERDICT_KEYS - v->keys_used, false};
+    if (k.cap == 0) return SLUICE_ERANGE;
+    k.p[k.len++] = 0;
+    kput(&k, 'D', req->domain.p, req->domain.len);
+    for (size_t i = 0; i < desc->n; i++) {
+        kput(&k, 'k', desc->entries[i].key.p, desc->entries[i].key.len);
+        kput(&k, 'v', desc->entries[i].value.p, desc->entries[i].value.len);
+    }
+    if (k.overflow) return SLUICE_ERANGE;
+    sl_verdict_item *it = &v->items[v->n++];
+    memset(it, 0, sizeof(*it));
+    it->info = &e->ovr[desc->limit_unit].info;
+    it->descriptor = d;
+    it->key_off = (uint16_t)v->keys_used;
+    it->key_len = (uint16_t)k.len;
+    v->keys_used += k.len;
+    it->cost = desc->has_hits_addend ? desc->hits_addend
+                                     : (req->hits_addend ? req->hits_addend : 1);
+    it->override = true;
+    it->override_limit = desc->limit_requests_per_unit;
+    return SLUICE_OK;
+}
+
 int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, sl_verdict *out) {
     if (out == NULL) return SLUICE_EINVAL;
     verdict_init(out);
@@ -889,6 +1004,10 @@ int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, 
             const sl_descriptor *desc = &req->descriptors[d];
             const sl_enode *path[SL_ENVOY_DEPTH];
             ctxreq c = {req, desc, path, {req->path.p, path_len(req->path)}};
+            if (desc->has_limit && desc->limit_unit > 0 && desc->limit_unit < OVR_UNITS) {
+                rc = add_override(e, out, req, desc, (int)d);
+                continue; /* the config is bypassed for this descriptor */
+            }
             const sl_enode *hit = sl__envoy_match(dom, desc, path);
             if (hit != NULL && hit->policy >= 0)
                 rc = add_policy(&e->pol[hit->policy], out, &c, (int)d);

@@ -116,6 +116,13 @@ typedef struct sl_descriptor {
     size_t n;
     bool has_hits_addend;
     uint64_t hits_addend; /* explicit 0 = check only */
+    /* RateLimitDescriptor.limit: when set, the config is bypassed for this descriptor and
+     * this limit applies (a fixed window per unit, no shadow mode), as envoyproxy/ratelimit
+     * does. unit is envoy.type.v3.RateLimitUnit: 1 SECOND, 2 MINUTE, 3 HOUR, 4 DAY,
+     * 5 MONTH (30 days), 6 YEAR (365 days); another value ignores the override. */
+    bool has_limit;
+    uint32_t limit_requests_per_unit;
+    int limit_unit;
 } sl_descriptor;
 
 #define SL_MAX_DESCRIPTORS 16
@@ -186,6 +193,9 @@ typedef struct sl_verdict_item {
     bool unlimited;             /* envoy unlimited: OK, remaining = UINT32_MAX */
     bool settle;                /* cost is a reservation to settle after the response */
     bool consumed;              /* this window's cost was taken (what settle/release undo) */
+    bool override;              /* a descriptor's limit override: result.limit is its
+                                   requests_per_unit (info describes only the unit) */
+    uint32_t override_limit;    /* that requests_per_unit */
     sluice_result result;
 } sl_verdict_item;
 

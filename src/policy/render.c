@@ -105,7 +105,7 @@ static size_t visible(const sl_verdict *v, size_t *out) {
         if (it->shadow || it->unlimited || it->info == NULL || !item_policy(it)->headers)
             continue;
         bool dup = false;
-        for (size_t j = 0; j < n; j++)
+        for (size_t j = 0; j < n && !it->override; j++)
             if (v->items[out[j]].info == it->info) {
                 dup = true;
                 if (it->result.remaining < v->items[out[j]].result.remaining) out[j] = i;
@@ -131,10 +131,11 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
     if (n > 0 && !(flags & SL_RENDER_NO_POLICY)) {
         ws(&w, "RateLimit-Policy: ");
         for (size_t i = 0; i < n; i++) {
-            const sl_window_info *in = v->items[vis[i]].info;
+            const sl_verdict_item *it = &v->items[vis[i]];
+            const sl_window_info *in = it->info;
             if (i) ws(&w, ", ");
             wsf(&w, in->name);
-            wf(&w, ";q=%lld", (long long)sfint(in->quota));
+            wf(&w, ";q=%lld", (long long)sfint(it->override ? it->override_limit : in->quota));
             switch (in->qu) {
             case SL_QU_CONTENT_BYTES: ws(&w, ";qu=\"content-bytes\""); break;
             case SL_QU_CONCURRENT: ws(&w, ";qu=\"concurrent-requests\""); break;
@@ -166,7 +167,8 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
         const sl_verdict_item *it = &v->items[vis[0]];
         for (size_t i = 0; i < n; i++)
             if (v->deciding >= 0 && vis[i] == (size_t)v->deciding) it = &v->items[vis[i]];
-        wf(&w, "X-RateLimit-Limit: %llu\r\n", (unsigned long long)it->info->quota);
+        wf(&w, "X-RateLimit-Limit: %llu\r\n",
+           (unsigned long long)(it->override ? it->override_limit : it->info->quota));
         wf(&w, "X-RateLimit-Remaining: %llu\r\n",
            (unsigned long long)(it->result.allowed ? it->result.remaining : 0));
         wf(&w, "X-RateLimit-Reset: %lld\r\n", (long long)item_t(it));

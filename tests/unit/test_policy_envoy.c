@@ -248,6 +248,50 @@ static void sluice_extensions(void) {
     fx_close(&f);
 }
 
+/* A descriptor's own limit bypasses the config (SPECS 4.2), counts per domain + entries,
+ * and a rejection by it consumes nothing elsewhere. */
+static void descriptor_limit_override(void) {
+    fx f;
+    if (!fx_open(&f, "05-unlimited.yaml")) return;
+    rls q;
+    Q(&q, "internal", "ldap=x", NULL);
+    q.d[0].has_limit = true;
+    q.d[0].limit_requests_per_unit = 3;
+    q.d[0].limit_unit = 2; /* MINUTE */
+    T_EQ_I(admitted(&f, &q.r, 5), 3); /* ldap is unlimited in the config: bypassed */
+    T_CHECK(V.items[0].override);
+    T_EQ_U(V.items[0].result.limit, 3);
+    T_EQ_I(sl_verdict_descriptor(&V, 0, NULL), SL_DESC_OVER_LIMIT);
+    /* with a configured descriptor beside it: over by the override, azure untouched */
+    Q(&q, "internal", "ldap=x", "azure=y");
+    q.d[0].has_limit = true;
+    q.d[0].limit_requests_per_unit = 3;
+    q.d[0].limit_unit = 2;
+    T_EQ_I(admitted(&f, &q.r, 2), 0);
+    T_EQ_U(V.items[1].result.remaining, 100);
+    /* an override still with room: both consume; then the override runs out and the
+     * request's azure unit is given back */
+    Q(&q, "internal", "ldap=z", "azure=y");
+    q.d[0].has_limit = true;
+    q.d[0].limit_requests_per_unit = 1;
+    q.d[0].limit_unit = 1; /* SECOND */
+    T_EQ_I(admitted(&f, &q.r, 1), 1);
+    T_EQ_U(V.items[1].result.remaining, 99);
+    T_EQ_I(admitted(&f, &q.r, 1), 0);
+    Q(&q, "internal", "azure=y", NULL);
+    T_EQ_I(admitted(&f, &q.r, 1), 1);
+    T_EQ_U(V.items[0].result.remaining, 98);
+    char h[512];
+    Q(&q, "internal", "ldap=w", NULL);
+    q.d[0].has_limit = true;
+    q.d[0].limit_requests_per_unit = 7;
+    q.d[0].limit_unit = 3; /* HOUR */
+    admitted(&f, &q.r, 1);
+    sl_render_headers(&V, h, sizeof(h), 0);
+    T_EQ_S(h, "RateLimit-Policy: \"hour\";q=7;w=3600\r\nRateLimit: \"hour\";r=6;t=3600\r\n");
+    fx_close(&f);
+}
+
 static void format_errors(void) {
     static const struct {
         const char *yaml, *msg;
@@ -294,6 +338,7 @@ int main(void) {
     T_RUN(example8_detailed_metric);
     T_RUN(example9_wildcard);
     T_RUN(sluice_extensions);
+    T_RUN(descriptor_limit_override);
     T_RUN(format_errors);
     return T_DONE();
 }
