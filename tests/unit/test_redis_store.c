@@ -55,7 +55,11 @@ static void test_redirect_parse(void) {
 /* The fuzz corpus's CLUSTER SHARDS and CLUSTER SLOTS replies, parsed. */
 static int parse_file(const char *name, sl_redis_range *out, int cap) {
     char path[512];
-    snprintf(path, sizeof(path), "%s/tests/fuzz/corpus/fuzz_redis_slots/%s", getenv("SLUICE_SRC") ? getenv("SLUICE_SRC") : ".", name);
+    if (getenv("SLUICE_SRC") != NULL)
+        snprintf(path, sizeof(path), "%s/tests/fuzz/corpus/fuzz_redis_slots/%s", getenv("SLUICE_SRC"), name);
+    else /* run by hand: next to this file */
+        snprintf(path, sizeof(path), "%.*s/../fuzz/corpus/fuzz_redis_slots/%s",
+                 (int)(strrchr(__FILE__, '/') ? strrchr(__FILE__, '/') - __FILE__ : 1), __FILE__, name);
     FILE *f = fopen(path, "rb");
     if (f == NULL) return -2;
     char buf[8192];
