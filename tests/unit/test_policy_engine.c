@@ -580,6 +580,41 @@ static void reload_keeps_counters(void) {
     fx_close(&f);
 }
 
+/* Raising a quota mid-period: the client keeps what it used (the rejected requests never
+ * counted) and gets exactly the difference; other windows of the rule are untouched. */
+static void reload_raises_quota(void) {
+    fx f;
+    const char *v1 = "policies:\n"
+                     "  - { name: q, objective: contract, key: [header.x-k],\n"
+                     "      limits: [{quota: 10/day, tz: UTC}, {rate: 100/min, algorithm: fixed_window}] }\n";
+    const char *v2 = "policies:\n"
+                     "  - { name: q, objective: contract, key: [header.x-k],\n"
+                     "      limits: [{quota: 20/day, tz: UTC}, {rate: 100/min, algorithm: fixed_window}] }\n";
+    if (!fx_open(&f, v1)) return;
+    treq t;
+    int ok = 0;
+    for (int i = 0; i < 13; i++) {
+        sl_engine_check(f.e, R(&t, "GET", "/", NULL, "x-k", "a", NULL), now(&f), &V);
+        ok += V.action == SL_ALLOW;
+    }
+    T_EQ_I(ok, 10);
+    sl_config *cfg2 = load(v2);
+    int err;
+    sl_engine *e2 = cfg2 ? sl_engine_create(cfg2, f.st, &err, NULL, 0) : NULL;
+    T_CHECK(e2 != NULL);
+    if (e2 == NULL) return;
+    ok = 0;
+    for (int i = 0; i < 15; i++) {
+        sl_engine_check(e2, R(&t, "GET", "/", NULL, "x-k", "a", NULL), now(&f), &V);
+        ok += V.action == SL_ALLOW;
+    }
+    T_EQ_I(ok, 10);
+    T_EQ_U(remaining(&V, "q.1"), 80); /* the unchanged minute window kept its 20 */
+    sl_engine_destroy(e2);
+    sl_config_destroy(cfg2);
+    fx_close(&f);
+}
+
 static void explicit_form_and_concurrency(void) {
     fx f;
     if (!fx_open(&f, "policies:\n"
@@ -781,6 +816,7 @@ int main(void) {
     T_RUN(delay_bounded_else_reject);
     T_RUN(leaky_bucket_shapes);
     T_RUN(reload_keeps_counters);
+    T_RUN(reload_raises_quota);
     T_RUN(explicit_form_and_concurrency);
     T_RUN(failure_modes);
     T_RUN(matching_rules);
