@@ -580,9 +580,10 @@ static void reload_keeps_counters(void) {
     fx_close(&f);
 }
 
-/* Raising a quota mid-period: the client keeps what it used (the rejected requests never
- * counted) and gets exactly the difference; other windows of the rule are untouched. */
-static void reload_raises_quota(void) {
+/* Changing a quota mid-period: raised, the client keeps what it used (the rejected
+ * requests never counted) and gets exactly the difference, other windows untouched;
+ * lowered, the fraction used carries over. */
+static void reload_changes_quota(void) {
     fx f;
     const char *v1 = "policies:\n"
                      "  - { name: q, objective: contract, key: [header.x-k],\n"
@@ -610,6 +611,28 @@ static void reload_raises_quota(void) {
     }
     T_EQ_I(ok, 10);
     T_EQ_U(remaining(&V, "q.1"), 80); /* the unchanged minute window kept its 20 */
+    sl_engine_destroy(e2);
+    sl_config_destroy(cfg2);
+    fx_close(&f);
+
+    /* lowering carries the fraction used: 10 of 20 used becomes 5 of 10 */
+    const char *big = "policies:\n  - { name: q, objective: contract, key: [], "
+                      "limits: [{quota: 20/day, tz: UTC}] }\n";
+    const char *small = "policies:\n  - { name: q, objective: contract, key: [], "
+                        "limits: [{quota: 10/day, tz: UTC}] }\n";
+    if (!fx_open(&f, big)) return;
+    for (int i = 0; i < 10; i++) sl_engine_check(f.e, R(&t, "GET", "/", NULL, NULL), now(&f), &V);
+    T_EQ_U(V.items[0].result.remaining, 10);
+    cfg2 = load(small);
+    e2 = cfg2 ? sl_engine_create(cfg2, f.st, &err, NULL, 0) : NULL;
+    T_CHECK(e2 != NULL);
+    if (e2 == NULL) return;
+    ok = 0;
+    for (int i = 0; i < 8; i++) {
+        sl_engine_check(e2, R(&t, "GET", "/", NULL, NULL), now(&f), &V);
+        ok += V.action == SL_ALLOW;
+    }
+    T_EQ_I(ok, 5);
     sl_engine_destroy(e2);
     sl_config_destroy(cfg2);
     fx_close(&f);
@@ -816,7 +839,7 @@ int main(void) {
     T_RUN(delay_bounded_else_reject);
     T_RUN(leaky_bucket_shapes);
     T_RUN(reload_keeps_counters);
-    T_RUN(reload_raises_quota);
+    T_RUN(reload_changes_quota);
     T_RUN(explicit_form_and_concurrency);
     T_RUN(failure_modes);
     T_RUN(matching_rules);
