@@ -124,8 +124,16 @@ struct sl_redis {
     int64_t open_until; /* breaker: refusing until then (0 = closed) */
     bool half_open;
     sl_redis_stats st;
+    _Atomic bool ready; /* every node up and the breaker closed (read by other threads) */
     char last_error[128];
 };
+
+static void update_ready(sl_redis *r) {
+    bool ok = r->open_until == 0 && r->nnodes > 0;
+    for (int i = 0; i < r->nnodes && ok; i++)
+        if (r->nodes[i].state != 2) ok = false;
+    atomic_store_explicit(&r->ready, ok, memory_order_relaxed);
+}
 
 static void inc(_Atomic uint64_t *c) {
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
@@ -170,9 +178,11 @@ static void arm(sl_redis *r, int64_t at) {
 /* ---- breaker ---------------------------------------------------------------------- */
 
 static void note_ok(sl_redis *r) {
+    bool was = r->open_until != 0;
     r->fails = 0;
     r->open_until = 0;
     r->half_open = false;
+    if (was) update_ready(r);
 }
 
 static void note_fail(sl_redis *r) {
@@ -181,6 +191,7 @@ static void note_fail(sl_redis *r) {
         r->open_until = mono_now() + r->o.breaker_open_ns;
         r->half_open = false;
         arm(r, r->open_until);
+        update_ready(r);
     }
 }
 
@@ -241,6 +252,7 @@ static void node_down(sl_redis_node *nd) {
     if (nd->backoff > r->o.backoff_max_ns) nd->backoff = r->o.backoff_max_ns;
     nd->retry_at = mono_now() + nd->backoff;
     arm(r, nd->retry_at);
+    update_ready(r);
 }
 
 static void on_connect(const redisAsyncContext *ac, int status) {
@@ -253,8 +265,9 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     nd->state = 2;
     nd->backoff = 0;
     inc(&nd->r->st.reconnects);
-    /* a fresh connection ends the open period: the next decision is the probe */
-    if (nd->r->open_until != 0) nd->r->open_until = 1, nd->r->half_open = false;
+    /* a fresh connection closes the breaker (failures count again from zero) */
+    nd->r->open_until = 0, nd->r->half_open = false, nd->r->fails = 0;
+    update_ready(nd->r);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
@@ -944,10 +957,7 @@ void sl_redis_destroy(sl_redis *r) {
 const sl_redis_stats *sl_redis_stats_get(const sl_redis *r) { return &r->st; }
 
 bool sl_redis_ready(const sl_redis *r) {
-    if (r->open_until != 0) return false;
-    for (int i = 0; i < r->nnodes; i++)
-        if (r->nodes[i].state != 2) return false;
-    return true;
+    return atomic_load_explicit(&((sl_redis *)r)->ready, memory_order_relaxed);
 }
 
 /* A decision certain to be rejected, answered without Redis: cost above a capacity, or
@@ -1097,8 +1107,8 @@ int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice
     sync_wait w = {false, SLUICE_OK, out};
     int rc = sl_redis_decide(r, items, n, now, sync_cb, &w);
     if (rc != SLUICE_OK) return rc;
-    int64_t until = mono_now() + 2 * SLUICE_NS_PER_S;
-    while (!w.done && mono_now() < until) sl_loop_poll(r->loop, 5);
+    int64_t until = mono_now() + 2 * r->o.timeout_ns + 50 * SLUICE_NS_PER_MS;
+    while (!w.done && mono_now() < until) sl_loop_poll(r->loop, 1);
     return w.done ? w.rc : SLUICE_ESTORE;
 }
 
