@@ -7,18 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-void sl_wbuf_put(sl_wbuf *w, const void *p, size_t n) {
-    if (w->overflow || n > w->cap - w->len) {
-        w->overflow = 1;
-        return;
-    }
-    if (n) memcpy(w->data + w->len, p, n);
-    w->len += n;
-}
-
 void sl_wbuf_puts(sl_wbuf *w, const char *s) { sl_wbuf_put(w, s, strlen(s)); }
-
-void sl_wbuf_putc(sl_wbuf *w, char c) { sl_wbuf_put(w, &c, 1); }
 
 void sl_wbuf_u64(sl_wbuf *w, uint64_t v) {
     if (v < 10 && !w->overflow && w->len < w->cap) { /* the common small case */

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct sl_wbuf {
     char *data;
@@ -22,9 +23,25 @@ static inline void sl_wbuf_init(sl_wbuf *w, char *data, size_t cap) {
     w->overflow = 0;
 }
 
-void sl_wbuf_put(sl_wbuf *w, const void *p, size_t n);
+/* Inline: the encoders call these several times per reply on the hot path. */
+static inline void sl_wbuf_put(sl_wbuf *w, const void *p, size_t n) {
+    if (w->overflow || n > w->cap - w->len) {
+        w->overflow = 1;
+        return;
+    }
+    if (n) memcpy(w->data + w->len, p, n);
+    w->len += n;
+}
+
+static inline void sl_wbuf_putc(sl_wbuf *w, char c) {
+    if (w->overflow || w->len >= w->cap) {
+        w->overflow = 1;
+        return;
+    }
+    w->data[w->len++] = c;
+}
+
 void sl_wbuf_puts(sl_wbuf *w, const char *s);
-void sl_wbuf_putc(sl_wbuf *w, char c);
 void sl_wbuf_i64(sl_wbuf *w, int64_t v);
 void sl_wbuf_u64(sl_wbuf *w, uint64_t v);
 /* printf-style; sets overflow when truncated. */

@@ -193,11 +193,11 @@ static void conn_process(sl_conn *c) {
     sl_server *s = w->srv;
     size_t off = 0;
     bool draining = atomic_load_explicit(&s->draining, memory_order_relaxed);
+    w->have_batch_now = false; /* one decision time per read: see sl_worker_now */
     while (off < c->rlen && !c->close_after) {
         if (c->wlen - c->woff > SL_CONN_WHIGH) break; /* backpressure */
         /* latency is sampled (1 request in 16) so the clock is not read per request */
-        bool sample = ((w->met->lat_count + atomic_load_explicit(&w->met->http_requests, memory_order_relaxed) +
-                        atomic_load_explicit(&w->met->resp_commands, memory_order_relaxed)) & 15) == 0;
+        bool sample = (w->seq++ & 15) == 0;
         int64_t t0 = sample ? sl_clock_mono_ns() : 0;
         if (c->kind == SL_KIND_RESP) {
             static _Thread_local sl_resp_cmd cmd;

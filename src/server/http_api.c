@@ -182,7 +182,7 @@ static void handle_auth(http_ctx *x) {
         r.client_ip = (sl_str){c->peer_ip, strlen(c->peer_ip)};
     }
     sl_verdict *v = &w->verdict;
-    int rc = sl_engine_check(w->gen->engine, &r, sluice_clock_now(w->srv->clock), v);
+    int rc = sl_engine_check(w->gen->engine, &r, sl_worker_now(w), v);
     count_verdict(w, rc, v);
     char hbuf[HDRS_MAX];
     int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
@@ -330,7 +330,7 @@ static void handle_check(http_ctx *x, int acquire) {
             problem(x->c, x->req->minor, 400, "\"key\" (a string) is required with \"policy\"", 1);
             return;
         }
-        sluice_time now = sluice_clock_now(w->srv->clock);
+        sluice_time now = sl_worker_now(w);
         rc = acquire ? sl_engine_acquire(w->gen->engine, policy, key, kl, now, v)
                      : sl_engine_check_named(w->gen->engine, policy, key, kl, has_cost, cost, now, v);
         if (rc == SLUICE_ENOTFOUND) {
@@ -373,7 +373,7 @@ static void handle_check(http_ctx *x, int acquire) {
             r.body_bytes = bb;
         }
         if (has_cost) r.hits_addend = cost;
-        rc = sl_engine_check(w->gen->engine, &r, sluice_clock_now(w->srv->clock), v);
+        rc = sl_engine_check(w->gen->engine, &r, sl_worker_now(w), v);
     }
     count_verdict(w, rc, v);
     verdict_reply(x, rc, v);
@@ -394,7 +394,7 @@ static void handle_token(http_ctx *x, int settle) {
                 settle ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
         return;
     }
-    sluice_time now = sluice_clock_now(w->srv->clock);
+    sluice_time now = sl_worker_now(w);
     int rc = settle ? sl_engine_settle_token(w->gen->engine, tok, tl, actual, now)
                     : sl_engine_release_token(w->gen->engine, tok, tl, now);
     json_decref(j);
@@ -470,6 +470,7 @@ static void handle_clock(http_ctx *x) {
         problem(x->c, x->req->minor, 400, "expected {\"set_ms\": UNIX_MS} or {\"advance_ms\": MS >= 0}", 1);
         return;
     }
+    x->c->w->have_batch_now = false;
     sluice_time t = sluice_clock_now(s->clock);
     char b[128];
     int n = snprintf(b, sizeof(b), "{\"wall_ms\":%lld,\"mono_ms\":%lld}",

@@ -162,7 +162,7 @@ static void cmd_check(resp_ctx *x, int peek) {
         cost = (uint64_t)v;
     }
     int rc = sl_engine_check_named(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], has_cost,
-                                   cost, sluice_clock_now(w->srv->clock), &w->verdict);
+                                   cost, sl_worker_now(w), &w->verdict);
     verdict_reply(x, rc, &w->verdict, policy);
 }
 
@@ -208,7 +208,7 @@ static void cmd_checkreq(resp_ctx *x) {
     }
     r.headers = hdrs;
     r.n_headers = nh;
-    int rc = sl_engine_check(w->gen->engine, &r, sluice_clock_now(w->srv->clock), &w->verdict);
+    int rc = sl_engine_check(w->gen->engine, &r, sl_worker_now(w), &w->verdict);
     verdict_reply(x, rc, &w->verdict, NULL);
     return;
 syntax:
@@ -229,7 +229,7 @@ static void cmd_token(resp_ctx *x, int settle) {
         sl_resp_error(&x->wb, "ERR actual cost must be a non-negative integer");
         return;
     }
-    sluice_time now = sluice_clock_now(w->srv->clock);
+    sluice_time now = sl_worker_now(w);
     int rc = settle ? sl_engine_settle_token(w->gen->engine, cmd->argv[1], cmd->argl[1], (uint64_t)actual, now)
                     : sl_engine_release_token(w->gen->engine, cmd->argv[1], cmd->argl[1], now);
     if (rc == 0)
@@ -259,7 +259,7 @@ static void cmd_acquire(resp_ctx *x) {
         return;
     }
     int rc = sl_engine_acquire(w->gen->engine, policy, cmd->argv[2], cmd->argl[2],
-                               sluice_clock_now(w->srv->clock), &w->verdict);
+                               sl_worker_now(w), &w->verdict);
     verdict_reply(x, rc, &w->verdict, policy);
 }
 
@@ -279,7 +279,7 @@ static void cmd_reset(resp_ctx *x) {
     }
     sl_verdict *v = &w->verdict;
     int rc = sl_engine_check_named(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], true, 0,
-                                   sluice_clock_now(w->srv->clock), v);
+                                   sl_worker_now(w), v);
     if (rc != 0) {
         verdict_reply(x, rc, v, policy);
         return;
@@ -315,6 +315,7 @@ static void cmd_clock(resp_ctx *x) {
         goto bad;
     }
     if (rc != 0) goto bad;
+    x->c->w->have_batch_now = false; /* later commands of this batch see the new time */
     sl_resp_int(&x->wb, sluice_clock_now(s->clock).wall_ns / SLUICE_NS_PER_MS);
     return;
 bad:
@@ -355,7 +356,7 @@ static void cmd_throttle(resp_ctx *x) {
     }
     sluice_item item = {.limiter = lim, .key = cmd->argv[1], .key_len = cmd->argl[1], .cost = (uint64_t)qty};
     sluice_decision d;
-    int rc = sluice_decide(s->store, &item, 1, sluice_clock_now(s->clock), &d);
+    int rc = sluice_decide(s->store, &item, 1, sl_worker_now(w), &d);
     if (rc != 0) {
         char m[128];
         snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));

@@ -149,6 +149,9 @@ typedef struct sl_worker {
     sl_conn *conns;           /* all connections of this worker */
     size_t nconns;
     int64_t now_ns;           /* loop time (monotonic), for timeouts only */
+    sluice_time batch_now;    /* decision time of the requests read together */
+    bool have_batch_now;
+    uint32_t seq;             /* requests handled, for latency sampling */
     sl_wmetrics *met;
     sl_verdict verdict;       /* scratch for one decision */
     char scratch[SL_RESP_MAX_INLINE + 16];
@@ -182,6 +185,17 @@ struct sl_server {
     sl_cell_cache cell;
     unsigned cell_slot;       /* metrics slot of CL.THROTTLE decisions */
 };
+
+/* The decision time for the request being handled: read once per batch of requests
+ * that arrived in one read (pipelined requests share their arrival time), so the clock
+ * is read at most once per decision. SL.CLOCK/POST /v1/clock invalidate it. */
+static inline sluice_time sl_worker_now(sl_worker *w) {
+    if (!w->have_batch_now) {
+        w->batch_now = sluice_clock_now(w->srv->clock);
+        w->have_batch_now = true;
+    }
+    return w->batch_now;
+}
 
 /* server.c */
 int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size_t errlen);
