@@ -57,15 +57,11 @@ static void count_decision(sl_worker *w, const sl_verdict *v) {
 }
 
 static void observe(void *ud, const sl_verdict *v, int status) {
-    count_decision(ud, v);
-    sl_grpc_count_status(ud, status);
-}
-
-/* /json: decisions only (its calls are HTTP requests, counted as such) */
-static void observe_json(void *ud, const sl_verdict *v, int status) {
     (void)status;
     count_decision(ud, v);
 }
+
+static void on_status(void *ud, int status) { sl_grpc_count_status(ud, status); }
 
 static void env_of(sl_conn *c, sl_grpc_env *env) {
     sl_worker *w = c->w;
@@ -80,6 +76,7 @@ static void env_of(sl_conn *c, sl_grpc_env *env) {
     env->render_flags = s->opt.legacy_headers ? SL_RENDER_LEGACY : 0;
     env->draining = atomic_load_explicit(&s->draining, memory_order_relaxed) != 0;
     env->observe = observe;
+    env->on_status = on_status; /* not called by /json: its calls are HTTP requests */
     env->ud = w;
 }
 
@@ -157,7 +154,6 @@ void sl_grpc_http_json(sl_conn *c, const sl_http_req *req) {
     static _Thread_local char out[32768];
     sl_grpc_env env;
     env_of(c, &env);
-    env.observe = observe_json;
     int http = 500;
     int n = sl_rls_json(&env, req->body ? req->body : "", req->body_len, &c->w->verdict, out,
                         sizeof(out), &http);

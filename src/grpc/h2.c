@@ -107,9 +107,10 @@ static void stream_release(sl_h2 *h, h2_stream *st) {
 
 /* ---- replies ----------------------------------------------------------------------- */
 
-static void set_answered(sl_h2 *h, h2_stream *st) {
+static void set_answered(sl_h2 *h, h2_stream *st, int status) {
     if (!st->answered && st->deadline_ns != 0) h->ndeadlines--;
     st->answered = true;
+    if (h->env != NULL && h->env->on_status != NULL) h->env->on_status(h->env->ud, status);
 }
 
 #define NV(n, v, vl) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), NGHTTP2_NV_FLAG_NONE}
@@ -118,7 +119,7 @@ static void set_answered(sl_h2 *h, h2_stream *st) {
  * grpc-status so gRPC clients report something useful). */
 static void reply_status(sl_h2 *h, h2_stream *st, int http_status, int status, const char *msg) {
     if (st->answered) return;
-    set_answered(h, st);
+    set_answered(h, st, status);
     char hs[8], gs[8], enc[512];
     int hl = snprintf(hs, sizeof(hs), "%d", http_status);
     int gl = snprintf(gs, sizeof(gs), "%d", status);
@@ -151,7 +152,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
 
 /* A normal response: HEADERS, the framed message in DATA, trailers with grpc-status 0. */
 static void reply_message(sl_h2 *h, h2_stream *st, size_t len) {
-    set_answered(h, st);
+    set_answered(h, st, SL_GRPC_OK);
     st->wbuf[0] = 0;
     st->wbuf[1] = (uint8_t)(len >> 24);
     st->wbuf[2] = (uint8_t)(len >> 16);

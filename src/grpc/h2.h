@@ -42,6 +42,8 @@ typedef struct sl_grpc_env {
     bool draining;                 /* health answers NOT_SERVING */
     /* after every ShouldRateLimit decision (v) or failed call (v NULL); may be NULL */
     void (*observe)(void *ud, const sl_verdict *v, int grpc_status);
+    /* every call the session answers, with its grpc-status; may be NULL */
+    void (*on_status)(void *ud, int grpc_status);
     void *ud;
 } sl_grpc_env;
 
