@@ -17,7 +17,7 @@
 /* ---- diagnostics ------------------------------------------------------------------ */
 
 #define SL_DIAG_MAX 64
-#define SL_DIAG_MSG 256
+#define SL_DIAG_MSG 384
 
 /* One problem found while loading: 1-based line and column from libyaml's marks. */
 typedef struct sl_diag {

@@ -297,7 +297,7 @@ bool sl__check_fields(sl__ctx *cx, const sl_ynode *map, const char *what,
         for (size_t j = 0; allowed[j] != NULL; j++)
             if (strcmp(k->s, allowed[j]) == 0) known = true;
         if (!known) {
-            char list[160];
+            char list[240];
             size_t off = 0;
             list[0] = '\0';
             for (size_t j = 0; allowed[j] != NULL && off < sizeof(list); j++) {
