@@ -157,9 +157,30 @@ int sl_redis_parse_url(const char *url, sl_redis_opts *o) {
     else return SLUICE_EINVAL;
     size_t n = strlen(rest);
     while (n > 0 && rest[n - 1] == '/') n--;
-    if (n == 0 || n >= sizeof(o->seeds) || memchr(rest, ':', n) == NULL) return SLUICE_EINVAL;
-    memcpy(o->seeds, rest, n);
-    o->seeds[n] = '\0';
+    if (n == 0 || n >= sizeof(o->seeds)) return SLUICE_EINVAL;
+    /* options after '?': time=local|redis, timeout_ms=N */
+    const char *q = memchr(rest, '?', n);
+    size_t hn = q ? (size_t)(q - rest) : n;
+    if (hn == 0 || memchr(rest, ':', hn) == NULL) return SLUICE_EINVAL;
+    memcpy(o->seeds, rest, hn);
+    o->seeds[hn] = '\0';
+    while (q != NULL && (size_t)(q - rest) < n) {
+        const char *p = q + 1, *end = rest + n;
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        size_t l = (size_t)((amp ? amp : end) - p);
+        if (l == 10 && memcmp(p, "time=local", 10) == 0) o->time_mode = SL_REDIS_TIME_CALLER;
+        else if (l == 10 && memcmp(p, "time=redis", 10) == 0) o->time_mode = SL_REDIS_TIME_SERVER;
+        else if (l > 11 && memcmp(p, "timeout_ms=", 11) == 0) {
+            long ms = 0;
+            for (size_t k = 11; k < l; k++) {
+                if (p[k] < '0' || p[k] > '9' || ms > 100000) return SLUICE_EINVAL;
+                ms = ms * 10 + (p[k] - '0');
+            }
+            if (ms <= 0) return SLUICE_EINVAL;
+            o->timeout_ns = ms * SLUICE_NS_PER_MS;
+        } else return SLUICE_EINVAL;
+        q = amp;
+    }
     return SLUICE_OK;
 }
 

@@ -1,0 +1,183 @@
+/*
+ * bridge.c -- the Redis store as the server's workers use it: one client per worker
+ * thread on a private sl_loop, answered synchronously within the decision timeout (the
+ * policy engine's store calls are synchronous), plus the server-wide pieces: the
+ * settings (URL, timeout, secret, time mode), readiness over every worker's client and
+ * the degraded-decision counters for /metrics.
+ * Trade-off: a worker waits for its own round trip (~0.1 ms on loopback, at most the
+ * timeout), so decisions of different connections on one worker are not pipelined
+ * together on this path; sl_redis_decide (client.c) is the asynchronous form.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/limiter.h"
+#include "redis/bridge.h"
+
+#define BR_MAX_WORKERS 64
+
+/* In caller-time mode every instance must read the same clock: the wall clock (monotonic
+ * readings of different machines are unrelated). */
+static sluice_time shared_time(sluice_time t);
+
+struct sl_redis_worker {
+    sl_loop loop;
+    sl_redis *r;
+    int slot;
+};
+
+static sl_redis_opts g_opts;
+static bool g_on;
+static _Atomic(sl_redis *) g_clients[BR_MAX_WORKERS];
+
+int sl_redis_bridge_config(const char *url, const char *addr, bool cluster, int64_t timeout_ns,
+                           const char *secret, char *err, size_t errlen) {
+    sl_redis_opts_default(&g_opts);
+    if (url != NULL && url[0] != '\0' && strcmp(url, "redis:") != 0) {
+        if (sl_redis_parse_url(url, &g_opts) != SLUICE_OK) {
+            snprintf(err, errlen, "bad store URL '%.200s' (expected redis://HOST:PORT or "
+                                  "redis-cluster://HOST:PORT[,HOST:PORT...], optionally ?time=local)",
+                     url);
+            return SLUICE_EINVAL;
+        }
+    } else {
+        if (addr == NULL || addr[0] == '\0') {
+            snprintf(err, errlen, "a redis store needs an address");
+            return SLUICE_EINVAL;
+        }
+        snprintf(g_opts.seeds, sizeof(g_opts.seeds), "%s", addr);
+        g_opts.cluster = cluster;
+    }
+    if (g_opts.timeout_ns == 0) g_opts.timeout_ns = timeout_ns > 0 ? timeout_ns : 20 * SLUICE_NS_PER_MS;
+    static char sec[128];
+    snprintf(sec, sizeof(sec), "%s", secret ? secret : "");
+    g_opts.secret = sec;
+    g_opts.secret_len = strlen(sec);
+    g_on = true;
+    return SLUICE_OK;
+}
+
+bool sl_redis_bridge_enabled(void) { return g_on; }
+
+static sluice_time shared_time(sluice_time t) {
+    if (g_opts.time_mode == SL_REDIS_TIME_CALLER) t.mono_ns = t.wall_ns;
+    return t;
+}
+bool sl_redis_bridge_default_secret(void) { return g_opts.secret_len == 0; }
+const char *sl_redis_bridge_seeds(void) { return g_opts.seeds; }
+
+sl_redis_worker *sl_redis_bridge_worker_start(unsigned id) {
+    if (!g_on) return NULL;
+    sl_redis_worker *w = calloc(1, sizeof(*w));
+    if (w == NULL || sl_loop_init(&w->loop) != 0) {
+        free(w);
+        return NULL;
+    }
+    int err = 0;
+    w->r = sl_redis_create(&w->loop, &g_opts, &err);
+    if (w->r == NULL) {
+        sl_loop_deinit(&w->loop);
+        free(w);
+        return NULL;
+    }
+    w->slot = (int)(id % BR_MAX_WORKERS);
+    atomic_store(&g_clients[w->slot], w->r);
+    /* connect now, so that the first decision finds the connection up */
+    sl_loop_poll(&w->loop, 0);
+    return w;
+}
+
+void sl_redis_bridge_worker_stop(sl_redis_worker *w) {
+    if (w == NULL) return;
+    atomic_store(&g_clients[w->slot], NULL);
+    sl_redis_destroy(w->r);
+    sl_loop_deinit(&w->loop);
+    free(w);
+}
+
+/* Lets the connections make progress between decisions (reconnection, late replies). */
+void sl_redis_bridge_worker_tick(sl_redis_worker *w) {
+    if (w != NULL) sl_loop_poll(&w->loop, 0);
+}
+
+int sl_redis_bridge_decide(void *ctx, const sluice_item *items, size_t n, sluice_time now,
+                           sluice_decision *out) {
+    sl_redis_worker *w = ctx;
+    if (w == NULL) return SLUICE_ESTORE;
+    sl_loop_poll(&w->loop, 0);
+    return sl_redis_decide_sync(w->r, items, n, shared_time(now), out);
+}
+
+int sl_redis_bridge_settle(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
+                           uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out) {
+    sl_redis_worker *w = ctx;
+    if (w == NULL) return SLUICE_ESTORE;
+    if (reserved > (uint64_t)INT64_MAX || actual > (uint64_t)INT64_MAX) return SLUICE_ERANGE;
+    int rc = sl_redis_settle(w->r, lim, key, key_len, (int64_t)actual - (int64_t)reserved, shared_time(now),
+                             NULL, NULL);
+    if (out != NULL) {
+        memset(out, 0, sizeof(*out));
+        out->allowed = 1;
+        out->limit = sluice_limiter_capacity(lim);
+    }
+    sl_loop_poll(&w->loop, 0);
+    return rc;
+}
+
+int sl_redis_bridge_release(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
+                            uint64_t lease, sluice_time now) {
+    sl_redis_worker *w = ctx;
+    if (w == NULL) return SLUICE_ESTORE;
+    int rc = sl_redis_release(w->r, lim, key, key_len, lease, shared_time(now), NULL, NULL);
+    sl_loop_poll(&w->loop, 0);
+    return rc;
+}
+
+bool sl_redis_bridge_ready(void) {
+    if (!g_on) return true;
+    bool any = false;
+    for (int i = 0; i < BR_MAX_WORKERS; i++) {
+        sl_redis *r = atomic_load(&g_clients[i]);
+        if (r == NULL) continue;
+        any = true;
+        if (!sl_redis_ready(r)) return false;
+    }
+    return any;
+}
+
+int sl_redis_bridge_metrics(char *buf, size_t cap) {
+    if (!g_on) return 0;
+    uint64_t sum[17] = {0};
+    static const char *const names[17] = {
+        "decisions", "calls", "local_rejects", "never_rejects", "timeouts", "errors",
+        "breaker_open", "node_down", "pool_full", "refunds", "moved", "ask", "noscript",
+        "tryagain", "reconnects", "topology", "mismatches"};
+    for (int i = 0; i < BR_MAX_WORKERS; i++) {
+        sl_redis *r = atomic_load(&g_clients[i]);
+        if (r == NULL) continue;
+        const sl_redis_stats *s = sl_redis_stats_get(r);
+        const _Atomic uint64_t *f[17] = {&s->decisions, &s->calls, &s->local_rejects, &s->never_rejects,
+                                         &s->timeouts, &s->errors, &s->breaker_open, &s->node_down,
+                                         &s->pool_full, &s->refunds, &s->moved, &s->ask, &s->noscript,
+                                         &s->tryagain, &s->reconnects, &s->topology, &s->mismatches};
+        for (int k = 0; k < 17; k++) sum[k] += atomic_load_explicit(f[k], memory_order_relaxed);
+    }
+    size_t off = 0;
+    int n = snprintf(buf, cap,
+                     "# HELP sluice_redis_events_total Redis store events; timeouts, errors, breaker_open, "
+                     "node_down and pool_full are degraded decisions.\n"
+                     "# TYPE sluice_redis_events_total counter\n");
+    if (n < 0 || (size_t)n >= cap) return 0;
+    off = (size_t)n;
+    for (int k = 0; k < 17; k++) {
+        n = snprintf(buf + off, cap - off, "sluice_redis_events_total{event=\"%s\"} %llu\n", names[k],
+                     (unsigned long long)sum[k]);
+        if (n < 0 || (size_t)n >= cap - off) return (int)off;
+        off += (size_t)n;
+    }
+    n = snprintf(buf + off, cap - off, "# TYPE sluice_redis_ready gauge\nsluice_redis_ready %d\n",
+                 sl_redis_bridge_ready() ? 1 : 0);
+    if (n > 0 && (size_t)n < cap - off) off += (size_t)n;
+    return (int)off;
+}

@@ -1,0 +1,43 @@
+/*
+ * bridge.h -- the Redis store for the server (see bridge.c): process-wide settings, one
+ * client per worker thread, synchronous store calls with the signatures of the policy
+ * engine's store hooks, readiness and metrics over all workers.
+ */
+#ifndef SL_REDIS_BRIDGE_H
+#define SL_REDIS_BRIDGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "redis/redis.h"
+
+typedef struct sl_redis_worker sl_redis_worker;
+
+/* url: "redis://h:p[?time=local]", "redis-cluster://h:p,h:p" or "" / "redis:" to use
+ * addr + cluster from the config file. Returns SLUICE_OK or SLUICE_EINVAL with err. */
+int sl_redis_bridge_config(const char *url, const char *addr, bool cluster, int64_t timeout_ns,
+                           const char *secret, char *err, size_t errlen);
+bool sl_redis_bridge_enabled(void);
+bool sl_redis_bridge_default_secret(void);
+const char *sl_redis_bridge_seeds(void);
+
+/* In the worker's thread: its client (NULL when the store is not Redis). */
+sl_redis_worker *sl_redis_bridge_worker_start(unsigned id);
+void sl_redis_bridge_worker_stop(sl_redis_worker *w);
+void sl_redis_bridge_worker_tick(sl_redis_worker *w);
+
+/* Store hooks (ctx = the worker's sl_redis_worker). */
+int sl_redis_bridge_decide(void *ctx, const sluice_item *items, size_t n, sluice_time now,
+                           sluice_decision *out);
+int sl_redis_bridge_settle(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
+                           uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out);
+int sl_redis_bridge_release(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
+                            uint64_t lease, sluice_time now);
+
+/* Every worker's client connected with its breaker closed (true when not Redis). */
+bool sl_redis_bridge_ready(void);
+/* Prometheus text of the summed counters into buf; returns bytes written. */
+int sl_redis_bridge_metrics(char *buf, size_t cap);
+
+#endif
