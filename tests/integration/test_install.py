@@ -1,0 +1,48 @@
+"""`make install` gives a usable library: header, static and shared libraries, a
+relocatable pkg-config file; the shared library exports only the public sluice_* API;
+the README's library example compiles against it and runs."""
+import os
+import re
+import subprocess
+import tempfile
+
+BIN = os.environ.get("SLUICE_BIN", "build/sluice")
+SRC = os.environ.get("SLUICE_SRC", ".")
+BUILD = os.path.dirname(os.path.abspath(BIN))
+
+
+def readme_example():
+    text = open(os.path.join(SRC, "README.md")).read()
+    block = re.search(r"```c\n(.*?)```", text, re.S).group(1)
+    body = "\n".join(l for l in block.splitlines() if not l.startswith("#include"))
+    return "#include <stdio.h>\n#include <sluice.h>\nint main(void) {\n" + body + \
+        "\nreturn d.allowed ? 0 : 3;\n}\n"
+
+
+def test_install_and_build_against_it():
+    with tempfile.TemporaryDirectory() as prefix:
+        subprocess.run(["cmake", "--install", BUILD, "--prefix", prefix], check=True,
+                       capture_output=True, timeout=120)
+        for f in ["include/sluice.h", "lib/libsluice.a", "lib/libsluice.so",
+                  "lib/pkgconfig/sluice.pc", "bin/sluice"]:
+            assert os.path.exists(os.path.join(prefix, f)), f
+        env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib/pkgconfig"))
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "sluice"], env=env,
+                               check=True, capture_output=True, text=True).stdout.split()
+        includes = [os.path.normpath(f[2:]) for f in flags if f.startswith("-I")]
+        assert os.path.join(prefix, "include") in includes, flags
+        src = os.path.join(prefix, "ex.c")
+        open(src, "w").write(readme_example())
+        exe = os.path.join(prefix, "ex")
+        subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", src, "-o", exe,
+                        "-Wl,-rpath," + os.path.join(prefix, "lib")] + flags,
+                       check=True, capture_output=True, timeout=120)
+        assert subprocess.run([exe], timeout=30).returncode == 0
+
+        syms = subprocess.run(["nm", "-D", "--defined-only",
+                               os.path.join(prefix, "lib/libsluice.so")],
+                              check=True, capture_output=True, text=True).stdout.split("\n")
+        exported = [l.split()[-1] for l in syms if " T " in l]
+        assert exported, "no symbols exported"
+        assert all(s.startswith("sluice_") for s in exported), \
+            [s for s in exported if not s.startswith("sluice_")]
