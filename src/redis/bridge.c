@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 
 #include "engine/limiter.h"
 #include "redis/bridge.h"
@@ -22,10 +23,18 @@
 static sluice_time shared_time(sluice_time t);
 
 struct sl_redis_worker {
-    sl_loop loop;
+    sl_loop loop;      /* private: the client's connections and timer */
+    sl_loop *outer;    /* the worker's loop, which watches ours (an epoll fd is pollable) */
+    sl_io outer_io;
     sl_redis *r;
     int slot;
 };
+
+static void on_outer(void *ud, uint32_t ev) {
+    (void)ev;
+    sl_redis_worker *w = ud;
+    sl_loop_poll(&w->loop, 0);
+}
 
 static sl_redis_opts g_opts;
 static bool g_on;
@@ -67,7 +76,7 @@ static sluice_time shared_time(sluice_time t) {
 bool sl_redis_bridge_default_secret(void) { return g_opts.secret_len == 0; }
 const char *sl_redis_bridge_seeds(void) { return g_opts.seeds; }
 
-sl_redis_worker *sl_redis_bridge_worker_start(unsigned id) {
+sl_redis_worker *sl_redis_bridge_worker_start(unsigned id, sl_loop *outer) {
     if (!g_on) return NULL;
     sl_redis_worker *w = calloc(1, sizeof(*w));
     if (w == NULL || sl_loop_init(&w->loop) != 0) {
@@ -82,6 +91,10 @@ sl_redis_worker *sl_redis_bridge_worker_start(unsigned id) {
         return NULL;
     }
     w->slot = (int)(id % BR_MAX_WORKERS);
+    if (outer != NULL) {
+        w->outer_io = (sl_io){w->loop.epfd, on_outer, w};
+        if (sl_loop_add(outer, &w->outer_io, EPOLLIN) == 0) w->outer = outer;
+    }
     atomic_store(&g_clients[w->slot], w->r);
     /* connect now, so that the first decision finds the connection up */
     sl_loop_poll(&w->loop, 0);
@@ -91,6 +104,7 @@ sl_redis_worker *sl_redis_bridge_worker_start(unsigned id) {
 void sl_redis_bridge_worker_stop(sl_redis_worker *w) {
     if (w == NULL) return;
     atomic_store(&g_clients[w->slot], NULL);
+    if (w->outer != NULL) sl_loop_del(w->outer, &w->outer_io);
     sl_redis_destroy(w->r);
     sl_loop_deinit(&w->loop);
     free(w);

@@ -22,8 +22,10 @@ bool sl_redis_bridge_enabled(void);
 bool sl_redis_bridge_default_secret(void);
 const char *sl_redis_bridge_seeds(void);
 
-/* In the worker's thread: its client (NULL when the store is not Redis). */
-sl_redis_worker *sl_redis_bridge_worker_start(unsigned id);
+/* In the worker's thread: its client (NULL when the store is not Redis), on a private loop
+ * that `outer` (the worker's loop, may be NULL) watches, so replies and timers are
+ * handled as soon as the worker wakes. */
+sl_redis_worker *sl_redis_bridge_worker_start(unsigned id, sl_loop *outer);
 void sl_redis_bridge_worker_stop(sl_redis_worker *w);
 void sl_redis_bridge_worker_tick(sl_redis_worker *w);
 
