@@ -3,6 +3,7 @@
  * prints every error as file:line:col: message (expected ...) on stderr and exits 1, or
  * prints a one-line summary and exits 0. Nothing else is printed on success.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,11 +46,12 @@ int sl_cli_config(int argc, char **argv) {
         return 1;
     }
     const sl_settings *st = sl_config_settings(cfg);
-    printf("%s: ok (%s format, %zu polic%s, %zu limit%s, store %s)\n", path,
-           sl_config_is_envoy(cfg) ? "envoyproxy/ratelimit" : "sluice",
-           sl_config_policy_count(cfg), sl_config_policy_count(cfg) == 1 ? "y" : "ies",
-           sl_config_limiter_count(cfg), sl_config_limiter_count(cfg) == 1 ? "" : "s",
-           store_name(st->store.type));
+    bool envoy = sl_config_is_envoy(cfg);
+    size_t np = sl_config_policy_count(cfg), nl = sl_config_limiter_count(cfg);
+    printf("%s: ok (%s format, %zu %s, %zu limit%s, store %s)\n", path,
+           envoy ? "envoyproxy/ratelimit" : "sluice", np,
+           envoy ? (np == 1 ? "rule" : "rules") : (np == 1 ? "policy" : "policies"), nl,
+           nl == 1 ? "" : "s", store_name(st->store.type));
     sl_config_destroy(cfg);
     return 0;
 }
