@@ -4,6 +4,7 @@
  * unpacked by protobuf-c into a per-thread bump arena (no malloc per call; a message too
  * big for the arena falls back to the heap), replies packed into the session's buffer.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,21 @@ typedef struct arena {
     _Alignas(16) unsigned char mem[ARENA_BYTES];
 } arena;
 
-static _Thread_local arena *t_arena;
+/* One arena per thread, freed when the thread exits (workers stop before the process
+ * does, and a leak checker would otherwise see the block orphaned). */
+static pthread_key_t arena_key;
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+static void arena_key_init(void) { (void)pthread_key_create(&arena_key, free); }
+
+static arena *thread_arena(void) {
+    pthread_once(&arena_once, arena_key_init);
+    arena *a = pthread_getspecific(arena_key);
+    if (a == NULL && (a = malloc(sizeof(*a))) != NULL && pthread_setspecific(arena_key, a) != 0) {
+        free(a);
+        a = NULL;
+    }
+    return a;
+}
 
 static void *arena_alloc(void *ud, size_t n) {
     arena *a = ud;
@@ -55,14 +70,13 @@ static void arena_free(void *ud, void *p) {
 static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *d, const uint8_t *msg,
                                 size_t len, bool *heap) {
     *heap = false;
-    if (t_arena == NULL) t_arena = malloc(sizeof(arena)); /* once per thread */
-    if (t_arena != NULL) {
-        t_arena->off = 0;
-        t_arena->over = false;
-        ProtobufCAllocator al = {.alloc = arena_alloc, .free = arena_free,
-                                 .allocator_data = t_arena};
+    arena *a = thread_arena();
+    if (a != NULL) {
+        a->off = 0;
+        a->over = false;
+        ProtobufCAllocator al = {.alloc = arena_alloc, .free = arena_free, .allocator_data = a};
         ProtobufCMessage *m = protobuf_c_message_unpack(d, &al, len, msg);
-        if (m != NULL || !t_arena->over) return m;
+        if (m != NULL || !a->over) return m;
     }
     *heap = true;
     return protobuf_c_message_unpack(d, NULL, len, msg);
