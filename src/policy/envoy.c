@@ -193,10 +193,22 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
     return ok;
 }
 
+static char node_kind(const sl_enode *e) { return e->value == NULL ? 'b' : e->wildcard ? 'w' : 'e'; }
+
+static uint64_t node_hash(char kind, const char *k, size_t kl, const char *v, size_t vl) {
+    return sl__hash64(k, kl, v, vl) ^ ((uint64_t)(unsigned char)kind * UINT64_C(0x9e3779b97f4a7c15));
+}
+
+static bool node_is(const sl_enode *e, char kind, const char *k, size_t kl, const char *v,
+                    size_t vl) {
+    if (node_kind(e) != kind || strlen(e->key) != kl || memcmp(e->key, k, kl) != 0) return false;
+    if (kind == 'b') return true;
+    return strlen(e->value) == vl && memcmp(e->value, v, vl) == 0;
+}
+
 static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
-                       const char *prefix, int depth, sl_enode **out, size_t *nout) {
-    *out = NULL;
-    *nout = 0;
+                       const char *prefix, int depth, sl_elevel *out) {
+    memset(out, 0, sizeof(*out));
     if (list->kind != SL_YSEQ) {
         sl__err(cx, list, "descriptors must be a list (expected - key: ...)");
         return;
@@ -206,8 +218,12 @@ static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
         return;
     }
     sl_enode *nodes = sl__alloc(&cx->cfg->arena, (list->n ? list->n : 1) * sizeof(*nodes));
-    if (nodes == NULL) return;
-    size_t cnt = 0;
+    size_t cap = 2;
+    while (cap < 2 * list->n) cap *= 2;
+    uint32_t *idx = sl__alloc(&cx->cfg->arena, cap * sizeof(*idx));
+    uint32_t *other = sl__alloc(&cx->cfg->arena, (list->n ? list->n : 1) * sizeof(*other));
+    if (nodes == NULL || idx == NULL || other == NULL || list->n >= UINT32_MAX) return;
+    size_t cnt = 0, n_other = 0;
     for (size_t i = 0; i < list->n; i++) {
         const sl_ynode *d = list->v[i];
         if (!sl__check_fields(cx, d, "a descriptor", desc_fields) && d->kind != SL_YMAP)
@@ -226,12 +242,19 @@ static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
         e->value = v && v->len ? keep(cx, v->s) : NULL;
         e->wildcard = e->value && strchr(e->value, '*') != NULL;
         e->policy = -1;
+        /* one index over every node finds duplicates; exact ones are also looked up by it */
+        char kind = node_kind(e);
+        size_t kl = strlen(e->key), vl = e->value ? strlen(e->value) : 0;
+        size_t slot = node_hash(kind, e->key, kl, e->value ? e->value : "", vl) & (cap - 1);
         bool dup = false;
-        for (size_t j = 0; j < cnt; j++)
-            if (strcmp(nodes[j].key, e->key) == 0 &&
-                ((nodes[j].value == NULL && e->value == NULL) ||
-                 (nodes[j].value && e->value && strcmp(nodes[j].value, e->value) == 0)))
-                dup = true;
+        while (idx[slot] != 0 && !dup) {
+            dup = node_is(&nodes[idx[slot] - 1], kind, e->key, kl, e->value, vl);
+            if (!dup) slot = (slot + 1) & (cap - 1);
+        }
+        if (!dup) {
+            idx[slot] = (uint32_t)(cnt + 1);
+            if (kind != 'e') other[n_other++] = (uint32_t)cnt;
+        }
         if (dup) {
             sl__err(cx, k, "duplicate descriptor '%s%s%s' at this level (expected unique "
                     "key/value pairs)", e->key, e->value ? "_" : "", e->value ? e->value : "");
@@ -285,11 +308,15 @@ static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
                 if ((x = sl__get(d, only_rl[j])) != NULL) sl__get_bool(cx, x, &b);
         }
         if ((x = sl__get(d, "descriptors")) != NULL)
-            load_level(cx, x, domain, path, depth + 1, &e->children, &e->n_children);
+            load_level(cx, x, domain, path, depth + 1, &e->children);
         cnt++;
     }
-    *out = nodes;
-    *nout = cnt;
+    out->v = nodes;
+    out->n = cnt;
+    out->idx = idx;
+    out->cap = cap;
+    out->other = other;
+    out->n_other = n_other;
 }
 
 void sl__envoy_load(sl__ctx *cx, const sl_ynode *doc) {
@@ -311,7 +338,7 @@ void sl__envoy_load(sl__ctx *cx, const sl_ynode *doc) {
     if (dom == NULL) return;
     dom->domain = keep(cx, d->s);
     if (ds == NULL) return; /* a domain with no rules limits nothing, as upstream */
-    load_level(cx, ds, dom->domain, dom->domain, 0, &dom->roots, &dom->n_roots);
+    load_level(cx, ds, dom->domain, dom->domain, 0, &dom->roots);
 }
 
 /* ---- matching ----------------------------------------------------------------------- */
@@ -323,30 +350,34 @@ static bool str_eq(const char *a, sl_str b) {
 const sl_enode *sl__envoy_match(const sl_edomain *dom, const sl_descriptor *desc,
                                 const sl_enode **path) {
     if (dom == NULL || desc == NULL || desc->n == 0 || desc->n > SL_ENVOY_DEPTH) return NULL;
-    const sl_enode *level = dom->roots;
-    size_t n = dom->n_roots;
+    const sl_elevel *lv = &dom->roots;
     const sl_enode *hit = NULL;
     for (size_t i = 0; i < desc->n; i++) {
         const sl_entry *en = &desc->entries[i];
+        if (en->key.p == NULL || lv->n == 0) return NULL;
         const sl_enode *exact = NULL, *wild = NULL, *bare = NULL;
-        for (size_t j = 0; j < n; j++) {
-            const sl_enode *c = &level[j];
+        if (en->value.p != NULL && en->value.len > 0) {
+            size_t slot = node_hash('e', en->key.p, en->key.len, en->value.p, en->value.len) &
+                          (lv->cap - 1);
+            while (lv->idx[slot] != 0 && exact == NULL) {
+                const sl_enode *c = &lv->v[lv->idx[slot] - 1];
+                if (node_is(c, 'e', en->key.p, en->key.len, en->value.p, en->value.len)) exact = c;
+                slot = (slot + 1) & (lv->cap - 1);
+            }
+        }
+        for (size_t j = 0; j < lv->n_other && exact == NULL && wild == NULL; j++) {
+            const sl_enode *c = &lv->v[lv->other[j]];
             if (!str_eq(c->key, en->key)) continue;
             if (c->value == NULL) {
                 if (bare == NULL) bare = c;
-            } else if (c->wildcard) {
-                if (wild == NULL && en->value.p != NULL &&
-                    sl__glob(c->value, en->value.p, en->value.len))
-                    wild = c;
-            } else if (exact == NULL && str_eq(c->value, en->value)) {
-                exact = c;
+            } else if (en->value.p != NULL && sl__glob(c->value, en->value.p, en->value.len)) {
+                wild = c;
             }
         }
         hit = exact ? exact : wild ? wild : bare;
         if (hit == NULL) return NULL;
         if (path != NULL) path[i] = hit;
-        level = hit->children;
-        n = hit->n_children;
+        lv = &hit->children;
     }
     return hit;
 }

@@ -157,6 +157,18 @@ typedef struct sl_cpolicy {
     bool detailed_metric, value_to_metric;
 } sl_cpolicy;
 
+/* One level of an Envoy descriptor tree. Exact key/value entries are found through a
+ * hash index (configs with thousands of listed values are common: per-address lists),
+ * wildcard and bare-key entries by a scan of `other`, in file order. */
+typedef struct sl_elevel {
+    struct sl_enode *v;
+    size_t n;
+    uint32_t *idx;              /* open addressing, cap entries: node index + 1, 0 = empty */
+    size_t cap;                 /* a power of two, >= 2n */
+    uint32_t *other;            /* indices of wildcard and bare-key nodes */
+    size_t n_other;
+} sl_elevel;
+
 /* Envoy descriptor tree: one node per `- key:` entry. */
 typedef struct sl_enode {
     const char *key;
@@ -164,14 +176,12 @@ typedef struct sl_enode {
     bool wildcard;              /* value contains '*' */
     bool share_threshold;
     int policy;                 /* index into cfg->pol, -1 when the node has no rate_limit */
-    size_t n_children;
-    struct sl_enode *children;
+    sl_elevel children;
 } sl_enode;
 
 typedef struct sl_edomain {
     const char *domain;
-    size_t n_roots;
-    sl_enode *roots;
+    sl_elevel roots;
 } sl_edomain;
 
 struct sl_config {

@@ -14,7 +14,7 @@
 #include "internal.h"
 
 #define YAML_MAX_DEPTH 64
-#define YAML_MAX_NODES 200000
+#define YAML_MAX_NODES 1000000
 
 /* ---- arena ------------------------------------------------------------------------ */
 
@@ -118,7 +118,7 @@ static void yaml_problem(ybuild *b) {
 static sl_ynode *ynode_new(ybuild *b, sl_ykind k, const yaml_mark_t *m) {
     if (++b->nodes > YAML_MAX_NODES) {
         diag_add(b->cx, (int)m->line + 1, (int)m->column + 1,
-                 "document too large (expected at most 200000 YAML nodes)");
+                 "document too large (expected at most 1000000 YAML nodes)");
         b->failed = true;
         return NULL;
     }

@@ -292,6 +292,60 @@ static void descriptor_limit_override(void) {
     fx_close(&f);
 }
 
+/* A long list of exact values (a per-address allow/block list) with a wildcard and a
+ * bare key beside it: every value finds its own rule, the rest fall through in order. */
+static void large_level(void) {
+    enum { N = 5000 }; /* each rule is a limiter: the memory store holds 16383 of them */
+    size_t cap = (size_t)N * 120 + 1000, off = 0;
+    char *y = malloc(cap);
+    off += (size_t)snprintf(y + off, cap - off, "domain: big\ndescriptors:\n");
+    off += (size_t)snprintf(y + off, cap - off,
+                            "  - key: ip\n    value: \"10.*\"\n"
+                            "    rate_limit: {unit: minute, requests_per_unit: 2}\n"
+                            "  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 3}\n");
+    for (int i = 0; i < N; i++)
+        off += (size_t)snprintf(y + off, cap - off,
+                                "  - key: ip\n    value: 192.0.%d.%d\n"
+                                "    rate_limit: {unit: minute, requests_per_unit: %d}\n",
+                                i / 256, i % 256, 1 + i % 7);
+    static sl_diag_list dl;
+    sl_config *cfg = NULL;
+    T_EQ_I(sl_config_load_buffer(y, off, "big.yaml", &cfg, &dl), SLUICE_OK);
+    free(y);
+    if (cfg == NULL) return;
+    int err;
+    sluice_store *st = sluice_store_create(NULL, &err);
+    char msg[200];
+    sl_engine *e = sl_engine_create(cfg, st, &err, msg, sizeof(msg));
+    if (e == NULL) {
+        T_FAIL("engine: %s", msg);
+        sluice_store_destroy(st);
+        sl_config_destroy(cfg);
+        return;
+    }
+    sluice_time now = {SEC, INT64_C(1767225600) * SEC};
+    rls q;
+    uint64_t rng = t_seed();
+    for (int k = 0; k < 300; k++) {
+        int i = (int)(t_rand(&rng) % N);
+        char d[64];
+        snprintf(d, sizeof(d), "ip=192.0.%d.%d", i / 256, i % 256);
+        Q(&q, "big", d, NULL);
+        sl_engine_check(e, &q.r, now, &V);
+        T_EQ_U(V.n, 1);
+        T_EQ_U(V.items[0].info->requests_per_unit, (uint32_t)(1 + i % 7));
+    }
+    Q(&q, "big", "ip=10.1.2.3", NULL);
+    sl_engine_check(e, &q.r, now, &V);
+    T_EQ_U(V.items[0].info->requests_per_unit, 2); /* wildcard before bare key */
+    Q(&q, "big", "ip=172.16.0.1", NULL);
+    sl_engine_check(e, &q.r, now, &V);
+    T_EQ_U(V.items[0].info->requests_per_unit, 3);
+    sl_engine_destroy(e);
+    sluice_store_destroy(st);
+    sl_config_destroy(cfg);
+}
+
 static void format_errors(void) {
     static const struct {
         const char *yaml, *msg;
@@ -339,6 +393,7 @@ int main(void) {
     T_RUN(example9_wildcard);
     T_RUN(sluice_extensions);
     T_RUN(descriptor_limit_override);
+    T_RUN(large_level);
     T_RUN(format_errors);
     return T_DONE();
 }
