@@ -23,6 +23,7 @@ extern const char sl_lua_fixed_window[];
 extern const char sl_lua_sliding_window[];
 extern const char sl_lua_concurrency[];
 extern const char sl_lua_quota[];
+extern const char sl_lua_leaky_bucket[];
 extern const char sl_lua_main[];
 
 #define EXACT_MAX (INT64_C(1) << 52)
@@ -75,7 +76,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void compose(void) {
     const char *parts[] = {sl_lua_common, sl_lua_gcra, sl_lua_token_bucket, sl_lua_fixed_window,
-                           sl_lua_sliding_window, sl_lua_concurrency, sl_lua_quota, sl_lua_main};
+                           sl_lua_sliding_window, sl_lua_concurrency, sl_lua_quota, sl_lua_leaky_bucket, sl_lua_main};
     size_t total = 0;
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) total += strlen(parts[i]) + 1;
     g_script = malloc(total + 1);
@@ -171,6 +172,12 @@ int sl_redis_params(const sluice_limiter *limiter, sluice_time now, int64_t p[4]
             return SLUICE_ERANGE;
         p[0] = (int64_t)l->limit, p[1] = l->period_ns, p[2] = (int64_t)l->capacity;
         return SLUICE_OK;
+    case SLUICE_LEAKY_BUCKET:
+        if (!small_prod(l->limit, SL_MICRO) || !small_prod(l->capacity, SL_MICRO) ||
+            !small((uint64_t)l->period_ns) || !small((uint64_t)l->max_delay_ns))
+            return SLUICE_ERANGE;
+        p[0] = (int64_t)l->limit, p[1] = l->period_ns, p[2] = (int64_t)l->capacity, p[3] = l->max_delay_ns;
+        return SLUICE_OK;
     case SLUICE_GCRA:
         if (!small_prod(l->capacity, (uint64_t)l->emission_ns)) return SLUICE_ERANGE;
         p[0] = l->emission_ns, p[1] = (int64_t)l->capacity;
@@ -190,7 +197,7 @@ int sl_redis_params(const sluice_limiter *limiter, sluice_time now, int64_t p[4]
         return SLUICE_OK;
     }
     default:
-        return SLUICE_EINVAL; /* sliding_log, leaky_bucket: memory store only */
+        return SLUICE_EINVAL; /* sliding_log: memory store only */
     }
 }
 
@@ -238,6 +245,12 @@ int sl_redis_state_parse(const sluice_limiter *limiter, const char *s, size_t le
         sl_tb_state *t = state;
         if (parse_ints(s, len, v, 3) < 0 || !pair_ns(v[0], v[1], &t->last_ns)) return -1;
         t->tokens_u = v[2];
+        return 1;
+    }
+    case SLUICE_LEAKY_BUCKET: {
+        sl_leaky_state *k = state;
+        if (parse_ints(s, len, v, 3) < 0 || !pair_ns(v[0], v[1], &k->last_ns)) return -1;
+        k->level_u = v[2];
         return 1;
     }
     case SLUICE_FIXED_WINDOW: {

@@ -293,6 +293,15 @@ static void test_equiv_quota(void) {
     for (int i = 0; i < 2; i++) sluice_limiter_destroy(l[i]);
 }
 
+static void test_equiv_leaky(void) {
+    sluice_limiter *l[2] = {
+        mk(SPEC(.algo = SLUICE_LEAKY_BUCKET, .name = "lk", .limit = 5, .period_ns = SLUICE_NS_PER_S, .burst = 6)),
+        mk(SPEC(.algo = SLUICE_LEAKY_BUCKET, .name = "lk2", .limit = 3, .period_ns = 1000 * SLUICE_NS_PER_S / 7,
+                .burst = 8, .max_delay_ns = 600 * SLUICE_NS_PER_MS))};
+    run_equiv("leaky_bucket", l, 2, 600, 1, t_seed() + 7);
+    for (int i = 0; i < 2; i++) sluice_limiter_destroy(l[i]);
+}
+
 /* Windows of one rule share a slot (one call, all-or-nothing in the script); other rules
  * land in other slots (consume, then refund). */
 static void test_equiv_multi(void) {
@@ -442,6 +451,7 @@ int main(void) {
     T_RUN(test_equiv_sliding);
     T_RUN(test_equiv_concurrency);
     T_RUN(test_equiv_quota);
+    T_RUN(test_equiv_leaky);
     T_RUN(test_equiv_multi);
     T_RUN(test_local_cache);
     T_RUN(test_kill_restart);
