@@ -123,10 +123,11 @@ void sl_grpc_conn_tick(sl_conn *c, sl_h2 *h) {
     env_of(c, &env);
     sl_h2_tick(h, &env);
     pull_output(c, h);
+    if (!sl_h2_alive(h)) c->close_after = true;
 }
 
 void sl_grpc_conn_drain(sl_conn *c, sl_h2 *h) {
-    sl_h2_goaway(h);
+    sl_h2_goaway(h, c->w->now_ns);
     pull_output(c, h);
     if (!sl_h2_alive(h)) c->close_after = true;
 }

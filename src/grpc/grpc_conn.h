@@ -27,7 +27,8 @@ int sl_grpc_conn_feed(struct sl_conn *c, sl_h2 **hp);
 void sl_grpc_conn_output(struct sl_conn *c, sl_h2 *h);
 /* From the worker's timer tick: expire grpc-timeout deadlines that passed. */
 void sl_grpc_conn_tick(struct sl_conn *c, sl_h2 *h);
-/* Server draining: GOAWAY once, in-flight calls finish, then close_after. */
+/* Server draining: starts the two-step GOAWAY (sl_grpc_conn_tick sends the final one a
+ * grace later); calls in flight finish, then close_after. */
 void sl_grpc_conn_drain(struct sl_conn *c, sl_h2 *h);
 void sl_grpc_conn_free(sl_h2 *h);
 

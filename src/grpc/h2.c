@@ -48,7 +48,8 @@ struct sl_h2 {
     const uint8_t *pend;           /* output chunk from nghttp2 not yet copied out */
     size_t pend_len;
     bool fatal;
-    bool goaway_sent;
+    bool notice_sent, goaway_sent;  /* drain: shutdown notice, then the final GOAWAY */
+    int64_t notice_ns;
     sl_verdict verdict;            /* scratch for one decision (calls are synchronous) */
 };
 
@@ -474,7 +475,16 @@ size_t sl_h2_send(sl_h2 *h, uint8_t *dst, size_t cap) {
     return off;
 }
 
+static void final_goaway(sl_h2 *h) {
+    h->goaway_sent = true;
+    nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->s),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+}
+
 void sl_h2_tick(sl_h2 *h, const sl_grpc_env *env) {
+    if (h->notice_sent && !h->goaway_sent && !h->fatal &&
+        env->mono_ns - h->notice_ns >= SL_H2_GOAWAY_GRACE_NS)
+        final_goaway(h);
     if (h->ndeadlines == 0) return;
     h->env = env;
     for (h2_stream *st = h->active; st != NULL; st = st->next)
@@ -483,11 +493,19 @@ void sl_h2_tick(sl_h2 *h, const sl_grpc_env *env) {
     h->env = NULL;
 }
 
-void sl_h2_goaway(sl_h2 *h) {
+/* Why two steps: a client may have calls on the wire when the server decides to stop;
+ * a GOAWAY naming the last stream seen would refuse them. The notice tells the client to
+ * open no more streams, and the final GOAWAY, a grace later (well above a loopback or
+ * in-datacenter round trip), names the last stream that really arrived. */
+void sl_h2_goaway(sl_h2 *h, int64_t now_ns) {
     if (h->goaway_sent || h->fatal) return;
-    h->goaway_sent = true;
-    nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->s),
-                          NGHTTP2_NO_ERROR, NULL, 0);
+    if (!h->notice_sent) {
+        h->notice_sent = true;
+        h->notice_ns = now_ns;
+        if (nghttp2_submit_shutdown_notice(h->s) != 0) final_goaway(h);
+        return;
+    }
+    if (now_ns - h->notice_ns >= SL_H2_GOAWAY_GRACE_NS) final_goaway(h);
 }
 
 bool sl_h2_alive(const sl_h2 *h) {
@@ -500,7 +518,8 @@ size_t sl_h2_open_calls(const sl_h2 *h) { return h->nactive; }
 
 int64_t sl_h2_next_deadline(const sl_h2 *h) {
     int64_t d = 0;
-    if (h->ndeadlines == 0) return 0;
+    if (h->notice_sent && !h->goaway_sent && !h->fatal) d = h->notice_ns + SL_H2_GOAWAY_GRACE_NS;
+    if (h->ndeadlines == 0) return d;
     for (const h2_stream *st = h->active; st != NULL; st = st->next)
         if (!st->answered && st->deadline_ns != 0 && (d == 0 || st->deadline_ns < d))
             d = st->deadline_ns;

@@ -65,15 +65,18 @@ void sl_h2_destroy(sl_h2 *h);
 int sl_h2_feed(sl_h2 *h, const uint8_t *in, size_t len, const sl_grpc_env *env);
 /* Copies up to `cap` pending output bytes into dst; returns how many (0: nothing now). */
 size_t sl_h2_send(sl_h2 *h, uint8_t *dst, size_t cap);
-/* Answers calls whose grpc-timeout passed with DEADLINE_EXCEEDED. */
+/* Answers calls whose grpc-timeout passed with DEADLINE_EXCEEDED; sends the final
+ * GOAWAY of a drain when its grace has passed. */
 void sl_h2_tick(sl_h2 *h, const sl_grpc_env *env);
-/* Graceful drain: GOAWAY naming the last stream taken; open calls still finish.
- * Idempotent: only the first call sends anything. */
-void sl_h2_goaway(sl_h2 *h);
+/* Graceful drain in two steps: a GOAWAY announcing the shutdown (last stream 2^31-1),
+ * then, SL_H2_GOAWAY_GRACE_NS later (sl_h2_tick or a later call), the GOAWAY naming the
+ * last stream taken; calls in flight finish. Idempotent. */
+#define SL_H2_GOAWAY_GRACE_NS (100 * SLUICE_NS_PER_MS)
+void sl_h2_goaway(sl_h2 *h, int64_t now_ns);
 /* false once the session neither reads nor writes any more: close the connection. */
 bool sl_h2_alive(const sl_h2 *h);
 size_t sl_h2_open_calls(const sl_h2 *h);
-/* Earliest pending deadline (monotonic ns) or 0 when none. */
+/* Earliest pending deadline or drain step (monotonic ns), 0 when none. */
 int64_t sl_h2_next_deadline(const sl_h2 *h);
 
 /* ---- the call layer (grpc.c), used by the session ---- */

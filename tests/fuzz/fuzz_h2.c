@@ -61,7 +61,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     drain(h);
     env.mono_ns += 3600 * SLUICE_NS_PER_S;
     sl_h2_tick(h, &env);
-    sl_h2_goaway(h);
+    sl_h2_goaway(h, env.mono_ns);
+    env.mono_ns += SL_H2_GOAWAY_GRACE_NS;
+    sl_h2_tick(h, &env);
     drain(h);
     (void)sl_h2_alive(h);
     sl_h2_destroy(h);

@@ -745,6 +745,9 @@ static void flow_control(void) {
     fx_close(&f);
 }
 
+/* Drain: a shutdown notice first (last stream 2^31-1: calls already on the wire are still
+ * taken), the final GOAWAY a grace later naming the last stream that arrived; calls in
+ * flight finish, later streams are not served, then the session is done. */
 static void goaway_on_drain(void) {
     fx f;
     fx_open(&f);
@@ -754,21 +757,39 @@ static void goaway_on_drain(void) {
     client_init(&c, true);
     headers(&c, 1, RLS, "application/grpc", false, NULL);
     exchange(h, &c, &f.env);
-    sl_h2_goaway(h);
+    sl_h2_goaway(h, f.env.mono_ns);
     exchange(h, &c, &f.env);
     T_EQ_I(O.goaways, 1);
-    T_EQ_U(O.goaway_last, 1);
+    T_EQ_U(O.goaway_last, 0x7fffffffu);
     T_EQ_U(O.goaway_code, NGHTTP2_NO_ERROR);
-    T_CHECK(sl_h2_alive(h)); /* stream 1 is still in flight */
-    /* the in-flight call completes; a new stream beyond the GOAWAY is not served */
-    data(&c, 1, 0, WORKED, sizeof(WORKED), true, 16384);
+    T_EQ_I(sl_h2_next_deadline(h), f.env.mono_ns + SL_H2_GOAWAY_GRACE_NS);
+    /* a call the client sent before it saw the notice is still served */
     headers(&c, 3, RLS, "application/grpc", false, NULL);
     data(&c, 3, 0, WORKED, sizeof(WORKED), true, 16384);
     exchange(h, &c, &f.env);
+    resp_t *r3 = decode_resp(&O.s[1]);
+    free_resp(r3);
+    sl_h2_tick(h, &f.env); /* before the grace: nothing */
+    exchange(h, &c, &f.env);
+    T_EQ_I(O.goaways, 1);
+    f.env.mono_ns += SL_H2_GOAWAY_GRACE_NS;
+    sl_h2_tick(h, &f.env);
+    exchange(h, &c, &f.env);
+    T_EQ_I(O.goaways, 2);
+    T_EQ_U(O.goaway_last, 3);
+    T_CHECK(sl_h2_alive(h)); /* stream 1 is still in flight */
+    /* the in-flight call completes; a new stream beyond the GOAWAY is not served */
+    data(&c, 1, 0, WORKED, sizeof(WORKED), true, 16384);
+    headers(&c, 5, RLS, "application/grpc", false, NULL);
+    data(&c, 5, 0, WORKED, sizeof(WORKED), true, 16384);
+    exchange(h, &c, &f.env);
     resp_t *r = decode_resp(&O.s[0]);
     free_resp(r);
-    T_EQ_I(O.s[1].grpc, -1);
+    T_EQ_I(O.s[2].grpc, -1);
     T_CHECK(!sl_h2_alive(h));
+    sl_h2_goaway(h, f.env.mono_ns); /* idempotent */
+    exchange(h, &c, &f.env);
+    T_EQ_I(O.goaways, 2);
     sl_h2_destroy(h);
     client_free(&c);
     fx_close(&f);
