@@ -19,7 +19,7 @@ static void serve_usage(FILE *f) {
             "  -c, --config FILE   policies and settings (default examples/sluice.yaml)\n"
             "  --http ADDR:PORT    HTTP/1.1 decisions (default 127.0.0.1:8080; 'off' disables)\n"
             "  --resp ADDR:PORT    RESP2/3 decisions (default 127.0.0.1:6380; 'off' disables)\n"
-            "  --grpc ADDR:PORT    Envoy RLS over gRPC (default 127.0.0.1:8081; not built yet)\n"
+            "  --grpc ADDR:PORT    Envoy RLS over gRPC/h2c (default: the config's listen.grpc)\n"
             "  --admin ADDR:PORT   metrics, health, reload (default 127.0.0.1:9090; 'off' disables)\n"
             "  --store URL         memory: (default); redis://HOST:PORT, redis-cluster://... later\n"
             "  --workers N         event loop threads (default: one per CPU)\n"
@@ -54,7 +54,6 @@ int sl_cli_serve(int argc, char **argv) {
     sl_server_opts o;
     sl_server_opts_default(&o);
     snprintf(o.config_path, sizeof(o.config_path), "examples/sluice.yaml");
-    bool grpc_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -90,7 +89,6 @@ int sl_cli_serve(int argc, char **argv) {
             set_addr(o.admin, v);
         } else if (strcmp(a, "--grpc") == 0) {
             set_addr(o.grpc, v);
-            grpc_given = strcmp(o.grpc, "-") != 0;
         } else if (strcmp(a, "--store") == 0) {
             snprintf(o.store_url, sizeof(o.store_url), "%s", v);
         } else if (strcmp(a, "--workers") == 0) {
@@ -114,10 +112,6 @@ int sl_cli_serve(int argc, char **argv) {
             fprintf(stderr, "sluice serve: unknown option '%s' (sluice serve --help)\n", a);
             return 1;
         }
-    }
-    if (grpc_given) {
-        fprintf(stderr, "sluice serve: the gRPC listener (--grpc) is not built yet; run without --grpc\n");
-        return 1;
     }
     if (access(o.config_path, R_OK) != 0) {
         fprintf(stderr, "sluice serve: cannot read config file %s: %s\n", o.config_path, strerror(errno));

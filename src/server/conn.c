@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "grpc/grpc_conn.h"
 #include "server/server.h"
 
 #define SL_CONN_RINIT 16384
@@ -43,6 +44,8 @@ static void conn_close(sl_conn *c) {
         w->conns = c->next_all;
     if (c->next_all) c->next_all->prev_all = c->prev_all;
     w->nconns--;
+    if (c->kind == SL_KIND_GRPC) w->ngrpc--;
+    if (c->h2) sl_grpc_conn_free(c->h2);
     atomic_fetch_sub(&w->srv->nconns, 1);
     free(c->rbuf);
     free(c->wbuf);
@@ -104,6 +107,7 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
             free(c);
             continue;
         }
+        if (kind == SL_KIND_GRPC) w->ngrpc++;
         c->next_all = w->conns;
         if (w->conns) w->conns->prev_all = c;
         w->conns = c;
@@ -194,6 +198,20 @@ static void conn_process(sl_conn *c) {
     size_t off = 0;
     bool draining = atomic_load_explicit(&s->draining, memory_order_relaxed);
     w->have_batch_now = false; /* one decision time per read: see sl_worker_now */
+    if (c->kind == SL_KIND_HTTP && !c->proto_known && c->rlen > 0) {
+        /* h2c with prior knowledge on the HTTP port: the connection becomes gRPC */
+        int p = sl_grpc_preface(c->rbuf, c->rlen);
+        if (p < 0) return; /* a prefix of the preface: wait for more */
+        c->proto_known = true;
+        if (p == 1) {
+            c->kind = SL_KIND_GRPC;
+            w->ngrpc++;
+        }
+    }
+    if (c->kind == SL_KIND_GRPC) {
+        if (sl_grpc_conn_feed(c, &c->h2) != 0) c->broken = true;
+        return;
+    }
     while (off < c->rlen && !c->close_after) {
         if (c->wlen - c->woff > SL_CONN_WHIGH) break; /* backpressure */
         /* latency is sampled (1 request in 16) so the clock is not read per request */
@@ -294,6 +312,13 @@ static void conn_io(void *ud, uint32_t events) {
             conn_close(c);
             return;
         }
+        if (c->woff == c->wlen && c->h2) {
+            sl_grpc_conn_output(c, c->h2); /* the session's queued output, now that there is room */
+            if (conn_flush(c) != 0) {
+                conn_close(c);
+                return;
+            }
+        }
         if (c->woff == c->wlen && c->rlen > 0 && !c->close_after) conn_process(c);
     }
     if ((events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) && !c->want_out) {
@@ -317,7 +342,7 @@ static void conn_io(void *ud, uint32_t events) {
         }
         if (!c->close_after) conn_process(c);
     }
-    if (conn_flush(c) != 0) {
+    if (c->broken || conn_flush(c) != 0) {
         conn_close(c);
         return;
     }
@@ -333,8 +358,28 @@ static void conn_io(void *ud, uint32_t events) {
     conn_settle_state(c);
 }
 
+/* After the server pushed output outside an I/O event (ticks, drain): write it, and
+ * close when the connection is finished. Returns false when c was closed. */
+static bool conn_after_push(sl_conn *c) {
+    if (c->broken || conn_flush(c) != 0 || (c->close_after && c->woff == c->wlen)) {
+        conn_close(c);
+        return false;
+    }
+    conn_settle_state(c);
+    return true;
+}
+
 void sl_worker_tick(sl_worker *w) {
     sl_dnode *n;
+    if (w->ngrpc > 0) { /* gRPC deadlines (grpc-timeout) are the session's own */
+        for (sl_conn *c = w->conns, *next; c; c = next) {
+            next = c->next_all;
+            if (c->kind == SL_KIND_GRPC && c->h2) {
+                sl_grpc_conn_tick(c, c->h2);
+                conn_after_push(c);
+            }
+        }
+    }
     for (int l = 0; l < 3; l++) {
         while ((n = sl_dlist_expired(&w->tl[l], w->now_ns)) != NULL) {
             sl_conn *c = (sl_conn *)((char *)n - offsetof(sl_conn, timer));
@@ -356,7 +401,15 @@ void sl_worker_drain(sl_worker *w) {
     sl_conn *c = w->conns;
     while (c) {
         sl_conn *next = c->next_all;
-        if (c->rlen == 0 && c->woff == c->wlen) conn_close(c);
+        if (c->kind == SL_KIND_GRPC && c->h2) {
+            if (!c->goaway_sent) { /* GOAWAY once; calls in flight finish */
+                c->goaway_sent = true;
+                sl_grpc_conn_drain(c, c->h2);
+                conn_after_push(c);
+            }
+        } else if (c->rlen == 0 && c->woff == c->wlen) {
+            conn_close(c);
+        }
         c = next;
     }
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "grpc/grpc_conn.h"
 #include "server/server.h"
 
 #define HDRS_MAX 3072
@@ -575,6 +576,10 @@ void sl_http_handle(sl_conn *c, const sl_http_req *req) {
         handle_token(&x, 0);
     } else if (path_is(&x, "/healthz")) {
         reply(c, req->minor, 200, NULL, "text/plain", "ok\n", 3, !x.is_head);
+    } else if (path_is(&x, "/json") && post) { /* envoyproxy/ratelimit's JSON form */
+        sl_grpc_http_json(c, req);
+    } else if (path_is(&x, "/healthcheck")) {
+        sl_grpc_http_healthcheck(c, req);
     } else if (path_is(&x, "/v1/check") || path_is(&x, "/v1/acquire") || path_is(&x, "/v1/settle") ||
                path_is(&x, "/v1/release")) {
         static const char b405[] =

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grpc/grpc_conn.h"
 #include "server/server.h"
 
 const int64_t *sl__lat_bounds(void);
@@ -39,7 +40,7 @@ static uint64_t sum_worker(sl_server *s, size_t off) {
 
 char *sl_metrics_render(sl_server *s, size_t *len) {
     unsigned nn = atomic_load(&s->met_nnames);
-    size_t cap = 8192 + (size_t)nn * SL_MET_RESULTS * 200;
+    size_t cap = 32768 + (size_t)nn * SL_MET_RESULTS * 200;
     char *buf = malloc(cap);
     if (buf == NULL) return NULL;
     sl_wbuf w;
@@ -107,6 +108,7 @@ char *sl_metrics_render(sl_server *s, size_t *len) {
                    (unsigned long long)atomic_load(&s->reloads_ok),
                    (unsigned long long)atomic_load(&s->reloads_failed),
                    (unsigned long long)atomic_load(&s->gen)->id, s->nworkers);
+    sl_grpc_metrics_render(s, &w);
     if (w.overflow) {
         free(buf);
         return NULL;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "grpc/grpc_conn.h"
 
 
 void sl_server_opts_default(sl_server_opts *o) {
@@ -294,7 +295,7 @@ static void accept_cb(void *ud, uint32_t events) {
 
 static void stop_listening(sl_worker *w) {
     if (!w->listening) return;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < SL_KINDS; k++)
         if (w->srv->lfd[k] >= 0) sl_loop_del(&w->loop, &w->listen_io[k]);
     w->listening = false;
     atomic_store(&w->listening_flag, false);
@@ -342,7 +343,7 @@ static sl_worker *worker_create(sl_server *s, unsigned id, char *err, size_t err
     sl_dlist_init(&w->tl[SL_TL_READ], SL_TL_READ, s->opt.read_timeout_ns);
     sl_dlist_init(&w->tl[SL_TL_IDLE], SL_TL_IDLE, s->opt.idle_timeout_ns);
     sl_dlist_init(&w->tl[SL_TL_WRITE], SL_TL_WRITE, s->opt.write_timeout_ns);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < SL_KINDS; k++) {
         if (s->lfd[k] < 0) continue;
         w->lctx[k] = (sl_listen_ctx){.w = w, .kind = (sl_conn_kind)k, .fd = s->lfd[k]};
         w->listen_io[k] = (sl_io){.fd = s->lfd[k], .cb = accept_cb, .ud = &w->lctx[k]};
@@ -415,7 +416,7 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
         return -1;
     }
     s->opt = *opt;
-    for (int k = 0; k < 3; k++) s->lfd[k] = -1;
+    for (int k = 0; k < SL_KINDS; k++) s->lfd[k] = -1;
     pthread_mutex_init(&s->reload_mu, NULL);
     pthread_mutex_init(&s->names_mu, NULL);
     atomic_store(&s->met_nnames, 1); /* slot 0: no policy */
@@ -443,12 +444,10 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     if (s->opt.admin_token[0] == '\0')
         snprintf(s->opt.admin_token, sizeof(s->opt.admin_token), "%s", st->admin_token);
     s->opt.legacy_headers = s->opt.legacy_headers || st->legacy_headers;
-    char *addrs_all[3] = {s->opt.http, s->opt.resp, s->opt.admin};
-    for (int k = 0; k < 3; k++)
+    if (s->opt.grpc[0] == '\0') snprintf(s->opt.grpc, sizeof(s->opt.grpc), "%s", st->listen_grpc);
+    char *addrs_all[SL_KINDS] = {s->opt.http, s->opt.resp, s->opt.admin, s->opt.grpc};
+    for (int k = 0; k < SL_KINDS; k++)
         if (strcmp(addrs_all[k], "-") == 0) addrs_all[k][0] = '\0'; /* "off" on the command line */
-    if (st->listen_grpc[0] != '\0' && s->opt.grpc[0] == '\0')
-        fprintf(stderr, "sluice serve: warning: the gRPC listener (%s in the config) is not built "
-                "yet; not listening on it\n", st->listen_grpc);
     if (open_store(s, st, err, errlen) != 0) {
         sl_config_destroy(cfg);
         goto fail;
@@ -475,9 +474,9 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
                     s->snapshot_path, ebuf[0] ? ebuf : sluice_strerror(r));
     }
 
-    const char *addrs[3] = {s->opt.http, s->opt.resp, s->opt.admin};
-    const char *names[3] = {"http", "resp", "admin"};
-    for (int k = 0; k < 3; k++) {
+    const char *addrs[SL_KINDS] = {s->opt.http, s->opt.resp, s->opt.admin, s->opt.grpc};
+    const char *names[SL_KINDS] = {"http", "resp", "admin", "grpc"};
+    for (int k = 0; k < SL_KINDS; k++) {
         if (addrs[k][0] == '\0') continue;
         s->lfd[k] = open_listener(names[k], addrs[k], err, errlen);
         if (s->lfd[k] < 0) goto fail;
@@ -503,11 +502,12 @@ fail:
 void sl_server_destroy(sl_server *s) {
     if (s == NULL) return;
     for (unsigned i = 0; i < s->nworkers; i++) worker_destroy(s->workers[i]);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < SL_KINDS; k++)
         if (s->lfd[k] >= 0) close(s->lfd[k]);
     reap_retired(s, true);
     gen_destroy(atomic_load(&s->gen));
     sl_cell_deinit(&s->cell);
+    sl_grpc_fini();
     if (s->store) sluice_store_destroy(s->store);
     if (s->clock) sluice_clock_destroy(s->clock);
     pthread_mutex_destroy(&s->reload_mu);
@@ -540,9 +540,9 @@ int sl_server_run(sl_server *s) {
         }
         started++;
     }
-    fprintf(stderr, "sluice serve: http %s, resp %s, admin %s, %u workers%s\n",
+    fprintf(stderr, "sluice serve: http %s, resp %s, grpc %s, admin %s, %u workers%s\n",
             s->opt.http[0] ? s->opt.http : "off", s->opt.resp[0] ? s->opt.resp : "off",
-            s->opt.admin[0] ? s->opt.admin : "off", s->nworkers,
+            s->opt.grpc[0] ? s->opt.grpc : "off", s->opt.admin[0] ? s->opt.admin : "off", s->nworkers,
             s->opt.test_clock ? ", test clock" : "");
     int64_t next_snap = s->snapshot_every_ns > 0 ? sl_clock_mono_ns() + s->snapshot_every_ns : 0;
     while (started == s->nworkers && !atomic_load(&s->draining)) {
@@ -561,7 +561,7 @@ int sl_server_run(sl_server *s) {
                 struct timespec d = {0, 10 * 1000 * 1000};
                 nanosleep(&d, NULL);
             }
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < SL_KINDS; k++)
                 if (s->lfd[k] >= 0) shutdown(s->lfd[k], SHUT_RDWR);
         } else if (sig == SIGHUP) {
             char err[4096];

@@ -99,7 +99,17 @@ typedef struct sl_cell_cache {
 
 /* ---- connections ---- */
 
-typedef enum sl_conn_kind { SL_KIND_HTTP = 0, SL_KIND_RESP = 1, SL_KIND_ADMIN = 2 } sl_conn_kind;
+/* GRPC: connections of the gRPC listener, and HTTP ones that opened with the HTTP/2
+ * preface (h2c prior knowledge); their bytes go to the session in src/grpc. */
+typedef enum sl_conn_kind {
+    SL_KIND_HTTP = 0,
+    SL_KIND_RESP = 1,
+    SL_KIND_ADMIN = 2,
+    SL_KIND_GRPC = 3
+} sl_conn_kind;
+#define SL_KINDS 4
+
+struct sl_h2;
 
 struct sl_worker;
 
@@ -118,7 +128,10 @@ typedef struct sl_conn {
     int proto;          /* RESP protocol version: 2 or 3 */
     char peer_ip[64];
     struct sl_conn *next_all, *prev_all;
-    void *session; /* seam for protocols with per-connection state (the gRPC/h2 session, issue 5) */
+    struct sl_h2 *h2;   /* the HTTP/2 session of a GRPC connection (src/grpc), or NULL */
+    bool proto_known;   /* HTTP: the first bytes were checked for the HTTP/2 preface */
+    bool goaway_sent;   /* GRPC: drain already announced */
+    bool broken;        /* close without flushing */
 } sl_conn;
 
 #define SL_TL_READ 0
@@ -138,8 +151,8 @@ typedef struct sl_worker {
     unsigned id;
     pthread_t th;
     sl_loop loop;
-    sl_io listen_io[3];
-    sl_listen_ctx lctx[3];
+    sl_io listen_io[SL_KINDS];
+    sl_listen_ctx lctx[SL_KINDS];
     bool listening;
     _Atomic bool listening_flag; /* read by the main thread while draining */
     bool done;
@@ -152,6 +165,7 @@ typedef struct sl_worker {
     sluice_time batch_now;    /* decision time of the requests read together */
     bool have_batch_now;
     uint32_t seq;             /* requests handled, for latency sampling */
+    size_t ngrpc;             /* GRPC connections (their deadlines are checked per tick) */
     sl_wmetrics *met;
     sl_verdict verdict;       /* scratch for one decision */
     char scratch[SL_RESP_MAX_INLINE + 16];
@@ -166,7 +180,7 @@ struct sl_server {
     sluice_store *store;
     char snapshot_path[SL_PATH_MAX];
     int64_t snapshot_every_ns;
-    int lfd[3];               /* listening sockets per kind, -1 when disabled */
+    int lfd[SL_KINDS];        /* listening sockets per kind, -1 when disabled */
     unsigned nworkers;
     sl_worker *workers[SL_MAX_WORKERS];
     _Atomic(sl_gen *) gen;

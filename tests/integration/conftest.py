@@ -192,10 +192,12 @@ class Server:
                 f.write(config_text if config_text is not None else TEST_CONFIG)
         self.config_path = config_path
         self.http_port, self.resp_port, self.admin_port = free_port(), free_port(), free_port()
+        self.grpc_port = free_port()
         args = [BIN, "serve", "-c", config_path,
                 "--http", "127.0.0.1:%d" % self.http_port,
                 "--resp", "127.0.0.1:%d" % self.resp_port,
                 "--admin", "127.0.0.1:%d" % self.admin_port,
+                "--grpc", "127.0.0.1:%d" % self.grpc_port,
                 "--workers", str(workers)]
         if test_clock:
             args.append("--test-clock")
@@ -205,13 +207,15 @@ class Server:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(args, cwd=self.dir, stdout=self.log, stderr=subprocess.STDOUT)
         try:
-            for p in (self.http_port, self.resp_port, self.admin_port):
+            for p in (self.http_port, self.resp_port, self.admin_port, self.grpc_port):
                 wait_port(p)
         except AssertionError:
+            out = self.output()
             self.stop()
-            raise AssertionError("server did not start: " + self.output())
+            raise AssertionError("server did not start: " + out)
         self.http = "http://127.0.0.1:%d" % self.http_port
         self.admin = "http://127.0.0.1:%d" % self.admin_port
+        self.grpc = "127.0.0.1:%d" % self.grpc_port  # host:port, as grpc channels take it
 
     def output(self):
         self.log.flush()

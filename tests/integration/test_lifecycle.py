@@ -30,7 +30,7 @@ def test_startup_errors_are_one_line_and_exit_1(tmp_path):
         (["-c", str(tmp_path / "missing.yaml")], "cannot read config file"),
         (["-c", str(cfg), "--bogus"], "unknown option '--bogus'"),
         (["-c", str(cfg), "--workers", "many"], "--workers"),
-        (["-c", str(cfg), "--grpc", "127.0.0.1:%d" % free_port()] + free, "not built yet"),
+        (["-c", str(cfg), "--grpc", "127.0.0.1:%d" % port] + free, "cannot listen on grpc address"),
         (["-c", str(cfg), "--http", "nonsense"] + free, "invalid http address"),
         (["-c", str(cfg), "--store", "redis://127.0.0.1:6379"] + free, "Redis store"),
     ]
