@@ -55,8 +55,9 @@ CONF
 (cd "$run" && exec "$bin" serve -c "$run/ratelimit.yaml" --http $H:$SL_HTTP --resp $H:$SL_RESP \
   --admin $H:$SL_ADMIN --grpc $H:$SL_GRPC --workers "$SW" 2> "$run/sluice.log") &
 SPID=$!; pids+=($SPID)
-# RateLimitRequest{domain:"bench", descriptors:[{entries:[{key:"k", value:"v"}]}]}, gRPC-framed
-printf '\x00\x00\x00\x00\x10\x0a\x05bench\x12\x08\x0a\x06\x0a\x01k\x12\x01v' > "$run/request.bin"
+# RateLimitRequest{domain:"bench", descriptors:[{entries:[{key:"k", value:"v"}]}]}: 17 bytes,
+# behind the 5-byte gRPC prefix (flag 0, length 0x11)
+printf '\x00\x00\x00\x00\x11\x0a\x05bench\x12\x08\x0a\x06\x0a\x01k\x12\x01v' > "$run/request.bin"
 
 # ---- nginx limit_req (bench/peers/nginx_limit_req.conf.in) ----
 printf ok > "$run/nginx/www/ok.txt"
