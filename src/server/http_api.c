@@ -193,13 +193,17 @@ static void handle_auth(http_ctx *x) {
         reply(c, req->minor, 200, hbuf, NULL, "", 0, 0);
         return;
     }
-    int status = v->action == SL_FAIL ? 503 : w->srv->opt.auth_deny_status;
+    /* The engine's status (429, 400 for a missing key, 503 failing closed); a limited
+     * request may be answered with the configured deny status, or ?status=NNN (nginx's
+     * auth_request passes only 2xx/401/403 on). */
+    int status = v->status >= 400 && v->status <= 599 ? v->status : (v->action == SL_FAIL ? 503 : 429);
+    if (v->action == SL_REJECT && status == 429) status = w->srv->opt.auth_deny_status;
     const char *val;
     long vl = query_param(x, "status", &val);
-    if (v->action == SL_REJECT && vl == 3) {
-        int st = (val[0] - '0') * 100 + (val[1] - '0') * 10 + (val[2] - '0');
-        if (st >= 400 && st <= 599) status = st;
-    }
+    if (v->action == SL_REJECT && vl == 3 && val[0] >= '4' && val[0] <= '5' && val[1] >= '0' &&
+        val[1] <= '9' && val[2] >= '0' && val[2] <= '9')
+        status = (val[0] - '0') * 100 + (val[1] - '0') * 10 + (val[2] - '0');
+    v->status = status; /* so the problem body states the status sent */
     char body[BODY_MAX];
     const sl_http_header *tp = sl_http1_header(req, "traceparent");
     char tpbuf[128] = "";
@@ -279,9 +283,11 @@ static void verdict_reply(http_ctx *x, int rc, sl_verdict *v) {
     }
     char *out = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    int status = rc != 0 || v->action == SL_FAIL ? (rc == SLUICE_ENOTFOUND ? 404 : 503)
-                 : v->action == SL_REJECT        ? 429
-                                                 : 200;
+    int status = rc != 0 ? (rc == SLUICE_ENOTFOUND ? 404 : 503)
+                 : (v->status >= 200 && v->status <= 599) ? v->status
+                 : v->action == SL_FAIL   ? 503
+                 : v->action == SL_REJECT ? 429
+                                          : 200;
     if (out) {
         reply_json(x, status, hbuf, out, strlen(out));
         free(out);
