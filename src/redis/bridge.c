@@ -162,20 +162,23 @@ bool sl_redis_bridge_ready(void) {
 
 int sl_redis_bridge_metrics(char *buf, size_t cap) {
     if (!g_on) return 0;
-    uint64_t sum[17] = {0};
-    static const char *const names[17] = {
+    enum { NF = 20 };
+    uint64_t sum[NF] = {0};
+    static const char *const names[NF] = {
         "decisions", "calls", "local_rejects", "never_rejects", "timeouts", "errors",
         "breaker_open", "node_down", "pool_full", "refunds", "moved", "ask", "noscript",
-        "tryagain", "reconnects", "topology", "mismatches"};
+        "tryagain", "reconnects", "topology", "mismatches", "leases", "lease_local",
+        "lease_returned"};
     for (int i = 0; i < BR_MAX_WORKERS; i++) {
         sl_redis *r = atomic_load(&g_clients[i]);
         if (r == NULL) continue;
         const sl_redis_stats *s = sl_redis_stats_get(r);
-        const _Atomic uint64_t *f[17] = {&s->decisions, &s->calls, &s->local_rejects, &s->never_rejects,
+        const _Atomic uint64_t *f[NF] = {&s->decisions, &s->calls, &s->local_rejects, &s->never_rejects,
                                          &s->timeouts, &s->errors, &s->breaker_open, &s->node_down,
                                          &s->pool_full, &s->refunds, &s->moved, &s->ask, &s->noscript,
-                                         &s->tryagain, &s->reconnects, &s->topology, &s->mismatches};
-        for (int k = 0; k < 17; k++) sum[k] += atomic_load_explicit(f[k], memory_order_relaxed);
+                                         &s->tryagain, &s->reconnects, &s->topology, &s->mismatches,
+                                         &s->leases, &s->lease_local, &s->lease_returned};
+        for (int k = 0; k < NF; k++) sum[k] += atomic_load_explicit(f[k], memory_order_relaxed);
     }
     size_t off = 0;
     int n = snprintf(buf, cap,
@@ -184,7 +187,7 @@ int sl_redis_bridge_metrics(char *buf, size_t cap) {
                      "# TYPE sluice_redis_events_total counter\n");
     if (n < 0 || (size_t)n >= cap) return 0;
     off = (size_t)n;
-    for (int k = 0; k < 17; k++) {
+    for (int k = 0; k < NF; k++) {
         n = snprintf(buf + off, cap - off, "sluice_redis_events_total{event=\"%s\"} %llu\n", names[k],
                      (unsigned long long)sum[k]);
         if (n < 0 || (size_t)n >= cap - off) return (int)off;

@@ -88,8 +88,18 @@ typedef struct rq {
     bool got_time;
     sluice_time rnow; /* the time the script used */
     sluice_decision dec;
+    bool lease_acquire; /* this call takes a slice; `want` is what the caller asked */
+    int64_t want;
     struct rq *next_free;
 } rq;
+
+typedef struct lease_ent {
+    uint64_t fp;
+    const sluice_limiter *lim;
+    int64_t expires; /* caller monotonic ns */
+    uint64_t left;   /* units held */
+    rq_item it;      /* to return them */
+} lease_ent;
 
 typedef struct cache_ent {
     uint64_t fp;
@@ -120,6 +130,9 @@ struct sl_redis {
     unsigned npool;
     cache_ent *cache;
     unsigned cache_mask;
+    lease_ent *leases;
+    unsigned lease_mask;
+    sluice_decision lease_scratch;
     unsigned fails;
     int64_t open_until; /* breaker: refusing until then (0 = closed) */
     bool half_open;
@@ -170,7 +183,14 @@ int sl_redis_parse_url(const char *url, sl_redis_opts *o) {
         size_t l = (size_t)((amp ? amp : end) - p);
         if (l == 10 && memcmp(p, "time=local", 10) == 0) o->time_mode = SL_REDIS_TIME_CALLER;
         else if (l == 10 && memcmp(p, "time=redis", 10) == 0) o->time_mode = SL_REDIS_TIME_SERVER;
-        else if (l > 11 && memcmp(p, "timeout_ms=", 11) == 0) {
+        else if (l > 6 && memcmp(p, "lease=", 6) == 0) {
+            unsigned long v = 0;
+            for (size_t k = 6; k < l; k++) {
+                if (p[k] < '0' || p[k] > '9' || v > 1000000) return SLUICE_EINVAL;
+                v = v * 10 + (unsigned long)(p[k] - '0');
+            }
+            o->lease_slice = (unsigned)v;
+        } else if (l > 11 && memcmp(p, "timeout_ms=", 11) == 0) {
             long ms = 0;
             for (size_t k = 11; k < l; k++) {
                 if (p[k] < '0' || p[k] > '9' || ms > 100000) return SLUICE_EINVAL;
@@ -454,6 +474,7 @@ static rq *rq_get(sl_redis *r) {
     q->gen++;
     q->failed = false;
     q->got_time = false;
+    q->lease_acquire = false;
     sl_dnode_init(&q->dl);
     return q;
 }
@@ -642,7 +663,24 @@ static int pick_deciding(const sluice_decision *d) {
 static void send_refunds(sl_redis *r, rq *q);
 
 /* Every group answered (or the request failed): refund what must be, answer, recycle. */
+static void launch(sl_redis *r, rq *q);
+static void lease_taken(sl_redis *r, rq *q);
+
 static void finish(sl_redis *r, rq *q, int rc) {
+    if (q->op == 'd' && q->lease_acquire && !q->failed) {
+        if (q->g[0].all_ok) {
+            lease_taken(r, q);
+        } else if (q->it[0].cost > q->want) {
+            /* the slice does not fit: decide exactly what was asked (second call) */
+            q->lease_acquire = false;
+            q->it[0].cost = q->want;
+            memset(&q->g[0], 0, sizeof(q->g[0]));
+            q->g[0].slot = q->it[0].slot;
+            q->g[0].n = 1;
+            launch(r, q);
+            return;
+        }
+    }
     if (q->op == 'd') {
         bool all = !q->failed;
         for (int g = 0; g < q->ngroups && all; g++)
@@ -779,6 +817,77 @@ static int build(sl_redis *r, rq *q, const sluice_item *items, size_t n, sluice_
     return SLUICE_OK;
 }
 
+/* Gives `units` of `it` back (settle with a negative delta), fire and forget. */
+static void give_back(sl_redis *r, const rq_item *it, uint64_t units, sluice_time now) {
+    if (units == 0) return;
+    rq *f = rq_get(r);
+    if (f == NULL) return;
+    f->op = 's';
+    f->cb = NULL;
+    f->lease_acquire = false;
+    f->n = 1;
+    f->ngroups = 1;
+    f->now = now;
+    f->it[0] = *it;
+    f->it[0].cost = -(int64_t)units;
+    memset(&f->g[0], 0, sizeof(f->g[0]));
+    f->g[0].slot = it->slot;
+    f->g[0].n = 1;
+    f->dec.n = 1;
+    for (int i = 0; i < 1; i++) f->g[0].idx[i] = 0;
+    atomic_store_explicit(&r->st.lease_returned,
+                          atomic_load_explicit(&r->st.lease_returned, memory_order_relaxed) + units,
+                          memory_order_relaxed);
+    launch(r, f);
+}
+
+static bool leasable(const sluice_limiter *l) {
+    sluice_algo a = l->spec.algo;
+    return a == SLUICE_GCRA || a == SLUICE_TOKEN_BUCKET || a == SLUICE_FIXED_WINDOW ||
+           a == SLUICE_SLIDING_WINDOW;
+}
+
+/* A slice was admitted: the caller's units are spent, the rest is held locally. */
+static void lease_taken(sl_redis *r, rq *q) {
+    rq_item *it = &q->it[0];
+    uint64_t fp = fp_of(it);
+    lease_ent *e = &r->leases[fp & r->lease_mask];
+    if (e->left > 0 && e->fp != fp) give_back(r, &e->it, e->left, q->now); /* evicted */
+    e->fp = fp;
+    e->lim = it->lim;
+    e->expires = q->now.mono_ns + r->o.lease_ns;
+    e->left = (uint64_t)(it->cost - q->want);
+    e->it = *it;
+    inc(&r->st.leases);
+    /* the caller sees what it would have seen plus what this instance holds */
+    q->dec.results[0].remaining += e->left;
+}
+
+/* Answers from a held slice when it covers the cost; returns an expired or too small
+ * slice's rest; otherwise tells the caller to take a new slice. */
+static bool lease_try(sl_redis *r, const sluice_item *item, sluice_time now, rq_item *it,
+                      sluice_decision *d) {
+    uint64_t fp = fp_of(it);
+    lease_ent *e = &r->leases[fp & r->lease_mask];
+    if (e->fp != fp || e->lim != item->limiter) return false;
+    if (now.mono_ns < e->expires && e->left >= item->cost) {
+        e->left -= item->cost;
+        d->n = 1;
+        d->allowed = 1;
+        d->deciding = 0;
+        memset(&d->results[0], 0, sizeof(d->results[0]));
+        d->results[0].allowed = 1;
+        d->results[0].limit = sluice_limiter_capacity(item->limiter);
+        d->results[0].remaining = e->left;
+        inc(&r->st.lease_local);
+        return true;
+    }
+    if (e->left > 0) give_back(r, &e->it, e->left, now);
+    e->left = 0;
+    e->fp = 0;
+    return false;
+}
+
 static void send_refunds(sl_redis *r, rq *q) {
     for (int g = 0; g < q->ngroups; g++) {
         rq_group *gr = &q->g[g];
@@ -903,6 +1012,15 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
         }
         r->cache_mask = cs - 1;
     }
+    if (r->o.lease_slice > 0) {
+        if (r->o.lease_ns <= 0) r->o.lease_ns = 100 * SLUICE_NS_PER_MS;
+        r->leases = calloc(1024, sizeof(lease_ent));
+        if (r->leases == NULL) {
+            e = SLUICE_ENOMEM;
+            goto fail;
+        }
+        r->lease_mask = 1023;
+    }
     memset(r->slotmap, 0xFF, sizeof(r->slotmap));
     sl_dlist_init(&r->deadlines, 0, r->o.timeout_ns);
     r->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -971,6 +1089,7 @@ void sl_redis_destroy(sl_redis *r) {
         close(r->tfd);
     }
     free(r->cache);
+    free(r->leases);
     free(r->pool);
     free(r);
 }
@@ -1050,6 +1169,19 @@ static int submit(sl_redis *r, char op, const sluice_item *items, size_t n, slui
     q->cb = cb;
     q->ud = ud;
     int rc = build(r, q, items, n, now);
+    if (rc == SLUICE_OK && op == 'd' && r->leases != NULL && n == 1 && items[0].cost > 0 &&
+        leasable(items[0].limiter)) {
+        if (lease_try(r, &items[0], now, &q->it[0], &r->lease_scratch)) {
+            rq_put(r, q);
+            if (cb) cb(ud, SLUICE_OK, &r->lease_scratch);
+            return SLUICE_OK;
+        }
+        if (r->o.lease_slice > items[0].cost && r->o.lease_slice <= sluice_limiter_capacity(items[0].limiter)) {
+            q->lease_acquire = true;
+            q->want = (int64_t)items[0].cost;
+            q->it[0].cost = (int64_t)r->o.lease_slice;
+        }
+    }
     if (rc == SLUICE_OK && op == 'l') {
         /* release: cost = the lease's bucket number (mod 2^40), p[3] = its slots */
         q->it[0].cost = (int64_t)(lease >> 24);

@@ -100,6 +100,15 @@ typedef struct sl_redis_opts {
     int64_t backoff_min_ns;   /* reconnection backoff; 0 = 20 ms */
     int64_t backoff_max_ns;   /* 0 = 320 ms (a restarted Redis is found within a second) */
     unsigned max_pending;     /* decisions in flight per client; 0 = 1024 */
+    /* Leasing (hot keys): a single-item decision on a rate limit (gcra, token bucket,
+     * fixed or sliding window) takes `lease_slice` units in one call and spends them
+     * locally for up to `lease_ns`; the unused rest is returned (refunded) when the key
+     * is next decided here after the lease ended. 0 = off (strict: one call per
+     * decision). Overshoot bound: instances x lease_slice units per window (units taken
+     * near the end of a window or bucket period and spent after it); in any case never
+     * more than the limit is taken from Redis at any moment. */
+    unsigned lease_slice;
+    int64_t lease_ns;         /* 0 = 100 ms */
 } sl_redis_opts;
 
 void sl_redis_opts_default(sl_redis_opts *o);
@@ -125,6 +134,9 @@ typedef struct sl_redis_stats {
     _Atomic uint64_t reconnects;   /* connections (re)established */
     _Atomic uint64_t topology;     /* slot map refreshes applied */
     _Atomic uint64_t mismatches;   /* script and C disagreed on an admission (0 expected) */
+    _Atomic uint64_t leases;       /* slices taken */
+    _Atomic uint64_t lease_local;  /* decisions admitted from a held slice (no round trip) */
+    _Atomic uint64_t lease_returned; /* units given back */
 } sl_redis_stats;
 
 typedef struct sl_redis sl_redis;

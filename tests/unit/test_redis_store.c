@@ -359,6 +359,68 @@ static void test_local_cache(void) {
     pair_close(&p);
 }
 
+/* Three instances sharing one Redis, one hot key, decisions spread over them: strict
+ * mode admits exactly the limit; lease mode stays within instances x slice of it and
+ * needs far fewer round trips. */
+static int hot_key_run(unsigned slice, uint64_t *calls_out, uint64_t *local_out) {
+    sl_loop loops[3];
+    sl_redis *rd[3];
+    redisReply *fl = rt_cmd(g_port, "FLUSHALL");
+    if (fl) freeReplyObject(fl);
+    for (int i = 0; i < 3; i++) {
+        sl_loop_init(&loops[i]);
+        sl_redis_opts o;
+        sl_redis_opts_default(&o);
+        snprintf(o.seeds, sizeof(o.seeds), "127.0.0.1:%d", g_port);
+        o.time_mode = SL_REDIS_TIME_CALLER;
+        o.timeout_ns = 2 * SLUICE_NS_PER_S;
+        o.lease_slice = slice;
+        o.lease_ns = 50 * SLUICE_NS_PER_MS;
+        int err;
+        rd[i] = sl_redis_create(&loops[i], &o, &err);
+        for (int k = 0; k < 300 && rd[i] && !sl_redis_ready(rd[i]); k++) sl_redis_run(rd[i], 5);
+    }
+    sluice_limiter *l = mk(SPEC(.algo = SLUICE_GCRA, .name = "hotkey", .limit = 300,
+                                .period_ns = 3600 * SLUICE_NS_PER_S));
+    sluice_clock *clk = sluice_clock_create_manual(INT64_C(1764000000000000000));
+    int admitted = 0;
+    sluice_item it = {l, "the-hot-key", 11, 1};
+    for (int i = 0; i < 1200; i++) {
+        sluice_clock_advance(clk, SLUICE_NS_PER_MS);
+        sluice_decision d;
+        int inst = (int)(t_rand(&(uint64_t){(uint64_t)i * 7919 + 1}) % 3);
+        if (rd[inst] && sl_redis_decide_sync(rd[inst], &it, 1, sluice_clock_now(clk), &d) == SLUICE_OK && d.allowed)
+            admitted++;
+    }
+    *calls_out = *local_out = 0;
+    for (int i = 0; i < 3; i++) {
+        if (rd[i] == NULL) continue;
+        *calls_out += atomic_load(&sl_redis_stats_get(rd[i])->calls);
+        *local_out += atomic_load(&sl_redis_stats_get(rd[i])->lease_local);
+        sl_redis_destroy(rd[i]);
+        sl_loop_deinit(&loops[i]);
+    }
+    sluice_limiter_destroy(l);
+    sluice_clock_destroy(clk);
+    return admitted;
+}
+
+static void test_hot_key_strict_and_lease(void) {
+    uint64_t calls, local;
+    int strict = hot_key_run(0, &calls, &local);
+    printf("     strict: 3 instances, limit 300, 1200 decisions: admitted %d (overshoot %d), %llu calls\n", strict,
+           strict - 300, (unsigned long long)calls);
+    T_EQ_I(strict, 300);
+    T_EQ_U(local, 0);
+    int leased = hot_key_run(10, &calls, &local);
+    printf("     lease 10: admitted %d (overshoot %d, bound +-30), %llu calls, %llu local admissions\n", leased,
+           leased - 300, (unsigned long long)calls, (unsigned long long)local);
+    T_CHECK(leased <= 300 + 3 * 10);
+    T_CHECK(leased >= 300 - 3 * 10);
+    T_CHECK(local > 100);
+    T_CHECK(calls < 1200 / 2);
+}
+
 static void count_cb(void *ud, int rc, const sluice_decision *d) {
     int **c = ud;
     (*c[0])++;
@@ -454,6 +516,7 @@ int main(void) {
     T_RUN(test_equiv_leaky);
     T_RUN(test_equiv_multi);
     T_RUN(test_local_cache);
+    T_RUN(test_hot_key_strict_and_lease);
     T_RUN(test_kill_restart);
     rt_kill_all();
     return T_DONE();
