@@ -405,18 +405,27 @@ sl_h2 *sl_h2_create(const sl_h2_opts *opts) {
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
-    int rc = nghttp2_session_server_new(&h->s, cb, h);
+    /* Unary calls need no priority tree: closed streams are not kept for it, and
+     * SETTINGS_NO_RFC7540_PRIORITIES below tells the client not to send priorities. */
+    nghttp2_option *opt = NULL;
+    int rc = nghttp2_option_new(&opt);
+    if (rc == 0) {
+        nghttp2_option_set_no_closed_streams(opt, 1);
+        rc = nghttp2_session_server_new2(&h->s, cb, h, opt);
+        nghttp2_option_del(opt);
+    }
     nghttp2_session_callbacks_del(cb);
     if (rc != 0) {
         free(h);
         return NULL;
     }
-    nghttp2_settings_entry iv[3] = {
+    nghttp2_settings_entry iv[4] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, h->o.max_streams},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, h->o.max_header_list},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 20},
+        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
-    nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, 3);
+    nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, 4);
     /* A connection window wide enough for many calls in flight at once. */
     nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, 1 << 24);
     return h;
