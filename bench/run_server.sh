@@ -90,7 +90,7 @@ resp_case() {
   cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v a="$w0" -v b="$w1" 'BEGIN{printf "%.0f", 100 * t / hz / (b - a)}')
   printf "RESULT | %-34s -P %-2s | %12s ops/s | p50 %6s ms | p99 %6s ms | srv cpu %3s%% (%s us/op)\n" \
     "$label" "$P" "$rps" "$p50" "$p99" "$cpu" "$us"
-  RPS["$label/$P"]=${rps%.*}; P99["$label/$P"]=$p99
+  RPS["$label/$P"]=${rps%.*}; P99["$label/$P"]=$p99; US["$label/$P"]=$us
   grep -q "Error" "$run/rb.err" && echo "   (errors: $(head -1 "$run/rb.err"))"
 }
 
@@ -183,6 +183,7 @@ for P in 1 32; do
   echo "RATIO | SL.CHECK / redis INCR      -P $P: $(ratio "${RPS["sluice SL.CHECK/$P"]:-0}" "${RPS["redis INCR/$P"]:-0}") (target >= 1)"
   echo "RATIO | CL.THROTTLE / redis INCR   -P $P: $(ratio "${RPS["sluice CL.THROTTLE/$P"]:-0}" "${RPS["redis INCR/$P"]:-0}")"
   echo "RATIO | SL.CHECK / redis tb.lua    -P $P: $(ratio "${RPS["sluice SL.CHECK/$P"]:-0}" "${RPS["redis EVALSHA tb.lua/$P"]:-0}")"
+  echo "RATIO | server CPU per op, SL.CHECK / INCR -P $P: $(ratio "${US["sluice SL.CHECK/$P"]:-0}" "${US["redis INCR/$P"]:-0}") (<= 1: cheaper than INCR; fairer than ops/s when the cores are contended)"
 done
 echo "RATIO | sluice us/req / nginx limit_req us/req: $(ratio "${HUS["sluice /v1/auth ($SW worker)"]}" "${HUS["nginx limit_req /hi (1 worker)"]}") (target <= 0.6)"
 echo "RATIO | sluice us/req / haproxy us/req:         $(ratio "${HUS["sluice /v1/auth ($SW worker)"]}" "${HUS["haproxy stick table (nbthread 1)"]}")"

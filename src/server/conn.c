@@ -280,6 +280,9 @@ static void conn_process(sl_conn *c) {
     if (off > 0) {
         memmove(c->rbuf, c->rbuf + off, c->rlen - off);
         c->rlen -= off;
+        /* a request completed: what is left is a new request, whose read deadline
+         * starts now (a client that never completes one is never re-armed) */
+        if (c->timer.list == SL_TL_READ) sl_dnode_disarm(&c->timer);
     }
 }
 
