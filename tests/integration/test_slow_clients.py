@@ -98,3 +98,30 @@ def test_connection_cap(make_server):
     time.sleep(0.3)
     c = Resp(s.resp_port)
     assert c.command("PING") == "PONG"
+
+
+def test_busy_pipeline_is_not_a_slow_client(make_server):
+    """A client that streams pipelined commands for longer than the read timeout, every
+    write ending in the middle of a command, keeps its connection: the deadline restarts
+    whenever a request completes."""
+    s = make_server(extra=serve_opts())
+    c = Resp(s.resp_port)
+    cmd = b"*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n"
+    pending = b""
+    sent = got = 0
+    t0 = time.time()
+    while time.time() - t0 < 2.5:
+        chunk = pending + cmd * 3
+        cut = len(chunk) - 7  # always stop inside a command
+        c.send_raw(chunk[:cut])
+        pending = chunk[cut:]
+        sent += 3
+        while got < sent - 1:  # every complete command is answered
+            assert c.read() == b"hello"
+            got += 1
+        time.sleep(0.05)
+    c.send_raw(pending)
+    while got < sent:
+        assert c.read() == b"hello"
+        got += 1
+    assert c.command("PING") == "PONG"
