@@ -73,6 +73,7 @@ def test_auth_curl_headers_and_429(server):
     # deny status for nginx auth_request
     r = requests.get(url + "?status=403", headers={"X-Api-Key": "k-curl"}, timeout=5)
     assert r.status_code == 403 and "Retry-After" in r.headers
+    assert r.json()["status"] == 403  # the problem body states the status sent
     # forwarded attributes: the login rule matches the original method and URI, keyed by XFF
     h = {"X-Original-Method": "POST", "X-Original-URI": "/login?next=/", "X-Forwarded-For": "203.0.113.9, 10.0.0.1"}
     codes = [requests.get(url, headers=h, timeout=5).status_code for _ in range(7)]
@@ -196,3 +197,25 @@ def test_traefik_style_forward_auth_headers(server):
     r = requests.get(server.http + "/v1/auth", headers=h, timeout=5)
     assert r.headers["Retry-After"] == "12"  # one request per 12 s (5/min)
     assert r.headers["Content-Type"] == "application/problem+json"
+
+
+def test_missing_key_rejected_with_400(make_server):
+    cfg = """
+policies:
+  - name: keyed
+    objective: security
+    key: [header.x-api-key]
+    on_missing_key: reject
+    algorithm: gcra
+    limits:
+      - { rate: 10/s, burst: 10 }
+"""
+    s = make_server(config_text=cfg)
+    r = requests.get(s.http + "/v1/auth", timeout=5)
+    assert r.status_code == 400
+    assert r.headers["Content-Type"] == "application/problem+json"
+    assert r.json()["status"] == 400
+    # for nginx the same rejection comes as the requested deny status, body in agreement
+    r = requests.get(s.http + "/v1/auth?status=403", timeout=5)
+    assert r.status_code == 403
+    assert requests.get(s.http + "/v1/auth", headers={"X-Api-Key": "k"}, timeout=5).status_code == 200
