@@ -160,3 +160,15 @@ def test_final_snapshot_on_sigterm(make_server, tmp_path):
         assert d["remaining"] == 1_000_000 - 5
     finally:
         s2.stop()
+
+
+def test_periodic_snapshot(make_server, tmp_path):
+    state = tmp_path / "periodic.state"
+    cfg = TEST_CONFIG.replace("  max_keys: 100000\n",
+                              "  max_keys: 100000\n  snapshot: { path: %s, every: 1s }\n" % state)
+    s = make_server(config_text=cfg)
+    s.resp().command("SL.CHECK", "big", "p")
+    deadline = time.time() + 5
+    while not state.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert state.exists() and s.proc.poll() is None  # written while serving
