@@ -40,6 +40,7 @@ static void reply(sl_conn *c, int minor, int status, const char *hdrs, const cha
     sl_wbuf wb;
     sl_conn_wbuf(c, &wb);
     sl_http1_begin(&wb, minor, status);
+    sl_wbuf_puts(&wb, c->w->date);
     sl_wbuf_puts(&wb, "Server: sluice\r\n");
     if (status == 429) sl_wbuf_puts(&wb, "Cache-Control: no-store\r\n");
     if (hl) sl_wbuf_put(&wb, hdrs, hl);

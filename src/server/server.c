@@ -301,6 +301,22 @@ static void stop_listening(sl_worker *w) {
     atomic_store(&w->listening_flag, false);
 }
 
+/* The HTTP Date header, formatted once a second rather than per response (the real
+ * wall clock: it says when the response was sent, whatever the test clock says). */
+static void refresh_date(sl_worker *w) {
+    if (w->date[0] != '\0' && w->now_ns - w->date_at_ns < SLUICE_NS_PER_S) return;
+    static const char *const days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char *const months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    time_t t = (time_t)(sl_clock_wall_ns() / SLUICE_NS_PER_S);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    snprintf(w->date, sizeof(w->date), "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
+             days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900,
+             tm.tm_hour, tm.tm_min, tm.tm_sec);
+    w->date_at_ns = w->now_ns;
+}
+
 static void *worker_main(void *arg) {
     sl_worker *w = arg;
     sl_server *s = w->srv;
@@ -319,6 +335,7 @@ static void *worker_main(void *arg) {
         }
         sl_loop_poll(&w->loop, 50);
         w->now_ns = sl_clock_mono_ns();
+        refresh_date(w);
         sl_worker_tick(w);
     }
     stop_listening(w);
@@ -354,6 +371,8 @@ static sl_worker *worker_create(sl_server *s, unsigned id, char *err, size_t err
     }
     w->listening = true;
     atomic_store(&w->listening_flag, true);
+    w->now_ns = sl_clock_mono_ns();
+    refresh_date(w);
     return w;
 oom:
     snprintf(err, errlen, "out of memory");

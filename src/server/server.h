@@ -166,6 +166,8 @@ typedef struct sl_worker {
     bool have_batch_now;
     uint32_t seq;             /* requests handled, for latency sampling */
     size_t ngrpc;             /* GRPC connections (their deadlines are checked per tick) */
+    char date[40];            /* "Date: <IMF-fixdate>\r\n", refreshed once a second */
+    int64_t date_at_ns;
     sl_wmetrics *met;
     sl_verdict verdict;       /* scratch for one decision */
     char scratch[SL_RESP_MAX_INLINE + 16];

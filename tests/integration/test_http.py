@@ -36,6 +36,8 @@ def test_check_json(server):
     assert body["limits"][0]["limit"] == 20 and body["limits"][0]["remaining"] == 19
     assert "RateLimit" in body["headers"] and "RateLimit-Policy" in body["headers"]
     assert r.headers["RateLimit"] == body["headers"]["RateLimit"]
+    import email.utils
+    assert abs(email.utils.parsedate_to_datetime(r.headers["Date"]).timestamp() - __import__("time").time()) < 5
     # cost 25 can never fit a bucket of 20: rejected, nothing consumed
     r = requests.post(server.http + "/v1/check", json={"policy": "api", "key": "alice", "cost": 25}, timeout=5)
     assert r.status_code == 429 and r.json()["allowed"] is False
