@@ -45,6 +45,7 @@ static void conn_close(sl_conn *c) {
     if (c->next_all) c->next_all->prev_all = c->prev_all;
     w->nconns--;
     if (c->kind == SL_KIND_GRPC) w->ngrpc--;
+    if (c->hold_until_ns) w->nheld--;
     if (c->h2) sl_grpc_conn_free(c->h2);
     atomic_fetch_sub(&w->srv->nconns, 1);
     free(c->rbuf);
@@ -143,8 +144,16 @@ void sl_conn_commit(sl_conn *c, const sl_wbuf *wb) {
     if (!wb->overflow) c->wlen += wb->len;
 }
 
+void sl_conn_hold(sl_conn *c, int64_t delay_ns) {
+    if (delay_ns <= 0) return;
+    int64_t until = sl_clock_mono_ns() + delay_ns;
+    if (c->hold_until_ns == 0) c->w->nheld++;
+    if (until > c->hold_until_ns) c->hold_until_ns = until;
+}
+
 /* Writes pending output; returns 0, or -1 when the connection is broken. */
 static int conn_flush(sl_conn *c) {
+    if (c->hold_until_ns) return 0; /* a delayed reply waits for its time */
     while (c->woff < c->wlen) {
         ssize_t n = send(c->io.fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
         if (n > 0) {
@@ -214,6 +223,7 @@ static void conn_process(sl_conn *c) {
     }
     while (off < c->rlen && !c->close_after) {
         if (c->wlen - c->woff > SL_CONN_WHIGH) break; /* backpressure */
+        if (c->hold_until_ns) break;                 /* answers leave in order */
         /* latency is sampled (1 request in 16) so the clock is not read per request */
         bool sample = (w->seq++ & 15) == 0;
         int64_t t0 = sample ? sl_clock_mono_ns() : 0;
@@ -289,10 +299,19 @@ static void conn_process(sl_conn *c) {
 /* Chooses the interest set and the timeout list from the connection's state. */
 static void conn_settle_state(sl_conn *c) {
     sl_worker *w = c->w;
+    if (c->hold_until_ns) { /* nothing to read or write until the hold ends (tick) */
+        if (!c->held_armed) {
+            sl_loop_mod(&w->loop, &c->io, 0);
+            c->held_armed = true;
+        }
+        sl_dnode_disarm(&c->timer); /* bounded by the policy's max delay */
+        return;
+    }
     bool pending = c->woff < c->wlen;
-    if (pending != c->want_out) {
+    if (pending != c->want_out || c->held_armed) {
         sl_loop_mod(&w->loop, &c->io, pending ? EPOLLOUT : (EPOLLIN | EPOLLRDHUP));
         c->want_out = pending;
+        c->held_armed = false;
     }
     if (pending) {
         if (c->timer.list != SL_TL_WRITE) sl_dlist_arm(&w->tl[SL_TL_WRITE], &c->timer, w->now_ns);
@@ -306,8 +325,8 @@ static void conn_settle_state(sl_conn *c) {
 static void conn_io(void *ud, uint32_t events) {
     sl_conn *c = ud;
     bool eof = false;
-    if (events & EPOLLERR) {
-        conn_close(c);
+    if ((events & EPOLLERR) || (c->hold_until_ns && (events & (EPOLLHUP | EPOLLRDHUP)))) {
+        conn_close(c); /* (a held client that went away gets nothing) */
         return;
     }
     if (events & EPOLLOUT) {
@@ -374,6 +393,20 @@ static bool conn_after_push(sl_conn *c) {
 
 void sl_worker_tick(sl_worker *w) {
     sl_dnode *n;
+    if (w->nheld > 0) { /* release delayed replies whose time has come */
+        for (sl_conn *c = w->conns, *next; c; c = next) {
+            next = c->next_all;
+            if (c->hold_until_ns == 0 || c->hold_until_ns > w->now_ns) continue;
+            c->hold_until_ns = 0;
+            w->nheld--;
+            if (conn_flush(c) != 0) {
+                conn_close(c);
+                continue;
+            }
+            if (c->woff == c->wlen && c->rlen > 0 && !c->close_after) conn_process(c);
+            conn_after_push(c);
+        }
+    }
     if (w->ngrpc > 0) { /* gRPC deadlines (grpc-timeout) are the session's own */
         for (sl_conn *c = w->conns, *next; c; c = next) {
             next = c->next_all;

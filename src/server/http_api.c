@@ -190,8 +190,19 @@ static void handle_auth(http_ctx *x) {
     int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
     if (hl < 0) hbuf[0] = '\0';
     if (rc != 0 && v->action != SL_FAIL) v->action = SL_FAIL;
+    if (v->action == SL_DELAY && v->recheck) {
+        /* "wait and try again", nothing consumed: a gateway cannot retry for its client,
+         * so this is answered like a rejection with the wait as Retry-After */
+        v->action = SL_REJECT;
+        v->retry_after_ns = v->delay_ns;
+        v->status = 429;
+        hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
+        if (hl < 0) hbuf[0] = '\0';
+    }
     if (!rejected(v)) {
         reply(c, req->minor, 200, hbuf, NULL, "", 0, 0);
+        /* shaping: the gateway forwards the request when we answer, so answer later */
+        if (v->action == SL_DELAY) sl_conn_hold(c, v->delay_ns);
         return;
     }
     /* The engine's status (429, 400 for a missing key, 503 failing closed); a limited

@@ -333,7 +333,7 @@ static void *worker_main(void *arg) {
             sl_worker_drain(w);
             if (w->nconns == 0 || w->now_ns >= drain_deadline) break;
         }
-        sl_loop_poll(&w->loop, 50);
+        sl_loop_poll(&w->loop, w->nheld > 0 ? 2 : 50); /* held replies: ~2 ms resolution */
         w->now_ns = sl_clock_mono_ns();
         refresh_date(w);
         sl_worker_tick(w);

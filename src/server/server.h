@@ -123,7 +123,9 @@ typedef struct sl_conn {
     char *wbuf;
     size_t wlen, woff, wcap;
     bool close_after;   /* close once the output is written */
-    bool want_out;      /* EPOLLOUT armed */
+    bool want_out;      /* EPOLLOUT armed (else EPOLLIN, or nothing while held) */
+    bool held_armed;    /* interest cleared while held */
+    int64_t hold_until_ns; /* /v1/auth shaping: the reply leaves at this monotonic time */
     bool sent_continue; /* 100 Continue already sent for the request being read */
     int proto;          /* RESP protocol version: 2 or 3 */
     char peer_ip[64];
@@ -166,6 +168,7 @@ typedef struct sl_worker {
     bool have_batch_now;
     uint32_t seq;             /* requests handled, for latency sampling */
     size_t ngrpc;             /* GRPC connections (their deadlines are checked per tick) */
+    size_t nheld;             /* connections holding a delayed reply (shaping) */
     char date[40];            /* "Date: <IMF-fixdate>\r\n", refreshed once a second */
     int64_t date_at_ns;
     sl_wmetrics *met;
@@ -236,6 +239,10 @@ int sl_conn_reserve(sl_conn *c, size_t n);
 /* A writer over the free part of the output buffer; commit what was written. */
 void sl_conn_wbuf(sl_conn *c, sl_wbuf *wb);
 void sl_conn_commit(sl_conn *c, const sl_wbuf *wb);
+
+/* Holds c's pending reply (and the requests after it) until delay_ns from now: shaping
+ * through a forward-auth gateway, which forwards the request when the answer arrives. */
+void sl_conn_hold(sl_conn *c, int64_t delay_ns);
 
 /* http_api.c: handles one parsed request; the reply goes to c's output. */
 void sl_http_handle(sl_conn *c, const sl_http_req *req);

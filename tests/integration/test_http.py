@@ -221,3 +221,39 @@ policies:
     r = requests.get(s.http + "/v1/auth?status=403", timeout=5)
     assert r.status_code == 403
     assert requests.get(s.http + "/v1/auth", headers={"X-Api-Key": "k"}, timeout=5).status_code == 200
+
+
+def test_auth_shaping_holds_the_answer(make_server):
+    """A shaping policy (leaky bucket with a delay bound) makes /v1/auth answer late by the
+    delay, so the gateway forwards the request then; beyond the bound it rejects."""
+    import time
+    cfg = """
+policies:
+  - name: shaped
+    objective: protection
+    key: [header.x-tenant]
+    on_missing_key: reject
+    algorithm: leaky_bucket
+    limits:
+      - { rate: 20/s, burst: 5, max_delay: 1s }
+"""
+    s = make_server(config_text=cfg)
+    sess = requests.Session()
+    took = []
+    for _ in range(5):
+        t0 = time.time()
+        r = sess.get(s.http + "/v1/auth", headers={"X-Tenant": "t"}, timeout=5)
+        took.append(time.time() - t0)
+        assert r.status_code == 200
+    # the test clock stands still: delays of 0, 50, 100, 150, 200 ms
+    assert took[0] < 0.045
+    for i in range(1, 5):
+        assert took[i] >= 0.05 * i - 0.005, took
+    assert sum(took) < 2.0
+    r = sess.get(s.http + "/v1/auth", headers={"X-Tenant": "t"}, timeout=5)
+    assert r.status_code == 429 and "Retry-After" in r.headers
+    # pipelined behind a held answer: answered in order, after it
+    s.clock_advance(10_000)
+    req = b"GET /v1/auth HTTP/1.1\r\nHost: x\r\nX-Tenant: p\r\n\r\n"
+    out = raw(s.http_port, req * 3 + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert out.count(b"HTTP/1.1 200 OK") == 4 and out.endswith(b"ok\n")
