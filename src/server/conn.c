@@ -59,7 +59,17 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
         int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return; /* EAGAIN, or EMFILE and friends: try again on the next event */
+        if (fd < 0) {
+            if ((errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) &&
+                w->listening && w->accept_paused_until == 0) {
+                /* out of descriptors: a level-triggered listener would spin, so stop
+                 * accepting for 100 ms (the backlog waits; the tick resumes) */
+                for (int k = 0; k < SL_KINDS; k++)
+                    if (s->lfd[k] >= 0) sl_loop_del(&w->loop, &w->listen_io[k]);
+                w->accept_paused_until = w->now_ns + 100 * SLUICE_NS_PER_MS;
+            }
+            return; /* EAGAIN: nothing more to accept */
+        }
         if (atomic_load(&s->draining)) {
             close(fd);
             continue;
@@ -393,6 +403,13 @@ static bool conn_after_push(sl_conn *c) {
 
 void sl_worker_tick(sl_worker *w) {
     sl_dnode *n;
+    if (w->accept_paused_until && w->now_ns >= w->accept_paused_until) {
+        w->accept_paused_until = 0;
+        if (w->listening && !atomic_load(&w->srv->draining))
+            for (int k = 0; k < SL_KINDS; k++)
+                if (w->srv->lfd[k] >= 0)
+                    sl_loop_add(&w->loop, &w->listen_io[k], EPOLLIN | EPOLLEXCLUSIVE);
+    }
     if (w->nheld > 0) { /* release delayed replies whose time has come */
         for (sl_conn *c = w->conns, *next; c; c = next) {
             next = c->next_all;

@@ -169,6 +169,7 @@ typedef struct sl_worker {
     uint32_t seq;             /* requests handled, for latency sampling */
     size_t ngrpc;             /* GRPC connections (their deadlines are checked per tick) */
     size_t nheld;             /* connections holding a delayed reply (shaping) */
+    int64_t accept_paused_until; /* out of file descriptors: listeners off until then */
     char date[40];            /* "Date: <IMF-fixdate>\r\n", refreshed once a second */
     int64_t date_at_ns;
     sl_wmetrics *met;

@@ -184,7 +184,8 @@ def as_dict(reply):
 
 
 class Server:
-    def __init__(self, config_text=None, config_path=None, test_clock=True, extra=(), workers=2):
+    def __init__(self, config_text=None, config_path=None, test_clock=True, extra=(), workers=2,
+                 preexec_fn=None):
         self.dir = tempfile.mkdtemp(prefix="sluice-it-")
         if config_path is None:
             config_path = os.path.join(self.dir, "sluice.yaml")
@@ -205,7 +206,8 @@ class Server:
         assert os.access(BIN, os.X_OK), "SLUICE_BIN=%s is not an executable (build first)" % BIN
         self.log_path = os.path.join(self.dir, "server.log")
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(args, cwd=self.dir, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, cwd=self.dir, stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=preexec_fn)
         try:
             for p in (self.http_port, self.resp_port, self.admin_port, self.grpc_port):
                 wait_port(p)

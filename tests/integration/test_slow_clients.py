@@ -2,6 +2,7 @@
 408 and closed after the read timeout (more bytes do not extend it), idle ones are closed,
 oversized requests get 413/431 at once, the connection cap holds; other clients are
 served normally all along."""
+import os
 import socket
 import threading
 import time
@@ -124,4 +125,40 @@ def test_busy_pipeline_is_not_a_slow_client(make_server):
     while got < sent:
         assert c.read() == b"hello"
         got += 1
+    assert c.command("PING") == "PONG"
+
+
+def test_out_of_descriptors_does_not_spin(make_server):
+    """With its descriptor limit reached the server stops accepting for a while instead
+    of spinning on the listener, keeps serving its connections, and recovers."""
+    import resource
+
+    def low_nofile():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+
+    s = make_server(preexec_fn=low_nofile, extra=["--max-conns", "1000"])
+    first = Resp(s.resp_port)
+    assert first.command("PING") == "PONG"
+    held = []
+    for _ in range(80):
+        try:
+            held.append(socket.create_connection(("127.0.0.1", s.resp_port), timeout=2))
+        except OSError:
+            break
+    time.sleep(0.3)
+
+    def ticks():
+        with open("/proc/%d/stat" % s.proc.pid) as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        return int(v[11]) + int(v[12])
+
+    t0 = ticks()
+    time.sleep(1.0)
+    used = (ticks() - t0) / os.sysconf("SC_CLK_TCK")
+    assert used < 0.5, "the server burnt %.2f s of CPU in 1 s while out of descriptors" % used
+    assert first.command("PING") == "PONG"  # existing connections are still served
+    for h in held:
+        h.close()
+    time.sleep(0.5)
+    c = Resp(s.resp_port)
     assert c.command("PING") == "PONG"
