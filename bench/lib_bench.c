@@ -4,7 +4,9 @@
  * uniformly at random (same xorshift64* and pick), formatted without snprintf, the clock
  * read once per 256 decisions, one limit per decision, rate 100/s with capacity 100.
  * Cases: GCRA and token bucket x key counts x 1 and 2 threads (2 threads on disjoint
- * key halves, so they share no key but do share shards), plus the hash alone.
+ * key halves, so they share no key but do share shards), plus the hash alone. The
+ * "batch16" rows decide the same traffic 16 items per sluice_decide_batch call (a
+ * pipelined caller); the per-decision "str+hash" rows are the comparison with naive.
  *
  * Usage: lib_bench [-s SECONDS] [NKEYS...]   (defaults: 1.5 s, 1000 100000 10000000)
  *        lib_bench -hash [-s SECONDS]         the hash alone, SipHash-1-3 vs -2-4
@@ -63,11 +65,14 @@ static inline uint64_t pick(rng *r, uint64_t n) {
     return (uint64_t)(((unsigned __int128)xrand(r) * n) >> 64);
 }
 
+#define MAX_BATCH 16 /* divides 256: a batch never spans a clock reading */
+
 typedef struct run_arg {
     sluice_store *st;
     const sluice_limiter *lim;
     uint64_t nkeys;
     int nthreads, tid;
+    int batch; /* 0: one sluice_decide per decision; else items per sluice_decide_batch */
     double secs;
     uint64_t ops, allowed, errors;
     int64_t elapsed;
@@ -81,18 +86,34 @@ static void *run(void *p) {
     uint64_t per = a->nkeys / (uint64_t)a->nthreads;
     char buf[32];
     sluice_decision d;
+    char bbuf[MAX_BATCH][32];
+    sluice_item its[MAX_BATCH];
+    sluice_result res[MAX_BATCH];
     pthread_barrier_wait(a->bar);
     int64_t t0 = now_ns(), end = t0 + (int64_t)(a->secs * 1e9), t1;
     do {
         for (int chunk = 0; chunk < 4096; chunk++) {
             sluice_time now = {now_ns(), 0};
             now.wall_ns = now.mono_ns; /* unused by these algorithms */
-            for (int j = 0; j < 256; j++) {
-                uint64_t n = pick(&r, per) * (uint64_t)a->nthreads + (uint64_t)a->tid;
-                sluice_item it = {a->lim, buf, fmt_key(buf, n), 1};
-                int rc = sluice_decide(a->st, &it, 1, now, &d);
-                a->allowed += (uint64_t)(rc == SLUICE_OK && d.allowed);
-                a->errors += (uint64_t)(rc != SLUICE_OK);
+            if (a->batch > 0) {
+                /* the same keys and clock, handed over BATCH at a time */
+                for (int j = 0; j < 256; j += a->batch) {
+                    for (int b = 0; b < a->batch; b++) {
+                        uint64_t n = pick(&r, per) * (uint64_t)a->nthreads + (uint64_t)a->tid;
+                        its[b] = (sluice_item){a->lim, bbuf[b], fmt_key(bbuf[b], n), 1};
+                    }
+                    int got = sluice_decide_batch(a->st, its, (size_t)a->batch, now, res);
+                    for (int b = 0; b < got; b++) a->allowed += (uint64_t)res[b].allowed;
+                    a->errors += (uint64_t)(got != a->batch);
+                }
+            } else {
+                for (int j = 0; j < 256; j++) {
+                    uint64_t n = pick(&r, per) * (uint64_t)a->nthreads + (uint64_t)a->tid;
+                    sluice_item it = {a->lim, buf, fmt_key(buf, n), 1};
+                    int rc = sluice_decide(a->st, &it, 1, now, &d);
+                    a->allowed += (uint64_t)(rc == SLUICE_OK && d.allowed);
+                    a->errors += (uint64_t)(rc != SLUICE_OK);
+                }
             }
             a->ops += 256;
         }
@@ -131,6 +152,7 @@ static void bench_case(sluice_algo algo, uint64_t nkeys, double secs) {
     printf("RESULT | sluice %-12s insert       keys=%-9llu threads=1 | %8.1f ns/decision | "
            "bytes/key %.1f | keys %llu\n",
            name, (unsigned long long)nkeys, ins, bpk, (unsigned long long)ss.keys);
+    for (int batch = 0; batch <= MAX_BATCH; batch += MAX_BATCH) {
     double one_rate = 0;
     for (int nt = 1; nt <= 2; nt++) {
         run_arg a[2];
@@ -138,7 +160,7 @@ static void bench_case(sluice_algo algo, uint64_t nkeys, double secs) {
         pthread_barrier_t bar;
         pthread_barrier_init(&bar, NULL, (unsigned)nt);
         for (int t = 0; t < nt; t++) {
-            a[t] = (run_arg){st, lim, nkeys, nt, t, secs, 0, 0, 0, 0, &bar};
+            a[t] = (run_arg){st, lim, nkeys, nt, t, batch, secs, 0, 0, 0, 0, &bar};
             pthread_create(&th[t], NULL, run, &a[t]);
         }
         uint64_t ops = 0, allowed = 0, errors = 0;
@@ -152,11 +174,12 @@ static void bench_case(sluice_algo algo, uint64_t nkeys, double secs) {
         double rate = (double)ops / ((double)el / 1e9);
         double ns = 1e9 / rate * nt; /* per decision, per thread */
         if (nt == 1) one_rate = rate;
-        printf("RESULT | sluice %-12s str+hash     keys=%-9llu threads=%d | %8.1f ns/decision | "
+        printf("RESULT | sluice %-12s %-12s keys=%-9llu threads=%d | %8.1f ns/decision | "
                "%12.0f decisions/s | allowed %.1f%% | scaling %.2fx | errors %llu\n",
-               name, (unsigned long long)nkeys, nt, ns, rate,
+               name, batch ? "batch16" : "str+hash", (unsigned long long)nkeys, nt, ns, rate,
                100.0 * (double)allowed / (double)ops, rate / one_rate,
                (unsigned long long)errors);
+    }
     }
     sluice_store_stats_get(st, &ss);
     printf("STATS  | sluice %-12s keys=%llu bytes=%llu expired=%llu evicted=%llu refused=%llu\n",

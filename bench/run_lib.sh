@@ -51,20 +51,24 @@ for line in open(sys.argv[2]):
         b = re.search(r'bytes/key ([\d.]+)', line)
         d['bytes'] = float(b.group(1))
     else:
-        d['ns%d' % t] = ns
+        pre = 'b' if case.startswith('batch') else ''
+        d[pre + 'ns%d' % t] = ns
         s = re.search(r'scaling ([\d.]+)x', line)
         if t == 2:
-            d['scale'] = float(s.group(1))
+            d[pre + 'scale'] = float(s.group(1))
 print()
-print('| keys | naive ns | algo | sluice ns (1 thread) | ratio sluice/naive | 2 threads ns/thread | 2T/1T throughput | bytes/key |')
-print('|---:|---:|---|---:|---:|---:|---:|---:|')
+print('| keys | naive ns | algo | sluice ns (1 thread) | ratio sluice/naive | 2 threads ns/thread | 2T/1T throughput | bytes/key | batch16 ns (1T) | batch16/naive | batch16 2T/1T |')
+print('|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|')
 for (algo, n), d in sorted(lib.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     nv = naive.get(n)
     ratio = '%.2fx' % (d.get('ns1', 0) / nv) if nv else 'n/a'
-    print('| %d | %s | %s | %.1f | %s | %.1f | %.2fx | %.1f |' % (
+    bratio = '%.2fx' % (d.get('bns1', 0) / nv) if nv else 'n/a'
+    print('| %d | %s | %s | %.1f | %s | %.1f | %.2fx | %.1f | %.1f | %s | %.2fx |' % (
         n, '%.1f' % nv if nv else 'n/a', algo, d.get('ns1', 0), ratio, d.get('ns2', 0),
-        d.get('scale', 0), d.get('bytes', 0)))
+        d.get('scale', 0), d.get('bytes', 0), d.get('bns1', 0), bratio, d.get('bscale', 0)))
 print()
 print('targets: ratio <= 1.2x at 100k and 10M keys; 2T/1T >= 1.8x; <= 48 bytes/key.')
+print('batch16: the same traffic 16 items per sluice_decide_batch call (pipelined callers);')
+print('the per-decision columns are the comparison the targets refer to.')
 print('The cores are shared: figures from one run, noisy; compare only within this run.')
 EOF

@@ -188,6 +188,20 @@ void sluice_store_stats_get(sluice_store *st, sluice_store_stats *out);
 int sluice_decide(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
                   sluice_decision *out);
 
+/* Decides n independent one-item decisions: item i is decided exactly
+ * as sluice_decide(st, &items[i], 1, now, ...) would, in order (a later item on the same
+ * key sees the earlier ones), with its result in out[i]. Faster than n calls for callers
+ * that have several requests at hand (pipelined clients, event loops): every key is
+ * hashed and its memory fetched a few items ahead of its decision. Not all-or-nothing:
+ * each item stands alone. Thread-safe, same locking as sluice_decide.
+ * Returns the number of items decided (n when all were). A return k < n means items[k]
+ * could not be decided (an unregistered limiter or NULL key: SLUICE_EINVAL; no room for
+ * a new key: SLUICE_EFULL, as sluice_decide would return for it): nothing from k on was
+ * decided or consumed and out[k..] is unchanged. SLUICE_EINVAL (negative) for a NULL
+ * store, NULL items/out with n > 0, or n > INT32_MAX. */
+int sluice_decide_batch(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
+                        sluice_result *out);
+
 /* Reserve-then-settle: after a decision that consumed `reserved`, settle to `actual`.
  * The difference is refunded (never above capacity, never into a window that has passed)
  * or charged (even past the limit: the work was done). Nothing is counted twice. */

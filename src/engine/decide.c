@@ -145,45 +145,69 @@ static int prepare(sluice_store *st, const sluice_limiter *lim, const void *key,
     return SLUICE_OK;
 }
 
-/*
- * One item with a small state: the common case, kept free of the general path's arrays
- * (its stack frame, ~20 KiB with the sliding-log arena, costs page probes and cache
- * lines on every call). Same semantics as the general path for n == 1. With one item
- * there is nothing to be atomic with, so a stored key decides straight into its entry
- * (algo.h allows next to alias state; a rejection writes back an equivalent state).
- * Returns 1 when the item is not for this path. Time comes by pointer and is read field
- * by field: a by-value copy was spilled as two 8-byte stores and reloaded as one 16-byte
- * vector load, a store-forwarding stall that perf showed as ~15% of a decision.
- */
-SL_NO_SLP static int decide_one(sluice_store *st, const sluice_item *it, const sluice_time *nowp,
-                      sluice_decision *out) {
+/* One single-item decision between its two steps: located (hash known, lines
+ * prefetched) and not yet locked. */
+typedef struct one_loc {
+    sl_family *f;
+    sl_lver *v;
+    sl_hash128 h;
+    sl_loc loc;
+} one_loc;
+
+static inline void one_locate(one_loc *p) {
+    p->v = sl_family_cur(p->f);
+    sl_table_locate(p->v->table, p->h, p->f->id, &p->loc);
+    const unsigned char *slot = p->loc.base + (size_t)p->loc.home * p->loc.t->esize;
+    __builtin_prefetch(slot, 1);
+    __builtin_prefetch(slot + 64, 1); /* probe runs often cross into the next line */
+}
+
+/* Step 1: validates the item, hashes its key, finds its shard and home slot and starts
+ * fetching their cache lines (with write intent: the decision writes both). Nothing is
+ * locked: in a batch this runs for several items before the first is decided, so the
+ * misses of different keys overlap instead of following one another. */
+static inline int one_prep(sluice_store *st, const sluice_item *it, one_loc *p) {
     const sluice_limiter *lim = it->limiter;
     if (lim == NULL || (it->key == NULL && it->key_len > 0)) return SLUICE_EINVAL;
-    sl_family *f = sl_store_family_of(st, lim);
-    if (f == NULL) return SLUICE_EINVAL;
-    sl_hash128 h = sl_family_hash(f, it->key != NULL ? it->key : "", it->key_len);
-    sl_lver *v;
-    sl_loc loc;
+    p->f = sl_store_family_of(st, lim);
+    if (p->f == NULL) return SLUICE_EINVAL;
+    p->h = sl_family_hash(p->f, it->key != NULL ? it->key : "", it->key_len);
+    one_locate(p);
+    __builtin_prefetch(p->loc.sh, 1);
+    return SLUICE_OK;
+}
+
+/*
+ * Step 2: locks the shard (re-locating if the family's parameters changed since step 1:
+ * a re-registration swaps them while holding every shard lock, so the version read under
+ * our lock is current), decides, unlocks. Returns 1 when the item is not for this path
+ * (a state above SL_STORE_SMALL_STATE: nothing done), an error (nothing consumed), or
+ * SLUICE_OK with *res filled.
+ * With one item there is nothing to be atomic with, so a stored key decides straight
+ * into its entry (algo.h allows next to alias state; a rejection writes back an
+ * equivalent state). Time comes by pointer and is read field by field: a by-value copy
+ * was spilled as two 8-byte stores and reloaded as one 16-byte vector load, a
+ * store-forwarding stall that perf showed as ~15% of a decision.
+ */
+SL_NO_SLP static inline int one_run(sluice_store *st, const sluice_item *it,
+                                    const sluice_time *nowp, one_loc *p, sluice_result *res) {
     for (;;) {
-        v = sl_family_cur(f);
-        sl_table_locate(v->table, h, f->id, &loc);
-        const unsigned char *slot = loc.base + (size_t)loc.home * loc.t->esize;
-        __builtin_prefetch(slot);
-        __builtin_prefetch(slot + 64); /* probe runs often cross into the next line */
-        sl_shard_lock(loc.sh);
-        if (sl_family_cur(f) == v) break;
-        sl_shard_unlock(loc.sh);
+        sl_shard_lock(p->loc.sh);
+        if (sl_family_cur(p->f) == p->v) break;
+        sl_shard_unlock(p->loc.sh);
+        one_locate(p);
     }
-    const sl_limit *l = &v->lim;
+    sl_loc *loc = &p->loc;
+    const sl_limit *l = &p->v->lim;
     if (l->state_size > SL_STORE_SMALL_STATE) {
-        sl_shard_unlock(loc.sh);
+        sl_shard_unlock(loc->sh);
         return 1;
     }
-    if (nowp->mono_ns > loc.sh->last_now.mono_ns) {
-        loc.sh->last_now.mono_ns = nowp->mono_ns;
-        loc.sh->last_now.wall_ns = nowp->wall_ns;
+    if (nowp->mono_ns > loc->sh->last_now.mono_ns) {
+        loc->sh->last_now.mono_ns = nowp->mono_ns;
+        loc->sh->last_now.wall_ns = nowp->wall_ns;
     }
-    sl_ehdr *e = sl_table_find(&loc);
+    sl_ehdr *e = sl_table_find(loc);
     sl_result r;
     int rc = SLUICE_OK;
     if (e != NULL) {
@@ -200,21 +224,34 @@ SL_NO_SLP static int decide_one(sluice_store *st, const sluice_item *it, const s
         uint64_t next[SL_STORE_SMALL_STATE / 8];
         bool ch = sl_algo_decide(l, NULL, next, *nowp, it->cost, &r);
         if (ch && it->cost > 0 && r.allowed) {
-            sl_keep keep = {loc.k0, loc.k1, loc.fam};
+            sl_keep keep = {loc->k0, loc->k1, loc->fam};
             bool moved = false;
-            rc = sl_store_reserve(st, &loc, *nowp, &keep, 1, &moved);
+            rc = sl_store_reserve(st, loc, *nowp, &keep, 1, &moved);
             if (rc == SLUICE_OK)
-                memcpy(sl_entry_state(sl_table_insert(st, &loc, *nowp)), next, l->state_size);
+                memcpy(sl_entry_state(sl_table_insert(st, loc, *nowp)), next, l->state_size);
         }
     }
-    sl_shard_unlock(loc.sh);
-    if (rc != SLUICE_OK) {
-        out->allowed = 0;
-        return rc;
-    }
-    to_public(&r, &out->results[0]);
-    out->allowed = r.allowed ? 1 : 0;
+    sl_shard_unlock(loc->sh);
+    if (rc != SLUICE_OK) return rc;
+    to_public(&r, res);
     return SLUICE_OK;
+}
+
+/*
+ * One item with a small state: the common case, kept free of the general path's arrays
+ * (its stack frame, ~20 KiB with the sliding-log arena, costs page probes and cache
+ * lines on every call). Same semantics as the general path for n == 1. Returns 1 when
+ * the item is not for this path.
+ */
+SL_NO_SLP static int decide_one(sluice_store *st, const sluice_item *it, const sluice_time *nowp,
+                      sluice_decision *out) {
+    one_loc p;
+    int rc = one_prep(st, it, &p);
+    if (rc != SLUICE_OK) return rc;
+    rc = one_run(st, it, nowp, &p, &out->results[0]);
+    if (rc < 0) out->allowed = 0;
+    else if (rc == SLUICE_OK) out->allowed = out->results[0].allowed;
+    return rc;
 }
 
 /*
@@ -241,6 +278,51 @@ SL_NO_SLP int sluice_decide(sluice_store *st, const sluice_item *items, size_t n
         if (rc <= 0) return rc;
     }
     return decide_many(st, items, n, now, out);
+}
+
+/* How many items of a batch are located (hashed, lines in flight) ahead of the one being
+ * decided. Why 8: a DRAM miss (~100 ns) spans about two to three decisions' work, and
+ * each item in flight holds two lines; 8 leaves slack for slower memory without
+ * filling the core's miss buffers with lines that would wait anyway. */
+#define BATCH_AHEAD 8
+
+/* An item the one-item path does not take (a large state): the general path, kept out
+ * of line so its frame (a whole sluice_decision) is not part of the batch loop's. */
+__attribute__((noinline)) static int batch_general(sluice_store *st, const sluice_item *it,
+                                                   sluice_time now, sluice_result *res) {
+    sluice_decision d;
+    d.n = 1; /* what sluice_decide sets up before the general path */
+    d.allowed = 1;
+    d.deciding = 0;
+    int rc = decide_many(st, it, 1, now, &d);
+    if (rc == SLUICE_OK) *res = d.results[0];
+    return rc;
+}
+
+/*
+ * The batch is a software pipeline over the one-item path: item i + BATCH_AHEAD is
+ * located while item i is decided, so each decision finds its lines already cached
+ * or on their way. Items are still decided one at a time, in order, each under its own
+ * shard lock only (no lock is held across items, so the ordering and deadlock rules of
+ * sluice_decide are untouched); a located item is re-checked under its lock.
+ */
+SL_NO_SLP int sluice_decide_batch(sluice_store *st, const sluice_item *items, size_t n,
+                                  sluice_time now, sluice_result *out) {
+    if (st == NULL || (n > 0 && (items == NULL || out == NULL)) || n > (size_t)INT32_MAX)
+        return SLUICE_EINVAL;
+    one_loc ring[BATCH_AHEAD];
+    int prc[BATCH_AHEAD];
+    size_t ahead = n < BATCH_AHEAD ? n : BATCH_AHEAD;
+    for (size_t i = 0; i < ahead; i++) prc[i] = one_prep(st, &items[i], &ring[i]);
+    for (size_t i = 0; i < n; i++) {
+        size_t k = i % BATCH_AHEAD;
+        int rc = prc[k];
+        if (rc == SLUICE_OK) rc = one_run(st, &items[i], &now, &ring[k], &out[i]);
+        if (rc == 1) rc = batch_general(st, &items[i], now, &out[i]);
+        if (rc != SLUICE_OK) return (int)i;
+        if (i + BATCH_AHEAD < n) prc[k] = one_prep(st, &items[i + BATCH_AHEAD], &ring[k]);
+    }
+    return (int)n;
 }
 
 static int decide_many(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
