@@ -381,15 +381,21 @@ static int node_find(sl_redis *r, const char *host, int port, bool create) {
 /* ---- topology --------------------------------------------------------------------- */
 
 static void apply_topology(sl_redis *r, sl_redis_node *from, const redisReply *rep, bool shards) {
-    static __thread sl_redis_range ranges[MAX_RANGES];
+    /* off the decision path: a topology reply is parsed into a temporary array */
+    sl_redis_range *ranges = malloc(MAX_RANGES * sizeof(*ranges));
+    if (ranges == NULL) return;
     int n = sl_redis_parse_topology(rep, shards, ranges, MAX_RANGES);
-    if (n <= 0) return;
+    if (n <= 0) {
+        free(ranges);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         const char *host = ranges[i].host[0] ? ranges[i].host : from->host;
         int idx = node_find(r, host, ranges[i].port, true);
         if (idx < 0) continue;
         memset(r->slotmap + ranges[i].lo, idx, (size_t)ranges[i].hi - ranges[i].lo + 1);
     }
+    free(ranges);
     inc(&r->st.topology);
 }
 
@@ -777,7 +783,8 @@ static void launch(sl_redis *r, rq *q) {
     for (int g = 0; g < ng; g++) {
         if (!q->busy) return; /* finished inside the loop (all failed) */
         sl_redis_node *nd = route(r, q->g[g].slot);
-        if (nd->state != 2 || !send_group(r, q, g, nd, false)) {
+        /* a connecting node queues the call (bounded by the deadline); a down one fails */
+        if (nd->state == 0 || !send_group(r, q, g, nd, false)) {
             inc(&r->st.node_down);
             note_fail(r);
             group_fail(r, q, g);
