@@ -118,7 +118,12 @@ void sl_grpc_conn_output(sl_conn *c, sl_h2 *h) {
 
 void sl_grpc_conn_tick(sl_conn *c, sl_h2 *h) {
     int64_t d = sl_h2_next_deadline(h);
-    if (d == 0 || d > c->w->now_ns) return;
+    if (d == 0 || d > c->w->now_ns) {
+        /* a drained session finishes between reads: its last output went out on an
+         * earlier tick, and nothing will read from it again */
+        if (!sl_h2_alive(h)) c->close_after = true;
+        return;
+    }
     sl_grpc_env env;
     env_of(c, &env);
     sl_h2_tick(h, &env);
