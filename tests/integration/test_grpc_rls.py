@@ -5,6 +5,7 @@ per descriptor with its limit, Health/Check, gRPC errors answered with the right
 while the server stays up, the HTTP /json endpoint, metrics, and GOAWAY on drain.
 """
 import glob
+import signal
 import importlib
 import json
 import os
@@ -348,3 +349,34 @@ def test_sigterm_sends_goaway_and_exits_promptly(make_server, pb):
     assert s.stop() == 0
     assert time.time() - t0 < 5, "an idle gRPC connection held the drain"
     c.close()
+
+
+def test_drain_goaway_frames_to_a_client_that_never_closes(make_server):
+    """A raw HTTP/2 client that neither sends nor closes: on SIGTERM it gets the shutdown
+    notice (GOAWAY, last stream 2^31-1) then the final GOAWAY (last stream 0), both
+    NO_ERROR, and the server closes the connection and exits 0 well before the drain
+    timeout."""
+    s = make_server(config_path=os.path.join(EXAMPLES, "01-mongo-cps.yaml"))
+    raw = socket.create_connection(("127.0.0.1", s.grpc_port), timeout=10)
+    raw.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+    time.sleep(0.2)
+    t0 = time.time()
+    s.signal(signal.SIGTERM)
+    buf = b""
+    while True:
+        chunk = raw.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    closed_after = time.time() - t0
+    raw.close()
+    goaways, i = [], 0
+    while i + 9 <= len(buf):
+        n = int.from_bytes(buf[i:i + 3], "big")
+        if buf[i + 3] == 7:
+            p = buf[i + 9:i + 9 + n]
+            goaways.append((int.from_bytes(p[0:4], "big") & 0x7FFFFFFF, int.from_bytes(p[4:8], "big")))
+        i += 9 + n
+    assert goaways == [(0x7FFFFFFF, 0), (0, 0)], goaways
+    assert closed_after < 3, closed_after
+    assert s.stop() == 0
