@@ -421,6 +421,85 @@ static void test_hot_key_strict_and_lease(void) {
     T_CHECK(calls < 1200 / 2);
 }
 
+
+/* SCRIPT FLUSH under a live connection: the next call gets NOSCRIPT, reloads the script
+ * on that node and still answers. */
+static void test_noscript(void) {
+    pair p;
+    if (!pair_open(&p, 1)) {
+        T_FAIL("open");
+        pair_close(&p);
+        return;
+    }
+    sluice_limiter *l = mk(SPEC(.algo = SLUICE_TOKEN_BUCKET, .name = "ns", .limit = 5, .period_ns = SLUICE_NS_PER_S));
+    sluice_item it = {l, "k", 1, 1};
+    sluice_decision d;
+    T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
+    redisReply *fl = rt_cmd(g_port, "SCRIPT FLUSH");
+    if (fl) freeReplyObject(fl);
+    T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
+    T_EQ_I(d.allowed, 1);
+    T_EQ_U(d.results[0].remaining, 3);
+    T_CHECK(atomic_load(&sl_redis_stats_get(p.rd)->noscript) >= 1);
+    sluice_limiter_destroy(l);
+    pair_close(&p);
+}
+
+/* A Redis that stops answering (SIGSTOP): each decision fails after the timeout, then the
+ * breaker opens and decisions fail at once without waiting; after SIGCONT they recover. */
+static void test_timeout_and_breaker(void) {
+    pair p;
+    memset(&p, 0, sizeof(p));
+    sl_loop_init(&p.loop);
+    sl_redis_opts o;
+    sl_redis_opts_default(&o);
+    snprintf(o.seeds, sizeof(o.seeds), "127.0.0.1:%d", g_port);
+    o.time_mode = SL_REDIS_TIME_CALLER;
+    o.timeout_ns = 30 * SLUICE_NS_PER_MS;
+    o.breaker_failures = 3;
+    o.breaker_open_ns = 300 * SLUICE_NS_PER_MS;
+    o.cache_slots = 1;
+    int err;
+    p.rd = sl_redis_create(&p.loop, &o, &err);
+    p.clk = sluice_clock_create_manual(INT64_C(1764000000000000000));
+    for (int i = 0; i < 300 && p.rd && !sl_redis_ready(p.rd); i++) sl_redis_run(p.rd, 5);
+    T_CHECK(p.rd && sl_redis_ready(p.rd));
+    if (!p.rd) {
+        pair_close(&p);
+        return;
+    }
+    sluice_limiter *l = mk(SPEC(.algo = SLUICE_GCRA, .name = "to", .limit = 1000, .period_ns = SLUICE_NS_PER_S));
+    sluice_item it = {l, "k", 1, 1};
+    sluice_decision d;
+    const sl_redis_stats *st = sl_redis_stats_get(p.rd);
+    T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
+    kill(rt_servers[g_srv].pid, SIGSTOP);
+    struct timespec t0, t1;
+    double each[10];
+    for (int i = 0; i < 10; i++) {
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_ESTORE);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        each[i] = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    }
+    printf("     stopped Redis: decisions took %.3f %.3f %.3f s (timeouts), then %.4f s (breaker open)\n", each[0],
+           each[1], each[2], each[5]);
+    T_EQ_U(atomic_load(&st->timeouts), 3);
+    T_EQ_U(atomic_load(&st->breaker_open), 7);
+    T_CHECK(each[0] >= 0.025);
+    T_CHECK(each[9] < 0.01);
+    T_CHECK(!sl_redis_ready(p.rd));
+    kill(rt_servers[g_srv].pid, SIGCONT);
+    int ok = 0;
+    for (int i = 0; i < 200 && !ok; i++) {
+        sl_redis_run(p.rd, 10);
+        ok = sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d) == SLUICE_OK;
+    }
+    T_CHECK(ok);
+    sluice_limiter_destroy(l);
+    pair_close(&p);
+}
+
 static void count_cb(void *ud, int rc, const sluice_decision *d) {
     int **c = ud;
     (*c[0])++;
@@ -517,6 +596,8 @@ int main(void) {
     T_RUN(test_equiv_multi);
     T_RUN(test_local_cache);
     T_RUN(test_hot_key_strict_and_lease);
+    T_RUN(test_noscript);
+    T_RUN(test_timeout_and_breaker);
     T_RUN(test_kill_restart);
     rt_kill_all();
     return T_DONE();
