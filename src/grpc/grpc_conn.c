@@ -71,7 +71,7 @@ static void env_of(sl_conn *c, sl_grpc_env *env) {
     env->engine = w->gen ? w->gen->engine : NULL;
     env->store = s->store;
     env->ov = ov_cache;
-    env->now = sluice_clock_now(s->clock); /* once per read, not per call */
+    env->now = sl_worker_now(w); /* once per read (the server's batch time), not per call */
     env->mono_ns = w->now_ns;
     env->render_flags = s->opt.legacy_headers ? SL_RENDER_LEGACY : 0;
     env->draining = atomic_load_explicit(&s->draining, memory_order_relaxed) != 0;
