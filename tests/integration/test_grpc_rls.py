@@ -134,6 +134,9 @@ def test_example3_exact_value_beats_bare_key(make_server, pb):
     assert c.check("edge_proxy_per_ip", [[("remote_address", "10.0.0.1")]], hits=10).overall_code == OK
     assert c.check("edge_proxy_per_ip", [[("remote_address", "10.0.0.1")]]).overall_code == OVER
     assert c.check("edge_proxy_per_ip", [[("remote_address", "10.0.0.2")]]).overall_code == OK
+    # the window is one second of the server's (test) clock
+    s.clock_advance(1000)
+    assert c.check("edge_proxy_per_ip", [[("remote_address", "10.0.0.1")]], hits=10).overall_code == OK
     c.close()
 
 
