@@ -169,6 +169,7 @@ static sl_table *table_create(sluice_store *st, uint32_t ssize) {
         return NULL;
     }
     t->slots_bytes = (size_t)total;
+    t->shard_bytes = (size_t)t->nslots * t->esize;
     t->slots = big_alloc(t->slots_bytes);
     t->shards = aligned_alloc(64, sizeof(sl_shard) * ns);
     if (t->slots == NULL || t->shards == NULL) {

@@ -61,6 +61,7 @@ typedef struct sl_table {
     uint32_t esize;      /* entry bytes: sizeof(sl_ehdr) + ssize */
     uint32_t nshards, shard_mask;
     uint64_t nslots;     /* per shard */
+    size_t shard_bytes;  /* nslots * esize: one shard's slots (precomputed for locate) */
     uint64_t hard_cap;   /* per shard: at most this many entries (load <= 0.85) */
     unsigned char *slots; /* nshards * nslots * esize bytes, zero = empty */
     size_t slots_bytes;
@@ -179,7 +180,7 @@ static inline void sl_table_locate(sl_table *t, sl_hash128 h, uint16_t fam, sl_l
     uint32_t s = k1 & t->shard_mask;
     loc->t = t;
     loc->sh = &t->shards[s];
-    loc->base = t->slots + (size_t)s * t->nslots * t->esize;
+    loc->base = t->slots + (size_t)s * t->shard_bytes;
     loc->k0 = h.hi;
     loc->k1 = k1;
     loc->home = (uint64_t)(((unsigned __int128)h.hi * t->nslots) >> 64);
