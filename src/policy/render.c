@@ -231,8 +231,13 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
         ws(&w, nn ? "a policy of this request fails closed" : "the request could not be decided");
         ws(&w, "; try again later.\"");
     } else if (v->missing_key_policy != NULL) {
-        ws(&w, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
-               "\"detail\":");
+        /* about:blank: the title is the reason phrase of the status actually sent (a
+         * gateway may ask for 403 because nginx auth_request only passes 401/403). */
+        int st = v->status >= 400 && v->status <= 599 ? v->status : 400;
+        const char *title = st == 401 ? "Unauthorized" : st == 403 ? "Forbidden"
+                          : st == 429 ? "Too Many Requests" : st == 400 ? "Bad Request"
+                          : "Request Refused";
+        wf(&w, "{\"type\":\"about:blank\",\"title\":\"%s\",\"status\":%d,\"detail\":", title, st);
         char d[300];
         snprintf(d, sizeof(d), "The request does not carry the key that policy '%s' counts by.",
                  v->missing_key_policy);

@@ -219,6 +219,14 @@ static void missing_key_skip_and_reject(void) {
     T_EQ_I(V.action, SL_REJECT);
     T_EQ_I(V.status, 400);
     T_EQ_S(V.missing_key_policy, "per-tenant");
+    /* the problem body states the status actually sent, also when a gateway asks for 403 */
+    char body[1024];
+    T_CHECK(sl_render_problem(&V, NULL, body, sizeof(body)) > 0);
+    T_CHECK(strstr(body, "\"title\":\"Bad Request\",\"status\":400") != NULL);
+    V.status = 403;
+    T_CHECK(sl_render_problem(&V, NULL, body, sizeof(body)) > 0);
+    T_CHECK(strstr(body, "\"title\":\"Forbidden\",\"status\":403") != NULL);
+    V.status = 400;
     /* nothing was consumed from per-user by the rejected request */
     sl_engine_check(f.e, R(&t, "GET", "/x", "10.0.0.1", "x-user", "u", NULL), now(&f), &V);
     T_EQ_I(V.action, SL_ALLOW);
