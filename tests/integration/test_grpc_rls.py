@@ -383,3 +383,28 @@ def test_drain_goaway_frames_to_a_client_that_never_closes(make_server):
     assert goaways == [(0x7FFFFFFF, 0), (0, 0)], goaways
     assert closed_after < 3, closed_after
     assert s.stop() == 0
+
+
+def test_connection_error_gets_goaway_protocol_error(make_server, pb):
+    """A frame no HTTP/2 peer may send (DATA on stream 0) ends that connection with
+    GOAWAY(PROTOCOL_ERROR), written before the close; other connections carry on."""
+    s, c = start(make_server, pb, "01-mongo-cps.yaml")
+    raw = socket.create_connection(("127.0.0.1", s.grpc_port), timeout=10)
+    raw.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+                + b"\x00\x00\x02\x00\x00\x00\x00\x00\x00xx")
+    buf = b""
+    while True:
+        chunk = raw.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    raw.close()
+    codes, i = [], 0
+    while i + 9 <= len(buf):
+        n = int.from_bytes(buf[i:i + 3], "big")
+        if buf[i + 3] == 7:
+            codes.append(int.from_bytes(buf[i + 13:i + 17], "big"))
+        i += 9 + n
+    assert codes == [1], (codes, buf)  # PROTOCOL_ERROR
+    assert c.check("mongo_cps", [[("database", "users")]]).overall_code == OK
+    c.close()
