@@ -41,7 +41,7 @@ static bool g_on;
 static _Atomic(sl_redis *) g_clients[BR_MAX_WORKERS];
 
 int sl_redis_bridge_config(const char *url, const char *addr, bool cluster, int64_t timeout_ns,
-                           const char *secret, char *err, size_t errlen) {
+                           const char *secret, bool test_clock, char *err, size_t errlen) {
     sl_redis_opts_default(&g_opts);
     if (url != NULL && url[0] != '\0' && strcmp(url, "redis:") != 0) {
         if (sl_redis_parse_url(url, &g_opts) != SLUICE_OK) {
@@ -58,6 +58,8 @@ int sl_redis_bridge_config(const char *url, const char *addr, bool cluster, int6
         snprintf(g_opts.seeds, sizeof(g_opts.seeds), "%s", addr);
         g_opts.cluster = cluster;
     }
+    /* on the test clock the scripts must see the test's time, not Redis's */
+    if (test_clock) g_opts.time_mode = SL_REDIS_TIME_CALLER;
     if (g_opts.timeout_ns == 0) g_opts.timeout_ns = timeout_ns > 0 ? timeout_ns : 20 * SLUICE_NS_PER_MS;
     static char sec[128];
     snprintf(sec, sizeof(sec), "%s", secret ? secret : "");
