@@ -124,14 +124,19 @@ static inline bool decide64(const sl_limit *lim, const void *state, void *next, 
     } else if (s.tokens_u >= cap) {
         tok = cap;
     } else {
-        int64_t need, nf;
+        /* Full again iff el >= ns_for(need) = ceil(need*P / den), i.e. iff el*den >=
+         * need*P: the same test as tokens_at() without its division (a product too big
+         * for 64 bits is above need*P). Otherwise el*den < need*P fits, and the refill
+         * floor(el*den / P) is below need: the sum stays below cap. */
+        int64_t need;
+        uint64_t fill, have;
         if (__builtin_sub_overflow(cap, s.tokens_u, &need) ||
-            !ns_for64((uint64_t)den, P, need, &nf))
+            __builtin_mul_overflow((uint64_t)need, (uint64_t)P, &fill))
             return false;
-        /* el < nf = ceil(need*P/den) gives el*den < need*P (which fits in 64 bits) and a
-         * refill below need: the sum stays below cap. */
-        tok = el >= nf ? cap
-                       : s.tokens_u + (int64_t)((uint64_t)el * (uint64_t)den / (uint64_t)P);
+        if (__builtin_mul_overflow((uint64_t)el, (uint64_t)den, &have) || have >= fill)
+            tok = cap;
+        else
+            tok = s.tokens_u + (int64_t)(have / (uint64_t)P);
     }
     int64_t need = (int64_t)cost * SL_MICRO; /* cost <= capacity: <= cap */
     sl_tb_state ns = s;
