@@ -5,8 +5,10 @@
  * Invariants: a stream record is on the session's active list from its first HEADERS
  * until nghttp2 closes the stream; at most one reply is submitted per stream; request
  * bytes are buffered only up to 5 + the declared length, which never exceeds max_message.
- * Flow control is nghttp2's automatic mode: every DATA byte handed to the chunk callback
- * counts as consumed, so windows reopen whether or not a call still wants the bytes.
+ * Flow control bounds memory: a call's request bytes are handed back to the windows
+ * (WINDOW_UPDATE) only once the call is answered, so a connection holds at most its
+ * connection window (SL_H2_CONN_WINDOW) of bytes for calls not yet decided; bytes for a
+ * call already answered (an early error) are handed back at once.
  */
 #include "grpc/h2.h"
 
@@ -19,6 +21,8 @@
 #define H2_REPLY_CAP 32768u   /* serialized response bound (16 descriptors fit easily) */
 #define H2_POOL_MAX 64        /* stream records kept for reuse */
 #define H2_KEEP_RBUF 16384u   /* request buffers larger than this are not pooled */
+#define SL_H2_CONN_WINDOW (1u << 20) /* undecided request bytes per connection (at least
+                                         one stream window) */
 
 typedef struct h2_stream {
     int32_t id;
@@ -32,6 +36,7 @@ typedef struct h2_stream {
     uint8_t *rbuf;                 /* framed request: prefix + message */
     size_t rlen, rcap;
     uint32_t mlen;                 /* declared message length once rlen >= 5 */
+    size_t unconsumed;             /* DATA bytes not yet handed back to the windows */
     uint8_t *wbuf;                 /* framed response message */
     size_t wlen, woff;
 } h2_stream;
@@ -86,6 +91,7 @@ static void stream_free_mem(h2_stream *st) {
 
 static void stream_release(sl_h2 *h, h2_stream *st) {
     if (!st->answered && st->deadline_ns != 0) h->ndeadlines--;
+    if (st->unconsumed > 0) nghttp2_session_consume_connection(h->s, st->unconsumed);
     if (st->prev)
         st->prev->next = st->next;
     else
@@ -108,9 +114,17 @@ static void stream_release(sl_h2 *h, h2_stream *st) {
 
 /* ---- replies ----------------------------------------------------------------------- */
 
+/* Hands `n` received bytes of stream `id` back to the flow-control windows. For a stream
+ * nghttp2 no longer knows, only the connection window is counted. */
+static void give_back(sl_h2 *h, int32_t id, size_t n) {
+    if (n > 0) nghttp2_session_consume(h->s, id, n);
+}
+
 static void set_answered(sl_h2 *h, h2_stream *st, int status) {
     if (!st->answered && st->deadline_ns != 0) h->ndeadlines--;
     st->answered = true;
+    give_back(h, st->id, st->unconsumed);
+    st->unconsumed = 0;
     if (h->env != NULL && h->env->on_status != NULL) h->env->on_status(h->env->ud, status);
 }
 
@@ -357,7 +371,12 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
     (void)flags;
     sl_h2 *h = ud;
     h2_stream *st = stream_of(h, id);
-    if (st != NULL) take_data(h, st, data, len);
+    if (st == NULL || st->answered) {
+        give_back(h, id, len);
+        return 0;
+    }
+    st->unconsumed += len; /* an answer (even one take_data gives now) hands it back */
+    take_data(h, st, data, len);
     return 0;
 }
 
@@ -411,6 +430,7 @@ sl_h2 *sl_h2_create(const sl_h2_opts *opts) {
     int rc = nghttp2_option_new(&opt);
     if (rc == 0) {
         nghttp2_option_set_no_closed_streams(opt, 1);
+        nghttp2_option_set_no_auto_window_update(opt, 1);
         rc = nghttp2_session_server_new2(&h->s, cb, h, opt);
         nghttp2_option_del(opt);
     }
@@ -419,15 +439,20 @@ sl_h2 *sl_h2_create(const sl_h2_opts *opts) {
         free(h);
         return NULL;
     }
+    /* a stream window holds one whole message, so a call never waits for a WINDOW_UPDATE */
+    uint64_t sw = (uint64_t)h->o.max_message + 5;
+    uint32_t stream_window = sw < 65535 ? 65535 : sw > INT32_MAX ? INT32_MAX : (uint32_t)sw;
+    uint32_t conn_window = stream_window > SL_H2_CONN_WINDOW ? stream_window : SL_H2_CONN_WINDOW;
     nghttp2_settings_entry iv[4] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, h->o.max_streams},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, h->o.max_header_list},
-        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 20},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, stream_window},
         {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
     nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, 4);
-    /* A connection window wide enough for many calls in flight at once. */
-    nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, 1 << 24);
+    /* The connection window: many small calls in flight at once, and the bound on the
+     * bytes held for undecided calls. */
+    nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, (int32_t)conn_window);
     return h;
 }
 

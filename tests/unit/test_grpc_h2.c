@@ -92,6 +92,7 @@ typedef struct client {
     nghttp2_hd_deflater *def;
     nghttp2_hd_inflater *inf;
     buf out;                   /* bytes for the server */
+    size_t data_in;            /* DATA payload received and not yet acknowledged */
 } client;
 
 static void client_init(client *c, bool preface) {
@@ -211,6 +212,7 @@ static void parse_output(client *c, const uint8_t *p, size_t n) {
             }
             break;
         case NGHTTP2_DATA:
+            c->data_in += len; /* handed back with a WINDOW_UPDATE, as a real client does */
             if (r && r->dlen + len <= sizeof(r->data)) {
                 memcpy(r->data + r->dlen, pl, len);
                 r->dlen += len;
@@ -264,6 +266,12 @@ static int exchange(sl_h2 *h, client *c, const sl_grpc_env *env) {
     size_t n, total = 0;
     while ((n = sl_h2_send(h, ob + total, sizeof(ob) - total)) > 0) total += n;
     parse_output(c, ob, total);
+    if (c->data_in > 0) { /* the connection window for the server's responses */
+        uint8_t inc[4] = {(uint8_t)(c->data_in >> 24), (uint8_t)(c->data_in >> 16),
+                          (uint8_t)(c->data_in >> 8), (uint8_t)c->data_in};
+        frame(&c->out, NGHTTP2_WINDOW_UPDATE, 0, 0, inc, 4);
+        c->data_in = 0;
+    }
     return rc;
 }
 
@@ -748,6 +756,80 @@ static void flow_control(void) {
 /* Drain: a shutdown notice first (last stream 2^31-1: calls already on the wire are still
  * taken), the final GOAWAY a grace later naming the last stream that arrived; calls in
  * flight finish, later streams are not served, then the session is done. */
+static int n_ok;
+static void count_status(void *ud, int status) {
+    (void)ud;
+    n_ok += status == 0;
+}
+
+/* Bytes of calls not yet decided hold the connection window; answering hands them back
+ * (so a client cannot make the server buffer more than the window), early errors at once;
+ * padding never leaks window (thousands of padded calls through a 1 MiB window). */
+static void window_held_until_answered(void) {
+    fx f;
+    fx_open(&f);
+    out_reset();
+    sl_h2 *h = sl_h2_create(NULL);
+    client c;
+    client_init(&c, true);
+    exchange(h, &c, &f.env);
+    frame(&c.out, NGHTTP2_SETTINGS, NGHTTP2_FLAG_ACK, 0, NULL, 0);
+    exchange(h, &c, &f.env);
+    O.window_updates0 = 0;
+    static uint8_t m[65000];
+    memset(m, 0, sizeof(m));
+    for (uint32_t i = 0; i < 15; i++) { /* 15 x 60000 bytes of 65000-byte messages */
+        headers(&c, 1 + 2 * i, RLS, "application/grpc", false, NULL);
+        uint8_t pre[5] = {0, 0, 0, 0xfd, 0xe8};
+        frame(&c.out, NGHTTP2_DATA, 0, 1 + 2 * i, pre, 5);
+        for (int k = 0; k < 4; k++) frame(&c.out, NGHTTP2_DATA, 0, 1 + 2 * i, m, 15000);
+    }
+    T_EQ_I(exchange(h, &c, &f.env), 0);
+    T_EQ_I(O.window_updates0, 0); /* 900 KB held for 15 undecided calls */
+    T_EQ_U(sl_h2_open_calls(h), 15);
+    for (uint32_t i = 0; i < 15; i++) frame(&c.out, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1 + 2 * i, m, 4995);
+    exchange(h, &c, &f.env);
+    for (int i = 0; i < 15; i++) T_EQ_I(O.s[i].grpc, SL_GRPC_INTERNAL); /* zeros do not parse */
+    T_CHECK(O.window_updates0 > 0);
+    /* an early error gives its bytes back without waiting for the rest */
+    O.window_updates0 = 0;
+    for (uint32_t i = 15; i < 25; i++) {
+        headers(&c, 1 + 2 * i, "/no.Such/Method", "application/grpc", false, NULL);
+        frame(&c.out, NGHTTP2_DATA, 0, 1 + 2 * i, m, 16384);
+        frame(&c.out, NGHTTP2_DATA, 0, 1 + 2 * i, m, 16384);
+        frame(&c.out, NGHTTP2_DATA, 0, 1 + 2 * i, m, 16384);
+    }
+    exchange(h, &c, &f.env);
+    T_CHECK(O.window_updates0 > 0);
+    /* padded DATA: 5000 calls of ~280 bytes each through the 1 MiB window */
+    uint8_t pad[1 + 5 + sizeof(WORKED) + 255];
+    memset(pad, 0, sizeof(pad));
+    pad[0] = 255;
+    pad[5] = sizeof(WORKED);
+    memcpy(pad + 6, WORKED, sizeof(WORKED));
+    f.env.on_status = count_status;
+    f.env.ud = &f;
+    n_ok = 0;
+    for (uint32_t i = 0; i < 5000; i++) {
+        uint32_t sid = 101 + 2 * i;
+        headers(&c, sid, RLS, "application/grpc", false, NULL);
+        frame(&c.out, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_PADDED, sid, pad, sizeof(pad));
+        if (i % 100 == 99) {
+            int rc = exchange(h, &c, &f.env);
+            if (rc != 0) {
+                T_FAIL("feed failed after %u calls", i);
+                break;
+            }
+        }
+    }
+    T_EQ_I(n_ok, 5000);
+    T_EQ_I(O.goaways, 0);
+    T_CHECK(sl_h2_alive(h));
+    sl_h2_destroy(h);
+    client_free(&c);
+    fx_close(&f);
+}
+
 static void goaway_on_drain(void) {
     fx f;
     fx_open(&f);
@@ -842,6 +924,7 @@ int main(void) {
     T_RUN(deadlines);
     T_RUN(header_list_limit);
     T_RUN(flow_control);
+    T_RUN(window_held_until_answered);
     T_RUN(goaway_on_drain);
     T_RUN(broken_connections);
     T_RUN(pct_encoding);
