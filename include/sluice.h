@@ -208,6 +208,14 @@ int sluice_decide_batch(sluice_store *st, const sluice_item *items, size_t n, sl
 int sluice_settle(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
                   uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out);
 
+/* sluice_settle for a reservation made at `reserved_at` (the time passed to the decision
+ * that reserved): a refund is applied only while the window or calendar period that
+ * counted the reservation is still current (a reservation made before midnight cannot
+ * make room in the next day); charges always apply. */
+int sluice_settle_at(sluice_store *st, const sluice_limiter *lim, const void *key,
+                     size_t key_len, uint64_t reserved, uint64_t actual, sluice_time reserved_at,
+                     sluice_time now, sluice_result *out);
+
 /* Concurrency: releases a lease returned by a decision. SLUICE_ENOTFOUND when the lease
  * has already expired (its slot was reclaimed) or the key is unknown. */
 int sluice_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "algo_impl.h"
+#include "tz.h"
 
 typedef struct algo_ops {
     int (*init)(sl_limit *, const sluice_limit_spec *, char *, size_t);
@@ -134,6 +135,34 @@ void sl_algo_settle(const sl_limit *lim, const void *state, void *next, sluice_t
         return;
     }
     o->settle(lim, state, next, now, delta, r);
+}
+
+/* floor(t / period), also before 1970: the index of the wall-aligned window holding t. */
+static int64_t window_of(int64_t t, int64_t period) {
+    int64_t q = t / period;
+    return (t % period < 0) ? q - 1 : q;
+}
+
+/* Whether a reservation made at `reserved_at` may still be refunded at `now`: only while
+ * the window or calendar period that counted it is still the current one, so a refund
+ * can never create room in a window that never held the reservation. Buckets have no
+ * windows: their refunds are always valid (and capped at capacity). */
+bool sl_algo_refundable(const sl_limit *lim, sluice_time reserved_at, sluice_time now) {
+    switch (lim->algo) {
+    case SLUICE_FIXED_WINDOW:
+    case SLUICE_SLIDING_WINDOW:
+        return window_of(reserved_at.wall_ns, lim->period_ns) ==
+               window_of(now.wall_ns, lim->period_ns);
+    case SLUICE_SLIDING_LOG:
+        return now.mono_ns - reserved_at.mono_ns < lim->period_ns;
+    case SLUICE_QUOTA: {
+        int64_t a = reserved_at.wall_ns / SLUICE_NS_PER_S, b = now.wall_ns / SLUICE_NS_PER_S;
+        return sl_cal_period_start(lim->tz, lim->quota_period, a) ==
+               sl_cal_period_start(lim->tz, lim->quota_period, b);
+    }
+    default:
+        return true;
+    }
 }
 
 int64_t sl_algo_fresh_at(const sl_limit *lim, const void *state, sluice_time now) {

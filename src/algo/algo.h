@@ -115,6 +115,10 @@ bool sl_algo_decide(const sl_limit *lim, const void *state, void *next, sluice_t
 void sl_algo_settle(const sl_limit *lim, const void *state, void *next, sluice_time now,
                     int64_t delta, sl_result *r);
 
+/* Whether a refund of a reservation made at `reserved_at` is still valid at `now` (the
+ * window or calendar period that counted it is still current; always for buckets). */
+bool sl_algo_refundable(const sl_limit *lim, sluice_time reserved_at, sluice_time now);
+
 /* Concurrency: releases `lease` (from sl_result.lease). Returns false when the lease
  * already expired (nothing changed). */
 bool sl_conc_release(const sl_limit *lim, const void *state, void *next, sluice_time now,
