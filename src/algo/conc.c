@@ -203,6 +203,10 @@ void sl_conc_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
     sl_conc_state *s = state;
     int64_t w = bucket_width(lim), base;
     if (__builtin_add_overflow(s->base_ns, delta_ns, &base)) base = delta_ns < 0 ? INT64_MIN / 2 : INT64_MAX / 2;
+    /* A hostile snapshot may carry any base: keep it where -base and the rounding up
+     * cannot overflow (such an entry is long expired or far in the future either way). */
+    if (base < INT64_MIN / 2) base = INT64_MIN / 2;
+    if (base > INT64_MAX / 2) base = INT64_MAX / 2;
     s->base_ns = -floor_div(-base, w) * w;
 }
 
