@@ -26,7 +26,7 @@ pid=$!
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 # the composed script, as the client sends it (common + algorithms + main)
 lua="$root/src/redis/lua"
-for f in common gcra token_bucket fixed_window sliding_window concurrency quota leaky_bucket main; do
+for f in common gcra token_bucket fixed_window sliding_window concurrency quota leaky_bucket sliding_log main; do
   cat "$lua/$f.lua"; echo
 done >"$work/script.lua"
 body=$(cat "$work/script.lua")

@@ -36,6 +36,7 @@
 #define MAX_REDIRECTS 5
 #define MAX_RANGES 4096
 #define EXACT_COST_MAX (INT64_C(1) << 40) /* costs and deltas the scripts take */
+#define BIG_STATE (sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX)
 
 typedef struct sl_redis_node sl_redis_node;
 
@@ -133,6 +134,7 @@ struct sl_redis {
     lease_ent *leases;
     unsigned lease_mask;
     sluice_decision lease_scratch;
+    _Alignas(8) unsigned char big[2][2][BIG_STATE]; /* sliding-log scratch (decode_group) */
     unsigned fails;
     int64_t open_until; /* breaker: refusing until then (0 = closed) */
     bool half_open;
@@ -586,14 +588,29 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
         q->got_time = true;
     }
     gr->all_ok = rep->element[0]->integer == 1;
-    /* scratch: the state each item decided on (src) and its next state (dst) */
-    uint64_t src[SLUICE_MAX_ITEMS][4], dst[SLUICE_MAX_ITEMS][4];
+    /* scratch: the state each item decided on (src) and its next state (dst); small
+     * states inline, sliding logs in the client's two big buffers (a group with more
+     * than two logs is refused: reported as an error, like the memory store's arena) */
+    uint64_t small_src[SLUICE_MAX_ITEMS][4], small_dst[SLUICE_MAX_ITEMS][4];
+    void *srcp[SLUICE_MAX_ITEMS], *dstp[SLUICE_MAX_ITEMS];
     bool has[SLUICE_MAX_ITEMS], changed[SLUICE_MAX_ITEMS];
+    int nbig = 0;
+    for (int k = 0; k < gr->n; k++) {
+        const sl_limit *l = &q->it[gr->idx[k]].lim->lim;
+        if (l->state_size <= sizeof(small_src[0])) {
+            srcp[k] = small_src[k], dstp[k] = small_dst[k];
+        } else if (nbig < 2 && l->state_size <= BIG_STATE) {
+            srcp[k] = r->big[nbig][0], dstp[k] = r->big[nbig][1];
+            nbig++;
+        } else {
+            return false;
+        }
+    }
     for (int k = 0; k < gr->n; k++) {
         int i = gr->idx[k];
         rq_item *it = &q->it[i];
         const sl_limit *l = &it->lim->lim;
-        if (l->state_size > sizeof(src[0])) return false;
+        size_t ss = l->state_size;
         const redisReply *b = rep->element[3 + gr->n + k];
         int pk = -1;
         for (int j = k - 1; j >= 0; j--)
@@ -603,24 +620,25 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
             }
         if (pk >= 0) {
             has[k] = has[pk] || changed[pk];
-            memcpy(src[k], changed[pk] ? dst[pk] : src[pk], sizeof(src[k]));
+            if (srcp[k] != srcp[pk]) memcpy(srcp[k], changed[pk] ? dstp[pk] : srcp[pk], ss);
+            else if (changed[pk]) memcpy(srcp[k], dstp[pk], ss);
         } else {
             if (b->type != REDIS_REPLY_STRING) return false;
-            int pr = sl_redis_state_parse(it->lim, b->str, b->len, src[k]);
+            int pr = sl_redis_state_parse(it->lim, b->str, b->len, srcp[k]);
             if (pr < 0) return false;
             has[k] = pr == 1;
         }
         sl_result res;
         bool script_ok = rep->element[3 + k]->integer == 1;
         if (q->op == 's') {
-            sl_algo_settle(l, has[k] ? src[k] : NULL, dst[k], now, it->cost, &res);
+            sl_algo_settle(l, has[k] ? srcp[k] : NULL, dstp[k], now, it->cost, &res);
             changed[k] = true;
         } else if (q->op == 'l') {
             memset(&res, 0, sizeof(res));
             res.allowed = script_ok;
             changed[k] = false;
         } else {
-            bool ch = sl_algo_decide(l, has[k] ? src[k] : NULL, dst[k], now, (uint64_t)it->cost, &res);
+            bool ch = sl_algo_decide(l, has[k] ? srcp[k] : NULL, dstp[k], now, (uint64_t)it->cost, &res);
             changed[k] = ch && it->cost > 0;
         }
         if (script_ok != res.allowed) {

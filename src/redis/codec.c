@@ -24,6 +24,7 @@ extern const char sl_lua_sliding_window[];
 extern const char sl_lua_concurrency[];
 extern const char sl_lua_quota[];
 extern const char sl_lua_leaky_bucket[];
+extern const char sl_lua_sliding_log[];
 extern const char sl_lua_main[];
 
 #define EXACT_MAX (INT64_C(1) << 52)
@@ -76,7 +77,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void compose(void) {
     const char *parts[] = {sl_lua_common, sl_lua_gcra, sl_lua_token_bucket, sl_lua_fixed_window,
-                           sl_lua_sliding_window, sl_lua_concurrency, sl_lua_quota, sl_lua_leaky_bucket, sl_lua_main};
+                           sl_lua_sliding_window, sl_lua_concurrency, sl_lua_quota, sl_lua_leaky_bucket, sl_lua_sliding_log, sl_lua_main};
     size_t total = 0;
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) total += strlen(parts[i]) + 1;
     g_script = malloc(total + 1);
@@ -196,8 +197,12 @@ int sl_redis_params(const sluice_limiter *limiter, sluice_time now, int64_t p[4]
         p[2] = sl_cal_period_next(l->tz, l->quota_period, t);
         return SLUICE_OK;
     }
+    case SLUICE_SLIDING_LOG:
+        if (!small((uint64_t)l->period_ns)) return SLUICE_ERANGE;
+        p[0] = (int64_t)l->limit, p[1] = l->period_ns;
+        return SLUICE_OK;
     default:
-        return SLUICE_EINVAL; /* sliding_log: memory store only */
+        return SLUICE_EINVAL;
     }
 }
 
@@ -282,6 +287,27 @@ int sl_redis_state_parse(const sluice_limiter *limiter, const char *s, size_t le
         sl_quota_state *q = state;
         if (parse_ints(s, len, v, 2) < 0 || v[1] < 0) return -1;
         q->period_start_s = v[0], q->used = (uint64_t)v[1];
+        return 1;
+    }
+    case SLUICE_SLIDING_LOG: {
+        /* "s n s n ...": oldest first, at most `limit` entries */
+        sl_log_state *g = state;
+        g->head = 0;
+        g->count = 0;
+        size_t i = 0;
+        while (i < len) {
+            int64_t pr[2];
+            for (int k = 0; k < 2; k++) {
+                while (i < len && s[i] == ' ') i++;
+                size_t j = i;
+                while (j < len && s[j] != ' ') j++;
+                if (j == i || parse_ints(s + i, j - i, &pr[k], 1) < 0) return -1;
+                i = j;
+            }
+            if (g->count >= l->limit || !pair_ns(pr[0], pr[1], &g->ts[g->count])) return -1;
+            g->count++;
+            while (i < len && s[i] == ' ') i++;
+        }
         return 1;
     }
     default:

@@ -69,12 +69,13 @@ sl_hash_key sl_redis_secret_key(const void *secret, size_t len);
  * length (always < SL_REDIS_KEY_MAX). */
 size_t sl_redis_key(const sl_hash_key *sk, const sluice_limiter *lim, const void *key,
                     size_t key_len, char out[SL_REDIS_KEY_MAX]);
-/* The algorithm parameters the script needs (p[0..3]). SLUICE_EINVAL for an algorithm
- * the Redis store does not implement (sliding_log), SLUICE_ERANGE when a
+/* The algorithm parameters the script needs (p[0..3]). SLUICE_EINVAL for an unknown
+ * algorithm, SLUICE_ERANGE when a
  * parameter would exceed the scripts' exact range (values and products below 2^52). */
 int sl_redis_params(const sluice_limiter *lim, sluice_time now, int64_t p[4]);
 /* Parses one stored state string into the C state of `lim` (state buffer of
- * lim's state_size). Returns 1 parsed, 0 absent (empty), -1 malformed. */
+ * lim's state_size, up to 8 + 8 * SL_SLIDING_LOG_MAX bytes for a sliding log).
+ * Returns 1 parsed, 0 absent (empty), -1 malformed. */
 int sl_redis_state_parse(const sluice_limiter *lim, const char *s, size_t len, void *state);
 
 /* ---- the client (client.c) ------------------------------------------------------------ */

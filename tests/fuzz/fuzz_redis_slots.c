@@ -10,22 +10,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/algo.h"
 #include "redis/redis.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static sluice_limiter *lims[6];
+static sluice_limiter *lims[8];
 
 static void init_limiters(void) {
-    static const sluice_limit_spec specs[6] = {
+    static const sluice_limit_spec specs[8] = {
         {.algo = SLUICE_GCRA, .name = "g", .limit = 10, .period_ns = SLUICE_NS_PER_S},
         {.algo = SLUICE_TOKEN_BUCKET, .name = "t", .limit = 10, .period_ns = SLUICE_NS_PER_S},
         {.algo = SLUICE_FIXED_WINDOW, .name = "f", .limit = 10, .period_ns = SLUICE_NS_PER_S},
         {.algo = SLUICE_SLIDING_WINDOW, .name = "s", .limit = 10, .period_ns = SLUICE_NS_PER_S},
         {.algo = SLUICE_CONCURRENCY, .name = "c", .limit = 10, .lease_ns = SLUICE_NS_PER_S},
         {.algo = SLUICE_QUOTA, .name = "q", .limit = 10, .quota_period = SLUICE_PERIOD_DAY},
+        {.algo = SLUICE_LEAKY_BUCKET, .name = "l", .limit = 10, .period_ns = SLUICE_NS_PER_S},
+        {.algo = SLUICE_SLIDING_LOG, .name = "sl", .limit = 16, .period_ns = SLUICE_NS_PER_S},
     };
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
         int err;
         lims[i] = sluice_limiter_create(&specs[i], &err, NULL, 0);
         if (lims[i] == NULL) abort();
@@ -81,8 +84,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (sl_redis_keyslot(k, size + 3) != sl_redis_keyslot(data, size)) abort();
     }
 
-    uint64_t state[16];
-    for (int i = 0; i < 6; i++) {
+    static uint64_t state[1 + SL_SLIDING_LOG_MAX];
+    for (int i = 0; i < 8; i++) {
         int r = sl_redis_state_parse(lims[i], (const char *)data, size, state);
         if (r < -1 || r > 1) abort();
     }

@@ -302,6 +302,14 @@ static void test_equiv_leaky(void) {
     for (int i = 0; i < 2; i++) sluice_limiter_destroy(l[i]);
 }
 
+static void test_equiv_sliding_log(void) {
+    sluice_limiter *l[2] = {
+        mk(SPEC(.algo = SLUICE_SLIDING_LOG, .name = "sl", .limit = 8, .period_ns = SLUICE_NS_PER_S)),
+        mk(SPEC(.algo = SLUICE_SLIDING_LOG, .name = "sl2", .limit = 3, .period_ns = 700 * SLUICE_NS_PER_MS))};
+    run_equiv("sliding_log", l, 2, 600, 1, t_seed() + 8);
+    for (int i = 0; i < 2; i++) sluice_limiter_destroy(l[i]);
+}
+
 /* Windows of one rule share a slot (one call, all-or-nothing in the script); other rules
  * land in other slots (consume, then refund). */
 static void test_equiv_multi(void) {
@@ -593,6 +601,7 @@ int main(void) {
     T_RUN(test_equiv_concurrency);
     T_RUN(test_equiv_quota);
     T_RUN(test_equiv_leaky);
+    T_RUN(test_equiv_sliding_log);
     T_RUN(test_equiv_multi);
     T_RUN(test_local_cache);
     T_RUN(test_hot_key_strict_and_lease);
