@@ -8,7 +8,8 @@
  * "batch16" rows decide the same traffic 16 items per sluice_decide_batch call (a
  * pipelined caller); the per-decision "str+hash" rows are the comparison with naive.
  *
- * Usage: lib_bench [-s SECONDS] [NKEYS...]   (defaults: 1.5 s, 1000 100000 10000000)
+ * Usage: lib_bench [-s SECONDS] [-T 1|2] [NKEYS...]   (defaults: 1.5 s, up to 2 threads,
+ *        1000 100000 10000000; -T 1 skips the 2-thread cases)
  *        lib_bench -hash [-s SECONDS]         the hash alone, SipHash-1-3 vs -2-4
  * Output: RESULT lines, one per case (bench/run_lib.sh turns them into a table).
  */
@@ -28,6 +29,14 @@
 static inline int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* CPU time of the calling thread: on shared cores, time spent descheduled is not the
+ * store's cost; the "cpu" figures leave it out (cache effects of other work stay in). */
+static inline int64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -75,7 +84,7 @@ typedef struct run_arg {
     int batch; /* 0: one sluice_decide per decision; else items per sluice_decide_batch */
     double secs;
     uint64_t ops, allowed, errors;
-    int64_t elapsed;
+    int64_t elapsed, cpu; /* wall and this thread's CPU time, ns */
     pthread_barrier_t *bar;
 } run_arg;
 
@@ -90,6 +99,7 @@ static void *run(void *p) {
     sluice_item its[MAX_BATCH];
     sluice_result res[MAX_BATCH];
     pthread_barrier_wait(a->bar);
+    int64_t c0 = thread_cpu_ns();
     int64_t t0 = now_ns(), end = t0 + (int64_t)(a->secs * 1e9), t1;
     do {
         for (int chunk = 0; chunk < 4096; chunk++) {
@@ -120,8 +130,11 @@ static void *run(void *p) {
         t1 = now_ns();
     } while (t1 < end);
     a->elapsed = t1 - t0;
+    a->cpu = thread_cpu_ns() - c0;
     return NULL;
 }
+
+static int max_threads = 2;
 
 static void bench_case(sluice_algo algo, uint64_t nkeys, double secs) {
     sluice_store_options o = {.max_keys = nkeys, .on_full = SLUICE_EVICT_LRU};
@@ -153,32 +166,36 @@ static void bench_case(sluice_algo algo, uint64_t nkeys, double secs) {
            "bytes/key %.1f | keys %llu\n",
            name, (unsigned long long)nkeys, ins, bpk, (unsigned long long)ss.keys);
     for (int batch = 0; batch <= MAX_BATCH; batch += MAX_BATCH) {
-    double one_rate = 0;
-    for (int nt = 1; nt <= 2; nt++) {
+    double one_rate = 0, one_cpu = 0;
+    for (int nt = 1; nt <= max_threads; nt++) {
         run_arg a[2];
         pthread_t th[2];
         pthread_barrier_t bar;
         pthread_barrier_init(&bar, NULL, (unsigned)nt);
         for (int t = 0; t < nt; t++) {
-            a[t] = (run_arg){st, lim, nkeys, nt, t, batch, secs, 0, 0, 0, 0, &bar};
+            a[t] = (run_arg){st, lim, nkeys, nt, t, batch, secs, 0, 0, 0, 0, 0, &bar};
             pthread_create(&th[t], NULL, run, &a[t]);
         }
         uint64_t ops = 0, allowed = 0, errors = 0;
-        int64_t el = 0;
+        int64_t el = 0, cpu = 0;
         for (int t = 0; t < nt; t++) {
             pthread_join(th[t], NULL);
             ops += a[t].ops, allowed += a[t].allowed, errors += a[t].errors;
             if (a[t].elapsed > el) el = a[t].elapsed;
+            cpu += a[t].cpu;
         }
+        double cpu_ns = (double)cpu / (double)ops; /* CPU ns per decision, per thread */
+        if (nt == 1) one_cpu = cpu_ns;
         pthread_barrier_destroy(&bar);
         double rate = (double)ops / ((double)el / 1e9);
         double ns = 1e9 / rate * nt; /* per decision, per thread */
         if (nt == 1) one_rate = rate;
         printf("RESULT | sluice %-12s %-12s keys=%-9llu threads=%d | %8.1f ns/decision | "
-               "%12.0f decisions/s | allowed %.1f%% | scaling %.2fx | errors %llu\n",
+               "%12.0f decisions/s | allowed %.1f%% | scaling %.2fx | errors %llu | "
+               "cpu %.1f ns/decision, cpu scaling %.2fx\n",
                name, batch ? "batch16" : "str+hash", (unsigned long long)nkeys, nt, ns, rate,
                100.0 * (double)allowed / (double)ops, rate / one_rate,
-               (unsigned long long)errors);
+               (unsigned long long)errors, cpu_ns, nt * one_cpu / cpu_ns);
     }
     }
     sluice_store_stats_get(st, &ss);
@@ -228,6 +245,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-s") && i + 1 < argc)
             secs = atof(argv[++i]);
+        else if (!strcmp(argv[i], "-T") && i + 1 < argc)
+            max_threads = atoi(argv[++i]) == 1 ? 1 : 2;
         else if (!strcmp(argv[i], "-hash"))
             hash_only = 1;
         else if (nl < 16)

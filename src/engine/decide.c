@@ -169,8 +169,8 @@ static inline void one_locate(one_loc *p) {
     p->v = sl_family_cur(p->f);
     sl_table_locate(p->v->table, p->h, p->f->id, &p->loc);
     const unsigned char *slot = p->loc.base + (size_t)p->loc.home * p->loc.t->esize;
-    __builtin_prefetch(slot, 1);
-    __builtin_prefetch(slot + 64, 1); /* probe runs often cross into the next line */
+    sl_prefetch_w(slot);
+    sl_prefetch_w(slot + 64); /* probe runs often cross into the next line */
 }
 
 /* Step 1: validates the item, hashes its key, finds its shard and home slot and starts
@@ -187,7 +187,7 @@ SL_INLINE int one_prep(sluice_store *st, const sluice_item *it, one_loc *p) {
     if (p->f == NULL) return SLUICE_EINVAL;
     p->h = sl_family_hash(p->f, it->key != NULL ? it->key : "", it->key_len);
     one_locate(p);
-    __builtin_prefetch(p->loc.sh, 1);
+    sl_prefetch_w(p->loc.sh);
     return SLUICE_OK;
 }
 
