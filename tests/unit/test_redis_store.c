@@ -238,8 +238,11 @@ static void run_equiv(const char *what, sluice_limiter **lims, int nl, int steps
     /* the sequences must exercise both outcomes */
     T_CHECK(admitted > steps / 10);
     T_CHECK(rejected > steps / 20);
-    printf("     %s: %d admitted, %d rejected, %llu calls\n", what, admitted, rejected,
-           (unsigned long long)atomic_load(&sl_redis_stats_get(p.rd)->calls));
+    uint64_t refunds = atomic_load(&sl_redis_stats_get(p.rd)->refunds);
+    printf("     %s: %d admitted, %d rejected, %llu calls, %llu cross-slot refunds\n", what, admitted, rejected,
+           (unsigned long long)atomic_load(&sl_redis_stats_get(p.rd)->calls), (unsigned long long)refunds);
+    /* decisions over several rules must have taken the consume-then-refund path */
+    if (max_items > 1) T_CHECK(refunds > 10);
     pair_close(&p);
 }
 
