@@ -2,6 +2,9 @@
  * config_cmd.c -- `sluice config check FILE`: loads the file exactly as the server would,
  * prints every error as file:line:col: message (expected ...) on stderr and exits 1, or
  * prints a one-line summary and exits 0. Nothing else is printed on success.
+ * "Exactly as the server would": after loading, it also creates a memory store with the
+ * config's store settings and an engine on it (then destroys both), so every error the
+ * server reports at start (store options, limiter registration) is reported here too.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -46,6 +49,32 @@ int sl_cli_config(int argc, char **argv) {
         return 1;
     }
     const sl_settings *st = sl_config_settings(cfg);
+    /* A Redis store registers the same limiters; the memory store stands in for it (no
+     * connection is made by a check). */
+    sluice_store_options so = {0};
+    if (st->store.type == SL_STORE_MEMORY) {
+        so.max_keys = st->store.max_keys;
+        so.on_full = st->store.on_full;
+        so.shards = st->store.shards;
+    }
+    int err = 0;
+    sluice_store *store = sluice_store_create(&so, &err);
+    if (store == NULL) {
+        fprintf(stderr, "%s: store: %s\n%s: 1 error\n", path, sluice_strerror(err), path);
+        sl_config_destroy(cfg);
+        return 1;
+    }
+    char ebuf[512] = "";
+    sl_engine *eng = sl_engine_create(cfg, store, &err, ebuf, sizeof(ebuf));
+    if (eng == NULL) {
+        fprintf(stderr, "%s: %s\n%s: 1 error\n", path, ebuf[0] ? ebuf : sluice_strerror(err),
+                path);
+        sluice_store_destroy(store);
+        sl_config_destroy(cfg);
+        return 1;
+    }
+    sl_engine_destroy(eng);
+    sluice_store_destroy(store);
     bool envoy = sl_config_is_envoy(cfg);
     size_t np = sl_config_policy_count(cfg), nl = sl_config_limiter_count(cfg);
     printf("%s: ok (%s format, %zu %s, %zu limit%s, store %s)\n", path,

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/algo.h"
 #include "internal.h"
+#include "store/memory.h"
 
 #define MAX_WINDOWS 16
 
@@ -199,6 +201,8 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
                       sl_cwindow *w) {
     memset(w, 0, sizeof(*w));
     if (!sl__check_fields(cx, n, "a limit", window_fields)) return false;
+    w->line = n->line;
+    w->col = n->col;
     bool ok = true;
     const sl_ynode *rate = sl__get(n, "rate"), *quota = sl__get(n, "quota"),
                    *max = sl__get(n, "max"), *an = sl__get(n, "algorithm");
@@ -290,7 +294,14 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
                     "...} to delay other algorithms)");
             ok = false;
         } else {
-            ok &= get_duration(cx, x, &w->spec.max_delay_ns);
+            if (!get_duration(cx, x, &w->spec.max_delay_ns)) {
+                ok = false;
+            } else if (w->spec.max_delay_ns == 0) {
+                /* the library reads 0 as "no bound": spelled 0s it looks like the opposite */
+                sl__err(cx, x, "max_delay 0s would mean no bound at all (expected a positive "
+                        "duration; omit the field for no bound)");
+                ok = false;
+            }
         }
     }
     if ((x = sl__get(n, "name")) != NULL) {
@@ -305,6 +316,8 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
                 ok = false;
             } else {
                 w->label = keep(cx, s);
+                w->line = x->line;
+                w->col = x->col;
             }
         } else {
             ok = false;
@@ -366,15 +379,9 @@ static bool parse_conds(sl__ctx *cx, const sl_ynode *n, const char *what, bool l
     }
     sl_hdr_cond *c = sl__alloc(&cx->cfg->arena, (n->n ? n->n : 1) * sizeof(*c));
     if (c == NULL) return false;
-    bool ok = true;
+    bool ok = sl__check_dups(cx, n, what);
     for (size_t i = 0; i < n->n; i++) {
         const sl_ynode *k = n->v[2 * i], *v = n->v[2 * i + 1];
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(n->v[2 * j]->s, k->s) == 0) {
-                sl__err(cx, k, "duplicate field '%.60s' in %s (first at %d:%d; expected it once)", k->s, what,
-                        n->v[2 * j]->line, n->v[2 * j]->col);
-                ok = false;
-            }
         c[i].name = lower ? keep_lower(cx, k->s) : keep(cx, k->s);
         if (v->kind == SL_YMAP) {
             static const char *const pf[] = {"present", NULL};
@@ -398,6 +405,23 @@ static bool parse_conds(sl__ctx *cx, const sl_ynode *n, const char *what, bool l
     *out = c;
     *nout = n->n;
     return ok;
+}
+
+/* A path from the config, normalised exactly as request paths are (engine.c), so that
+ * `/files/%7euser` or `/a//b` still match the requests they name. A '?' or '#' would be
+ * cut off requests before matching, so it can never match: an error. */
+static const char *keep_path(sl__ctx *cx, const sl_ynode *n) {
+    size_t len = strlen(n->s);
+    if (strpbrk(n->s, "?#") != NULL) {
+        sl__err(cx, n, "path '%.60s' has a query or fragment, which requests are matched "
+                "without (expected only the path)", n->s);
+        return NULL;
+    }
+    char *out = sl__alloc(&cx->cfg->arena, len + 2);
+    if (out == NULL) return NULL;
+    size_t nl = sl__path_norm(n->s, len, out);
+    out[nl] = '\0';
+    return out;
 }
 
 static bool parse_match(sl__ctx *cx, const sl_ynode *m, sl_cpolicy *p) {
@@ -437,7 +461,8 @@ static bool parse_match(sl__ctx *cx, const sl_ynode *m, sl_cpolicy *p) {
                     "any characters)", is_scalar(e) ? e->s : "");
             ok = false;
         } else {
-            p->path = keep(cx, e->s);
+            p->path = keep_path(cx, e);
+            if (p->path == NULL) ok = false;
             p->path_kind = prefix ? SL_PATH_PREFIX
                                   : (strchr(e->s, '*') ? SL_PATH_GLOB : SL_PATH_EXACT);
         }
@@ -513,15 +538,27 @@ static bool parse_missing(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p) {
     return ok;
 }
 
+/* A configured cost: 0 is refused, since a cost-0 decision is a pure peek (nothing is
+ * ever consumed, so the limit would never apply). */
+static bool get_cost(sl__ctx *cx, const sl_ynode *n, uint64_t *out) {
+    if (!sl__get_u64(cx, n, UINT32_MAX, out)) return false;
+    if (*out == 0) {
+        sl__err(cx, n, "cost 0 would consume nothing, so the limits would never apply "
+                "(expected a cost of at least 1)");
+        return false;
+    }
+    return true;
+}
+
 static bool parse_cost(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p) {
     p->cost_explicit = true;
-    if (is_scalar(n)) return sl__get_u64(cx, n, UINT32_MAX, &p->cost_default);
+    if (is_scalar(n)) return get_cost(cx, n, &p->cost_default);
     if (n->kind != SL_YMAP) {
         sl__err(cx, n, "bad cost (expected a number or {default, from, settle, unit, "
                 "\"METHOD /path\": N})");
         return false;
     }
-    bool ok = true;
+    bool ok = sl__check_dups(cx, n, "cost");
     size_t nops = 0;
     for (size_t i = 0; i < n->n; i++)
         if (strchr(n->v[2 * i]->s, ' ') != NULL) nops++;
@@ -529,12 +566,6 @@ static bool parse_cost(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p) {
     if (p->ops == NULL) return false;
     for (size_t i = 0; i < n->n; i++) {
         const sl_ynode *k = n->v[2 * i], *v = n->v[2 * i + 1];
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(n->v[2 * j]->s, k->s) == 0) {
-                sl__err(cx, k, "duplicate field '%.60s' in cost (first at %d:%d; expected it once)", k->s,
-                        n->v[2 * j]->line, n->v[2 * j]->col);
-                ok = false;
-            }
         const char *sp = strchr(k->s, ' ');
         if (sp != NULL) {
             sl_op_cost *op = &p->ops[p->n_ops];
@@ -552,14 +583,20 @@ static bool parse_cost(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p) {
                 continue;
             }
             op->method = sl__strndup(&cx->cfg->arena, k->s, ml);
-            op->path = keep(cx, path);
-            if (!sl__get_u64(cx, v, UINT32_MAX, &op->cost)) {
+            sl_ynode pn = *k;
+            pn.s = path;
+            op->path = keep_path(cx, &pn);
+            if (op->path == NULL) {
+                ok = false;
+                continue;
+            }
+            if (!get_cost(cx, v, &op->cost)) {
                 ok = false;
                 continue;
             }
             p->n_ops++;
         } else if (strcmp(k->s, "default") == 0) {
-            ok &= sl__get_u64(cx, v, UINT32_MAX, &p->cost_default);
+            ok &= get_cost(cx, v, &p->cost_default);
         } else if (strcmp(k->s, "from") == 0) {
             ok &= sl__parse_part(cx, v, true, &p->cost_from);
             p->cost_from_set = true;
@@ -622,6 +659,15 @@ static bool parse_windows(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, sluice_
             w[i].label = keep(cx, lab);
         }
         ok &= sl__validate_spec(cx, n->v[i], &w[i], p->name ? p->name : "policy");
+        for (size_t j = 0; j < i; j++)
+            if (w[j].label != NULL && strcmp(w[j].label, w[i].label) == 0) {
+                sl__err(cx, sl__get(n->v[i], "name") ? sl__get(n->v[i], "name") : n->v[i],
+                        "limit name '%s' is used twice in this list (first at %d:%d; expected "
+                        "unique names: clients tell windows apart by them)", w[i].label,
+                        w[j].line, w[j].col);
+                ok = false;
+                break;
+            }
     }
     *out = w;
     *nout = n->n;
@@ -676,12 +722,16 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
         ok = false;
     } else {
         p->name = keep(cx, x->s);
-        for (size_t i = 0; i + 1 < cx->n_pol; i++)
-            if (cx->pol[i]->name && strcmp(cx->pol[i]->name, p->name) == 0) {
-                sl__err(cx, x, "duplicate policy name '%s' (first defined at %d:%d; expected "
-                        "unique names)", p->name, cx->pol[i]->line, cx->pol[i]->col);
-                ok = false;
-            }
+        const void *prev = NULL;
+        int r = p->name ? sl__set_put(&cx->names, p->name, strlen(p->name), p, &prev) : -1;
+        if (r < 0) {
+            cx->cfg->arena.oom = true;
+        } else if (r == 1) {
+            const sl_cpolicy *q = prev;
+            sl__err(cx, x, "duplicate policy name '%s' (first defined at %d:%d; expected "
+                    "unique names)", p->name, q->line, q->col);
+            ok = false;
+        }
     }
     if ((x = sl__get(n, "description")) != NULL && sl__get_str(cx, x, "description") == NULL)
         ok = false;
@@ -847,8 +897,16 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
                 uint64_t pct;
                 sl_ynode tmp = *r;
                 tmp.s = buf;
-                if (!sl__get_u64(cx, &tmp, 100, &pct)) ok = false;
-                else p->rollout_pct = (unsigned)pct;
+                if (!sl__get_u64(cx, &tmp, 100, &pct)) {
+                    ok = false;
+                } else if (p->react == SL_REACT_SHADOW) {
+                    /* shadow never rejects anyone: a rollout share would be ignored */
+                    sl__err(cx, x, "mode {rollout: ...} contradicts on_exceed: shadow, which "
+                            "enforces on nobody (expected one of them)");
+                    ok = false;
+                } else {
+                    p->rollout_pct = (unsigned)pct;
+                }
             }
         } else {
             sl__err(cx, x, "bad mode '%.40s' (expected enforce, shadow or {rollout: 25%%})",
@@ -887,6 +945,20 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
         }
     }
     if (p->domain == NULL) {
+        /* descriptors exist only on requests with a domain: without match.domain such a
+         * part would silently never apply */
+        if (p->plan_from_set && p->plan_from.kind == SL_PART_DESCRIPTOR) {
+            sl__err(cx, sl__get(n, "plan_from"), "plan_from descriptor.%s needs match.domain "
+                    "(expected an Envoy domain)", p->plan_from.name);
+            ok = false;
+        }
+        if (p->cost_from_set && p->cost_from.kind == SL_PART_DESCRIPTOR) {
+            const sl_ynode *cn = sl__get(n, "cost");
+            sl__err(cx, cn && cn->kind == SL_YMAP && sl__get(cn, "from") ? sl__get(cn, "from") : cn,
+                    "cost from descriptor.%s needs match.domain (expected an Envoy domain)",
+                    p->cost_from.name);
+            ok = false;
+        }
         for (size_t c = 0; c < p->n_chains; c++)
             for (size_t i = 0; i < p->chains[c].n; i++)
                 if (p->chains[c].parts[i].kind == SL_PART_DESCRIPTOR) {
@@ -1061,21 +1133,94 @@ static void parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
 
 /* ---- load --------------------------------------------------------------------------- */
 
-static void check_labels(sl__ctx *cx, const sl_ynode *root) {
-    /* Two windows rendered under one RateLimit name would be indistinguishable to clients. */
-    for (size_t i = 0; i < cx->n_pol; i++)
-        for (size_t a = 0; a < cx->pol[i]->nwin; a++)
-            for (size_t j = i; j < cx->n_pol; j++)
-                for (size_t b = (j == i ? a + 1 : 0); b < cx->pol[j]->nwin; b++)
-                    if (cx->pol[i]->win[a].label && cx->pol[j]->win[b].label &&
-                        strcmp(cx->pol[i]->win[a].label, cx->pol[j]->win[b].label) == 0 &&
-                        !cx->pol[i]->envoy && !cx->pol[j]->envoy && cx->pol[i]->name &&
-                        cx->pol[j]->name && strcmp(cx->pol[i]->name, cx->pol[j]->name) != 0) {
-                        sl__err(cx, root, "limit name '%s' is used twice (in policies '%s' and "
-                                "'%s'; expected unique names)", cx->pol[i]->win[a].label,
-                                cx->pol[i]->name, cx->pol[j]->name);
-                        return;
-                    }
+/* Two windows rendered under one RateLimit name would be indistinguishable to clients:
+ * a name repeated in another policy is reported at the repeat's `name` (a hash set of
+ * every label, so large configs stay linear). Within one policy or plan, parse_windows
+ * already refused repeats; one policy's plans may reuse a name (one plan applies). */
+static void check_labels(sl__ctx *cx) {
+    sl__set set = {0};
+    for (size_t i = 0; i < cx->n_pol; i++) {
+        const sl_cpolicy *p = cx->pol[i];
+        if (p->envoy || p->name == NULL) continue;
+        for (size_t k = 0; k <= p->n_plans; k++) {
+            const sl_cwindow *w = k == 0 ? p->win : p->plans[k - 1].win;
+            size_t nw = k == 0 ? p->nwin : p->plans[k - 1].nwin;
+            for (size_t a = 0; a < nw; a++) {
+                if (w[a].label == NULL) continue;
+                const void *prev;
+                int r = sl__set_put(&set, w[a].label, strlen(w[a].label), p, &prev);
+                if (r < 0) {
+                    cx->cfg->arena.oom = true;
+                    sl__set_free(&set);
+                    return;
+                }
+                const sl_cpolicy *q = prev;
+                if (r == 1 && q != p && strcmp(q->name, p->name) != 0) {
+                    sl_ynode at = {.kind = SL_YSCALAR, .line = w[a].line, .col = w[a].col};
+                    sl__err(cx, &at, "limit name '%s' is used twice (in policies '%s' and '%s'; "
+                            "expected unique names)", w[a].label, q->name, p->name);
+                }
+            }
+        }
+    }
+    sl__set_free(&set);
+}
+
+/* What one decision can hold, checked at load so the server never meets it per request:
+ * - the store registers at most SL_STORE_MAX_FAMILIES limiter identities, and every
+ *   engine adds OVR_LIMITERS of its own (the Envoy override windows);
+ * - sliding-log states share one scratch arena per decision (src/engine/decide.c,
+ *   BIG_ARENA: two full-size logs); states above SL_STORE_SMALL_STATE bytes come from it,
+ *   each rounded up to 8 bytes. A request may match every policy at once (we cannot prove
+ *   exclusivity of globs and headers), so the sum over policies is bounded; a policy with
+ *   plans uses one plan (or its defaults) per request, so it counts its largest.
+ *   Trade-off: conservative; a config whose sliding logs never meet on one request is
+ *   refused too, and the message says how to fit (smaller logs, or another algorithm). */
+#define OVR_LIMITERS 6 /* engine.c: envoy#override.second .. year */
+#define CFG_MAX_LIMITERS (SL_STORE_MAX_FAMILIES - OVR_LIMITERS)
+#define LOG_ARENA_BYTES (2 * (sizeof(sl_log_state) + sizeof(int64_t) * SL_SLIDING_LOG_MAX))
+
+static uint64_t log_bytes(const sl_cwindow *w, size_t nw) {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < nw; i++) {
+        if (w[i].deny_all || w[i].spec.algo != SLUICE_SLIDING_LOG) continue;
+        uint64_t ss = sizeof(sl_log_state) + sizeof(int64_t) * w[i].spec.limit;
+        if (ss > SL_STORE_SMALL_STATE) sum += (ss + 7) & ~UINT64_C(7);
+    }
+    return sum;
+}
+
+static void check_totals(sl__ctx *cx) {
+    size_t lims = 0;
+    uint64_t logs = 0;
+    bool lim_done = false, log_done = false;
+    for (size_t i = 0; i < cx->n_pol; i++) {
+        const sl_cpolicy *p = cx->pol[i];
+        sl_ynode at = {.kind = SL_YMAP, .line = p->line, .col = p->col};
+        lims += p->nwin;
+        uint64_t lb = log_bytes(p->win, p->nwin);
+        for (size_t k = 0; k < p->n_plans; k++) {
+            lims += p->plans[k].nwin;
+            uint64_t pb = log_bytes(p->plans[k].win, p->plans[k].nwin);
+            if (pb > lb) lb = pb;
+        }
+        if (lims > CFG_MAX_LIMITERS && !lim_done) {
+            sl__err(cx, &at, "too many limits: this %s brings the config to %zu limiters, more "
+                    "than the store holds (expected at most %d windows and plan windows in "
+                    "all)", p->envoy ? "rule" : "policy", lims, CFG_MAX_LIMITERS);
+            lim_done = true;
+        }
+        logs += lb;
+        if (logs > LOG_ARENA_BYTES && !log_done) {
+            sl__err(cx, &at, "sliding_log windows too large for one decision: with this %s "
+                    "they need %llu bytes of state per request, more than the %llu a "
+                    "decision holds (expected a smaller sum of sliding_log limits, about %d "
+                    "timestamps in all, or another algorithm such as sliding_window)",
+                    p->envoy ? "rule" : "policy", (unsigned long long)logs,
+                    (unsigned long long)LOG_ARENA_BYTES, 2 * SL_SLIDING_LOG_MAX);
+            log_done = true;
+        }
+    }
 }
 
 static void load_root(sl__ctx *cx, const sl_ynode *root) {
@@ -1110,7 +1255,7 @@ static void load_root(sl__ctx *cx, const sl_ynode *root) {
         else
             for (size_t i = 0; i < doms->n; i++) sl__envoy_load(cx, doms->v[i]);
     }
-    check_labels(cx, root);
+    check_labels(cx);
 }
 
 int sl_config_load_buffer(const char *buf, size_t len, const char *name, sl_config **out,
@@ -1128,6 +1273,8 @@ int sl_config_load_buffer(const char *buf, size_t len, const char *name, sl_conf
     sl__ctx cx = {.cfg = cfg, .dl = diags};
     sl_ynode *root = sl__yaml_parse(&cx, buf, len);
     if (root != NULL) load_root(&cx, root);
+    if (root != NULL && cx.errors == 0) check_totals(&cx);
+    sl__set_free(&cx.names);
     sl__arena_free(&cx.tmp);
     if (!cfg->arena.oom && cx.errors == 0) {
         cfg->pol = sl__alloc(&cfg->arena, (cx.n_pol ? cx.n_pol : 1) * sizeof(*cfg->pol));

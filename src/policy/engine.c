@@ -43,6 +43,9 @@ struct sl_engine {
     e_win ovr[OVR_UNITS];
 };
 
+static int fail(sl_verdict *v, int rc);
+static bool is_store_failure(int rc);
+
 static const int64_t ovr_secs[OVR_UNITS] = {0, 1, 60, 3600, 86400, 2592000, 31536000};
 static const char *const ovr_names[OVR_UNITS] = {"", "second", "minute", "hour",
                                                  "day", "month", "year"};
@@ -280,11 +283,14 @@ static bool unreserved(int c) {
  * also hold for //login, /./login, /x/../login and /%6Cogin, which the backend treats as
  * the same resource; otherwise a client could side-step it by rewriting the path.
  * A trailing '/' is kept (it may name another resource). Paths not starting with '/'
- * or longer than `cap` are used as they are (query still removed).
+ * are used as they are (query still removed). `out` holds at least path_len(in) bytes:
+ * the output is never longer than the input (an escape stays 3 bytes or becomes 1, and
+ * segment resolution only removes), so any length is normalised.
+ * Shared with the config loader (sl__path_norm) so config paths compare like requests.
  */
-static sl_str path_norm(sl_str in, char *out, size_t cap) {
+static sl_str path_norm(sl_str in, char *out) {
     size_t n = path_len(in);
-    if (in.p == NULL || n == 0 || in.p[0] != '/' || n >= cap) return (sl_str){in.p, n};
+    if (in.p == NULL || n == 0 || in.p[0] != '/') return (sl_str){in.p, n};
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         char c = in.p[i];
@@ -333,9 +339,16 @@ static sl_str path_norm(sl_str in, char *out, size_t cap) {
     return (sl_str){out, w};
 }
 
-/* Host without port, lowercased into buf; 0 when absent or too long. */
-static size_t host_norm(sl_str h, char *buf, size_t cap) {
-    if (h.p == NULL || h.len == 0 || h.len >= cap) return 0;
+size_t sl__path_norm(const char *in, size_t len, char *out) {
+    sl_str r = path_norm((sl_str){in, len}, out);
+    if (r.p != out) memmove(out, r.p, r.len);
+    return r.len;
+}
+
+/* Host without port and trailing dot, as a span of the request (any length: a long Host
+ * must not count as absent); its length is 0 when absent. Compared case-insensitively. */
+static sl_str host_span(sl_str h) {
+    if (h.p == NULL || h.len == 0) return (sl_str){NULL, 0};
     size_t n = h.len;
     if (h.p[0] == '[') {
         const char *rb = memchr(h.p, ']', h.len);
@@ -346,12 +359,33 @@ static size_t host_norm(sl_str h, char *buf, size_t cap) {
             n = (size_t)(c - h.p);
     }
     if (n > 1 && h.p[n - 1] == '.') n--; /* "example.com." is example.com */
-    for (size_t i = 0; i < n; i++) {
-        char ch = h.p[i];
-        buf[i] = (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch;
+    return (sl_str){n ? h.p : NULL, n};
+}
+
+static char lower_c(char ch) { return (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch; }
+
+/* sl__glob over a host compared case-insensitively (the pattern is lowercase): '*'
+ * matches any run. Iterative with one backtrack point, so linear-ish on long hosts. */
+static bool host_glob(const char *pat, const char *s, size_t len) {
+    size_t i = 0;
+    const char *star = NULL;
+    size_t star_i = 0;
+    while (i < len) {
+        if (*pat == '*') {
+            star = pat++;
+            star_i = i;
+        } else if (*pat != '\0' && *pat == lower_c(s[i])) {
+            pat++;
+            i++;
+        } else if (star != NULL) {
+            pat = star + 1;
+            i = ++star_i;
+        } else {
+            return false;
+        }
     }
-    buf[n] = '\0';
-    return n;
+    while (*pat == '*') pat++;
+    return *pat == '\0';
 }
 
 /* Client address in binary (4 or 16 bytes), IPv6 masked to `prefix` bits so one /64 is
@@ -446,15 +480,17 @@ static bool put_part(kbuf *k, const ctxreq *c, const sl_cpolicy *cp, const sl_pa
         }
         return false;
     case SL_PART_HOST: {
-        char h[256];
-        size_t n = host_norm(r->host, h, sizeof(h));
-        if (n == 0) return false;
-        kput(k, 'o', h, n);
+        sl_str h = host_span(r->host);
+        if (h.len == 0) return false;
+        size_t at = k->len + 3;
+        kput(k, 'o', h.p, h.len);
+        if (!k->overflow)
+            for (size_t i = 0; i < h.len; i++) k->p[at + i] = (unsigned char)lower_c(h.p[i]);
         return true;
     }
     case SL_PART_DESCRIPTOR: {
         sl_str v = find_entry(c->desc, pt->name, pt->name_len);
-        if (v.p == NULL) return false;
+        if (v.p == NULL || v.len == 0) return false; /* "" would be one shared bucket */
         kput(k, 'd', v.p, v.len);
         return true;
     }
@@ -573,9 +609,8 @@ static bool match_http(const sl_cpolicy *cp, const sl_request *r, sl_str path) {
         }
     }
     if (cp->host != NULL) {
-        char h[256];
-        size_t n = host_norm(r->host, h, sizeof(h));
-        if (n == 0 || !sl__glob(cp->host, h, n)) return false;
+        sl_str h = host_span(r->host);
+        if (h.len == 0 || !host_glob(cp->host, h.p, h.len)) return false;
     }
     for (size_t i = 0; i < cp->n_hdr; i++)
         if (!cond_ok(&cp->hdr[i], find_header(r, cp->hdr[i].name, strlen(cp->hdr[i].name))))
@@ -846,6 +881,7 @@ static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
     bool allowed = true;
     int dummy;
     int rc = ne ? decide_group(e, v, enf, ne, false, now, &allowed, &dummy) : SLUICE_OK;
+    if (rc != SLUICE_OK && !is_store_failure(rc)) return fail(v, rc);
     if (rc != SLUICE_OK) {
         bool closed = false;
         for (size_t i = 0; i < ne; i++) closed |= item_win(&v->items[enf[i]])->cp->fail_closed;
@@ -958,11 +994,20 @@ static const sl_edomain *find_domain(const sl_config *cfg, sl_str d) {
     return NULL;
 }
 
+/* A request the engine could not decide (not a store failure): an error answered 500,
+ * never admitted, whatever on_store_error says. */
 static int fail(sl_verdict *v, int rc) {
-    v->action = SL_FAIL;
-    v->status = 503;
+    v->action = SL_ERROR;
+    v->status = 500;
+    v->store_error = false;
     v->error = rc;
     return rc;
+}
+
+/* Failures of the shared state itself, to which on_store_error applies; every other
+ * error of a decision (ERANGE, ETOOMANY, EINVAL, ...) is the engine's and answered 500. */
+static bool is_store_failure(int rc) {
+    return rc == SLUICE_ESTORE || rc == SLUICE_EFULL || rc == SLUICE_ENOMEM || rc == SLUICE_EIO;
 }
 
 /* A descriptor carrying its own limit: counted under domain + entries in the unit's
@@ -1023,8 +1068,15 @@ int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, 
         }
         if (rc == SLUICE_OK) apply_replaces(out);
     } else {
-        char np[2048];
-        ctxreq c = {req, NULL, NULL, path_norm(req->path, np, sizeof(np))};
+        char np[SL_PATH_NORM_STACK];
+        char *buf = np;
+        size_t pl = path_len(req->path);
+        if (pl > sizeof(np)) {
+            if (req->path_scratch == NULL || req->path_scratch_len < pl)
+                return fail(out, SLUICE_ERANGE); /* never matched raw */
+            buf = req->path_scratch;
+        }
+        ctxreq c = {req, NULL, NULL, path_norm(req->path, buf)};
         for (size_t i = 0; i < e->n_pol && rc == SLUICE_OK; i++) {
             const sl_cpolicy *cp = e->pol[i].cp;
             if (cp->envoy || cp->domain != NULL || !match_http(cp, req, c.path)) continue;

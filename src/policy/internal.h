@@ -29,6 +29,25 @@ void *sl__alloc(sl__arena *a, size_t n); /* zeroed; NULL (and a->oom) when out o
 char *sl__strndup(sl__arena *a, const char *s, size_t n);
 void sl__arena_free(sl__arena *a);
 
+/* ---- string set (strset.c): duplicate checks in linear time -------------------------- */
+
+typedef struct sl__set_slot {
+    const char *key; /* borrowed; NULL = empty slot */
+    size_t len;
+    uint64_t hash;
+    const void *val;
+} sl__set_slot;
+
+typedef struct sl__set {
+    sl__set_slot *slot;
+    size_t cap, n;
+} sl__set; /* zero-initialised = empty */
+
+/* Inserts key -> val: 0 when new, 1 when already there (*prev = its value, nothing
+ * changed), -1 when out of memory. */
+int sl__set_put(sl__set *s, const char *key, size_t len, const void *val, const void **prev);
+void sl__set_free(sl__set *s);
+
 /* ---- YAML tree (temporary, built from libyaml events) ----------------------------- */
 
 typedef enum { SL_YSCALAR, SL_YMAP, SL_YSEQ } sl_ykind;
@@ -93,6 +112,7 @@ typedef enum { SL_REACT_REJECT = 0, SL_REACT_DELAY, SL_REACT_SHADOW } sl_react;
 typedef struct sl_cwindow {
     sluice_limit_spec spec;     /* spec.name/index filled per plan by the engine */
     const char *label;          /* RateLimit item name */
+    int line, col;              /* where the window's name (or the window) is written */
     bool deny_all;              /* envoy requests_per_unit: 0 (block list) */
     int envoy_unit;
     uint32_t requests_per_unit;
@@ -212,6 +232,9 @@ static inline const sl__ewin *sl__item_win(const sl_verdict_item *it) {
 
 /* ---- helpers shared between files ------------------------------------------------- */
 
+/* Normalises a path as requests are (engine.c: RFC 3986 6.2.2, query removed) into
+ * `out` (at least len bytes; the result is never longer); returns its length. */
+size_t sl__path_norm(const char *in, size_t len, char *out);
 /* glob with '*' matching any run of bytes (including '/'); exact otherwise. */
 bool sl__glob(const char *pat, const char *s, size_t len);
 /* Parses "10/s", "100/5m": limit and period. Returns false on a bad rate. */
@@ -243,6 +266,7 @@ typedef struct sl__ctx {
     size_t n_pol, cap_pol;
     sl_edomain **dom;
     size_t n_dom, cap_dom;
+    sl__set names;              /* policy names -> their sl_cpolicy (duplicate check) */
 } sl__ctx;
 
 void sl__err(sl__ctx *cx, const sl_ynode *at, const char *fmt, ...)
@@ -255,6 +279,8 @@ bool sl__parse_part(sl__ctx *cx, const sl_ynode *n, bool for_cost, sl_part *out)
 const sl_ynode *sl__get(const sl_ynode *map, const char *key);
 bool sl__check_fields(sl__ctx *cx, const sl_ynode *map, const char *what,
                       const char *const *allowed);
+/* Reports every repeated key of a mapping (linear time); false when there is one. */
+bool sl__check_dups(sl__ctx *cx, const sl_ynode *map, const char *what);
 bool sl__get_bool(sl__ctx *cx, const sl_ynode *n, bool *out);
 bool sl__get_u64(sl__ctx *cx, const sl_ynode *n, uint64_t max, uint64_t *out);
 const char *sl__get_str(sl__ctx *cx, const sl_ynode *n, const char *what);

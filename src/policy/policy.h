@@ -143,7 +143,14 @@ typedef struct sl_request {
     const sl_descriptor *descriptors;
     size_t n_descriptors;
     uint64_t hits_addend;   /* request-level; 0 = 1 */
+    /* Optional scratch for normalising a path longer than SL_PATH_NORM_STACK bytes (at
+     * least path.len bytes; normalising never lengthens a path). Without it such a path
+     * is answered as an error (SL_ERROR, 500), never matched raw. */
+    char *path_scratch;
+    size_t path_scratch_len;
 } sl_request;
+
+#define SL_PATH_NORM_STACK 16384 /* paths up to this long are normalised on the stack */
 
 /* ---- verdicts --------------------------------------------------------------------- */
 
@@ -151,7 +158,10 @@ typedef enum sl_action {
     SL_ALLOW = 0,  /* forward the request */
     SL_DELAY = 1,  /* hold it for delay_ns, then forward (consumed; see `recheck`) */
     SL_REJECT = 2, /* answer 429 (or the configured status) */
-    SL_FAIL = 3    /* store unreachable and a matching policy fails closed: 503 */
+    SL_FAIL = 3,   /* store unreachable and a matching policy fails closed: 503 */
+    SL_ERROR = 4   /* the request could not be decided (not a store failure: too many
+                      windows, keys too long, a decision the library refuses): answer 500
+                      with problem+json; never admitted, whatever on_store_error says */
 } sl_action;
 
 typedef enum sl_quota_unit {
@@ -201,14 +211,15 @@ typedef struct sl_verdict_item {
 
 typedef struct sl_verdict {
     sl_action action;
-    int status;               /* HTTP status to answer: 200, 429, 400 (missing key) or 503;
+    int status;               /* HTTP status to answer: 200, 429, 400 (missing key), 503
+                                 (store failure, fail closed) or 500 (SL_ERROR);
                                  /v1/auth may answer settings.auth_deny_status instead (set
                                  it here before sl_render_problem so the body agrees) */
     bool recheck;             /* SL_DELAY from a non-shaping reaction: nothing consumed,
                                  check again after delay_ns */
     bool shadow_limited;      /* a shadow item would have limited */
     bool store_error;         /* store failed; action follows the policies' failure mode */
-    int error;                /* that store error (SLUICE_E*) or 0 */
+    int error;                /* that store error, or SL_ERROR's cause (SLUICE_E*), or 0 */
     int64_t delay_ns;         /* SL_DELAY */
     int64_t retry_after_ns;   /* SL_REJECT: the deciding item's retry-after (or NEVER) */
     int deciding;             /* index into items, -1 when no enforced window matched */
@@ -235,8 +246,10 @@ const sl_config *sl_engine_config(const sl_engine *e);
 
 /* The full pipeline on request attributes. Thread-safe, no allocation. Returns SLUICE_OK
  * with the decision in *out (out->action), or an error (SLUICE_ETOOMANY when more than
- * SLUICE_MAX_ITEMS windows match, SLUICE_ERANGE when keys overflow the verdict) with
- * out->action = SL_FAIL. A store failure is not an error: see out->store_error. */
+ * SLUICE_MAX_ITEMS windows match, SLUICE_ERANGE when keys overflow the verdict or the
+ * decision's state does not fit, SLUICE_EINVAL) with out->action = SL_ERROR and
+ * out->status = 500: answer 500, never admit. A store failure (SLUICE_ESTORE, EFULL,
+ * ENOMEM, EIO) is not an error: see out->store_error and on_store_error. */
 int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, sl_verdict *out);
 
 /* Explicit form (SL.CHECK, /v1/check with a policy name): the named policy's windows on

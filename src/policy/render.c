@@ -127,7 +127,8 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
     buf[0] = '\0';
     if (v == NULL) return SLUICE_EINVAL;
     size_t vis[SLUICE_MAX_ITEMS];
-    size_t n = (v->action == SL_FAIL || v->missing_key_policy) ? 0 : visible(v, vis);
+    size_t n = (v->action == SL_FAIL || v->action == SL_ERROR || v->missing_key_policy)
+                   ? 0 : visible(v, vis);
     if (n > 0 && !(flags & SL_RENDER_NO_POLICY)) {
         ws(&w, "RateLimit-Policy: ");
         for (size_t i = 0; i < n; i++) {
@@ -213,12 +214,19 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
     wr w = {buf, len, 0, false};
     if (buf == NULL || len == 0) return SLUICE_ERANGE;
     buf[0] = '\0';
-    if (v == NULL || (v->action != SL_REJECT && v->action != SL_FAIL)) return SLUICE_EINVAL;
+    if (v == NULL || (v->action != SL_REJECT && v->action != SL_FAIL && v->action != SL_ERROR))
+        return SLUICE_EINVAL;
     char tid[33];
     bool has_tid = trace_id(traceparent, tid);
     const char *names[SLUICE_MAX_ITEMS];
     size_t nn = 0;
-    if (v->action == SL_FAIL) {
+    if (v->action == SL_ERROR || (v->action == SL_FAIL && v->status == 500)) {
+        /* not a store failure: the engine could not decide this request (a server that
+         * turned SL_ERROR into SL_FAIL keeps status 500, so the body still agrees) */
+        wf(&w, "{\"type\":\"about:blank\",\"title\":\"Internal Server Error\",\"status\":500,"
+               "\"detail\":\"The request could not be decided: %s.\"",
+           sluice_strerror(v->error));
+    } else if (v->action == SL_FAIL) {
         for (size_t i = 0; i < v->n; i++) {
             const sl_verdict_item *it = &v->items[i];
             if (it->shadow || it->unlimited || !item_policy(it)->fail_closed) continue;
@@ -279,6 +287,7 @@ static const char *action_name(sl_action a) {
     case SL_ALLOW: return "allow";
     case SL_DELAY: return "delay";
     case SL_REJECT: return "reject";
+    case SL_ERROR: return "error";
     default: return "fail";
     }
 }

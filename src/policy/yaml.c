@@ -311,14 +311,46 @@ bool sl__check_fields(sl__ctx *cx, const sl_ynode *map, const char *what,
                     list);
             ok = false;
         }
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(map->v[2 * j]->s, k->s) == 0) {
-                sl__err(cx, k, "duplicate field '%.60s' in %s (first at %d:%d; expected it once)",
-                        k->s, what, map->v[2 * j]->line, map->v[2 * j]->col);
-                ok = false;
-                break;
-            }
     }
+    ok &= sl__check_dups(cx, map, what);
+    return ok;
+}
+
+/* Duplicate keys of a mapping, each reported at the repeat with the first's position.
+ * Small maps compare pairs; large ones (per-client lists run to tens of thousands of
+ * keys) go through a hash set, so the check stays linear. */
+bool sl__check_dups(sl__ctx *cx, const sl_ynode *map, const char *what) {
+    if (map == NULL || map->kind != SL_YMAP) return true;
+    bool ok = true;
+    if (map->n <= 8) {
+        for (size_t i = 0; i < map->n; i++)
+            for (size_t j = 0; j < i; j++)
+                if (strcmp(map->v[2 * j]->s, map->v[2 * i]->s) == 0) {
+                    const sl_ynode *k = map->v[2 * i];
+                    sl__err(cx, k, "duplicate field '%.60s' in %s (first at %d:%d; expected it "
+                            "once)", k->s, what, map->v[2 * j]->line, map->v[2 * j]->col);
+                    ok = false;
+                    break;
+                }
+        return ok;
+    }
+    sl__set set = {0};
+    for (size_t i = 0; i < map->n; i++) {
+        const sl_ynode *k = map->v[2 * i];
+        const void *prev;
+        int r = sl__set_put(&set, k->s, strlen(k->s), k, &prev);
+        if (r < 0) {
+            cx->cfg->arena.oom = true;
+            break;
+        }
+        if (r == 1) {
+            const sl_ynode *f = prev;
+            sl__err(cx, k, "duplicate field '%.60s' in %s (first at %d:%d; expected it once)",
+                    k->s, what, f->line, f->col);
+            ok = false;
+        }
+    }
+    sl__set_free(&set);
     return ok;
 }
 
@@ -355,11 +387,16 @@ bool sl__get_bool(sl__ctx *cx, const sl_ynode *n, bool *out) {
 static bool parse_u64(const char *s, uint64_t *out) {
     if (*s == '\0') return false;
     uint64_t v = 0;
-    for (; *s; s++) {
-        if (*s == '_') continue; /* 1_000_000 reads better than 1000000 */
-        if (*s < '0' || *s > '9') return false;
+    for (const char *p = s; *p; p++) {
+        /* 1_000_000 reads better than 1000000; an underscore stands only between digits
+         * (a lone "_" or "1__0" is not a number, never a silent 0) */
+        if (*p == '_') {
+            if (p == s || p[-1] < '0' || p[-1] > '9' || p[1] < '0' || p[1] > '9') return false;
+            continue;
+        }
+        if (*p < '0' || *p > '9') return false;
         if (v > (UINT64_MAX - 9) / 10) return false;
-        v = v * 10 + (uint64_t)(*s - '0');
+        v = v * 10 + (uint64_t)(*p - '0');
     }
     *out = v;
     return true;

@@ -1,0 +1,381 @@
+/*
+ * test_policy_fixes.c -- regressions for the review of the policy layer: load-time
+ * refusals of configs the engine could not honour (sliding-log state, limiter count,
+ * zero costs and delays, contradictory modes), long paths and hosts still matched,
+ * engine errors answered as errors (never fail-open), empty descriptor values.
+ */
+#include <stdarg.h>
+
+#include "policy/policy.h"
+#include "t.h"
+
+#define SEC SLUICE_NS_PER_S
+
+static sl_diag_list DL;
+static sl_verdict V; /* big: keep it off the stack */
+
+static sl_config *try_load(const char *yaml) {
+    sl_config *cfg = NULL;
+    sl_config_load_buffer(yaml, strlen(yaml), "t.yaml", &cfg, &DL);
+    return cfg;
+}
+
+static sl_config *load(const char *yaml) {
+    sl_config *cfg = try_load(yaml);
+    if (cfg == NULL) {
+        char line[600];
+        for (size_t i = 0; i < DL.n; i++) {
+            sl_diag_format(&DL, i, line, sizeof(line));
+            fprintf(stderr, "  %s\n", line);
+        }
+        T_FAIL("config did not load");
+    }
+    return cfg;
+}
+
+/* The config is refused with an error at line:col whose message contains `needle`. */
+static void refused_at(const char *yaml, int line, int col, const char *needle) {
+    sl_config *cfg = try_load(yaml);
+    if (cfg != NULL) {
+        T_FAIL("config loaded, expected an error containing '%s'", needle);
+        sl_config_destroy(cfg);
+        return;
+    }
+    for (size_t i = 0; i < DL.n; i++)
+        if (strstr(DL.items[i].msg, needle) != NULL) {
+            if (DL.items[i].line != line || DL.items[i].col != col)
+                T_FAIL("'%s' at %d:%d, expected %d:%d", DL.items[i].msg, DL.items[i].line,
+                       DL.items[i].col, line, col);
+            return;
+        }
+    char l[600];
+    for (size_t i = 0; i < DL.n; i++) {
+        sl_diag_format(&DL, i, l, sizeof(l));
+        fprintf(stderr, "  %s\n", l);
+    }
+    T_FAIL("no error containing '%s'", needle);
+}
+
+typedef struct fx {
+    sluice_store *st;
+    sl_config *cfg;
+    sl_engine *e;
+} fx;
+
+static bool fx_open(fx *f, const char *yaml) {
+    memset(f, 0, sizeof(*f));
+    int err = 0;
+    static const uint8_t seed[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6};
+    sluice_store_options o = {0};
+    o.seed = seed;
+    f->st = sluice_store_create(&o, &err);
+    f->cfg = load(yaml);
+    if (f->cfg == NULL || f->st == NULL) return false;
+    char msg[256];
+    f->e = sl_engine_create(f->cfg, f->st, &err, msg, sizeof(msg));
+    if (f->e == NULL) T_FAIL("engine: %s", msg);
+    return f->e != NULL;
+}
+
+static void fx_close(fx *f) {
+    sl_engine_destroy(f->e);
+    sl_config_destroy(f->cfg);
+    sluice_store_destroy(f->st);
+}
+
+static sluice_time at_s(int64_t s) {
+    return (sluice_time){SEC + s * SEC, INT64_C(1767225600) * SEC + s * SEC};
+}
+
+static sl_str S(const char *s) { return (sl_str){s, s ? strlen(s) : 0}; }
+
+static sl_request req(const char *method, const char *path, const char *host) {
+    sl_request r;
+    memset(&r, 0, sizeof(r));
+    r.method = S(method);
+    r.path = S(path);
+    r.host = S(host);
+    r.client_ip = S("10.1.2.3");
+    return r;
+}
+
+/* ---- finding 1: sliding-log state per decision ------------------------------------- */
+
+/* Three large logs on one request cannot be decided: refused at load, at the policy
+ * that goes over; two full-size logs (what a decision holds) load and are enforced. */
+static void sliding_log_state_bounded_at_load(void) {
+    refused_at("policies:\n"
+               "  - name: exact\n"
+               "    objective: protection\n"
+               "    key: []\n"
+               "    algorithm: sliding_log\n"
+               "    limits: [{rate: 1000/s}, {rate: 1000/min}, {rate: 1000/h}]\n",
+               2, 5, "sliding_log windows too large");
+    /* across policies too: each fits alone, together they do not */
+    refused_at("policies:\n"
+               "  - {name: a, objective: protection, key: [], algorithm: sliding_log,\n"
+               "     limits: [{rate: 1024/s}]}\n"
+               "  - {name: b, objective: protection, key: [], algorithm: sliding_log,\n"
+               "     limits: [{rate: 1024/min}]}\n"
+               "  - {name: c, objective: protection, key: [], algorithm: sliding_log,\n"
+               "     limits: [{rate: 4/h}]}\n",
+               6, 5, "sliding_log windows too large");
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - {name: a, objective: protection, key: [], algorithm: sliding_log,\n"
+                     "     limits: [{rate: 1024/s}, {rate: 1024/min}]}\n"
+                     "  - {name: b, objective: protection, key: [], algorithm: sliding_log,\n"
+                     "     limits: [{rate: 3/s}]}\n"))
+        return;
+    int admitted = 0;
+    for (int i = 0; i < 10; i++) {
+        sl_request r = req("GET", "/", NULL);
+        T_EQ_I(sl_engine_check(f.e, &r, at_s(0), &V), SLUICE_OK);
+        T_CHECK(!V.store_error);
+        admitted += V.action == SL_ALLOW;
+    }
+    T_EQ_I(admitted, 3);
+    fx_close(&f);
+}
+
+/* An engine error is an error: SL_ERROR with status 500, never fail-open admission, and
+ * a problem body that says 500. ETOOMANY here: 33 windows match one request. */
+static void engine_errors_are_not_store_failures(void) {
+    char yaml[8192] = "policies:\n";
+    for (int p = 0; p < 3; p++) {
+        size_t o = strlen(yaml);
+        snprintf(yaml + o, sizeof(yaml) - o,
+                 "  - name: p%d\n    objective: protection\n    key: []\n"
+                 "    on_store_error: open\n    algorithm: fixed_window\n    limits:\n", p);
+        for (int w = 0; w < 11; w++) {
+            o = strlen(yaml);
+            snprintf(yaml + o, sizeof(yaml) - o, "      - {rate: %d/min}\n", w + 1);
+        }
+    }
+    fx f;
+    if (!fx_open(&f, yaml)) return;
+    sl_request r = req("GET", "/", NULL);
+    int rc = sl_engine_check(f.e, &r, at_s(0), &V);
+    T_EQ_I(rc, SLUICE_ETOOMANY);
+    T_EQ_I(V.action, SL_ERROR);
+    T_EQ_I(V.status, 500);
+    T_CHECK(!V.store_error);
+    char body[1024];
+    T_CHECK(sl_render_problem(&V, NULL, body, sizeof(body)) > 0);
+    T_CHECK(strstr(body, "\"status\":500") != NULL);
+    fx_close(&f);
+}
+
+/* ---- finding 2: long paths and hosts ------------------------------------------------ */
+
+static void long_paths_and_hosts_still_match(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - name: admin\n"
+                     "    objective: security\n"
+                     "    match: {path_prefix: /admin/}\n"
+                     "    key: []\n"
+                     "    algorithm: fixed_window\n"
+                     "    limits: [{rate: 2/h}]\n"
+                     "  - name: vhost\n"
+                     "    objective: protection\n"
+                     "    match: {host: '*.example.com'}\n"
+                     "    key: [host]\n"
+                     "    algorithm: fixed_window\n"
+                     "    limits: [{rate: 1/h}]\n"))
+        return;
+    static char path[12000];
+    memcpy(path, "//admin/", 8);
+    memset(path + 8, 'a', sizeof(path) - 9);
+    path[sizeof(path) - 1] = '\0';
+    int admitted = 0;
+    for (int i = 0; i < 5; i++) {
+        sl_request r = req("GET", path, NULL);
+        T_EQ_I(sl_engine_check(f.e, &r, at_s(0), &V), SLUICE_OK);
+        admitted += V.action == SL_ALLOW;
+    }
+    T_EQ_I(admitted, 2);
+    /* longer than the stack buffer: with caller scratch it is normalised and matched,
+     * without it an error, never a raw match that skips the policy */
+    static char huge[40000], scratch[40000];
+    memcpy(huge, "/./admin/", 9);
+    memset(huge + 9, 'b', sizeof(huge) - 10);
+    huge[sizeof(huge) - 1] = '\0';
+    sl_request r = req("GET", huge, NULL);
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(0), &V), SLUICE_ERANGE);
+    T_EQ_I(V.action, SL_ERROR);
+    r.path_scratch = scratch;
+    r.path_scratch_len = sizeof(scratch);
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(0), &V), SLUICE_OK);
+    T_EQ_I(V.action, SL_REJECT);
+    /* a Host of 300 bytes is matched (case-insensitively) and counted */
+    static char host[400];
+    memset(host, 'X', 300);
+    strcpy(host + 300, ".Example.COM:8443");
+    admitted = 0;
+    for (int i = 0; i < 3; i++) {
+        sl_request h = req("GET", "/", host);
+        T_EQ_I(sl_engine_check(f.e, &h, at_s(0), &V), SLUICE_OK);
+        T_EQ_U(V.n, 1);
+        admitted += V.action == SL_ALLOW;
+    }
+    T_EQ_I(admitted, 1);
+    fx_close(&f);
+}
+
+/* ---- finding 7: empty descriptor values ---------------------------------------------- */
+
+static void empty_descriptor_value_is_missing(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - name: users\n"
+                     "    objective: fairness\n"
+                     "    match: {domain: edge}\n"
+                     "    key: [descriptor.user]\n"
+                     "    on_missing_key: skip\n"
+                     "    algorithm: fixed_window\n"
+                     "    limits: [{rate: 1/h}]\n"))
+        return;
+    sl_entry en = {S("user"), S("")};
+    sl_descriptor d = {&en, 1, false, 0, false, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        sl_request r;
+        memset(&r, 0, sizeof(r));
+        r.domain = S("edge");
+        r.descriptors = &d;
+        r.n_descriptors = 1;
+        T_EQ_I(sl_engine_check(f.e, &r, at_s(0), &V), SLUICE_OK);
+        T_EQ_U(V.n, 0); /* skipped as missing: no shared "" bucket */
+        T_EQ_I(V.action, SL_ALLOW);
+    }
+    fx_close(&f);
+}
+
+/* ---- findings 9, 13, 16: values accepted silently ------------------------------------ */
+
+static const char *HEAD = "policies:\n  - name: p\n    objective: cost\n    key: []\n";
+
+static void silent_values_refused(void) {
+    char y[1024];
+    snprintf(y, sizeof(y), "%s    algorithm: leaky_bucket\n"
+             "    limits: [{rate: 1/s, burst: 10, max_delay: 0s}]\n", HEAD);
+    refused_at(y, 6, 48, "max_delay 0s");
+    snprintf(y, sizeof(y), "%s    cost: _\n    algorithm: fixed_window\n"
+             "    limits: [{rate: 1/h}]\n", HEAD);
+    refused_at(y, 5, 11, "bad number '_'");
+    snprintf(y, sizeof(y), "%s    cost: 0\n    algorithm: fixed_window\n"
+             "    limits: [{rate: 1/h}]\n", HEAD);
+    refused_at(y, 5, 11, "cost 0");
+    snprintf(y, sizeof(y), "%s    cost: {default: 0}\n    algorithm: fixed_window\n"
+             "    limits: [{rate: 1/h}]\n", HEAD);
+    refused_at(y, 5, 21, "cost 0");
+    snprintf(y, sizeof(y), "%s    algorithm: fixed_window\n    limits: [{rate: 1/h}]\n"
+             "    on_exceed: shadow\n    mode: {rollout: 50%%}\n", HEAD);
+    refused_at(y, 8, 11, "contradicts on_exceed: shadow");
+    snprintf(y, sizeof(y), "%s    cost: {from: descriptor.n}\n    algorithm: fixed_window\n"
+             "    limits: [{rate: 10/h}]\n", HEAD);
+    refused_at(y, 5, 18, "needs match.domain");
+    snprintf(y, sizeof(y), "%s    algorithm: fixed_window\n    limits: [{rate: 1/h}]\n"
+             "    plan_from: descriptor.plan\n    plans: {pro: {limits: [{rate: 5/h}]}}\n",
+             HEAD);
+    refused_at(y, 7, 16, "needs match.domain");
+    /* underscores between digits still read as digit groups */
+    snprintf(y, sizeof(y), "%s    cost: 1_000\n    algorithm: fixed_window\n"
+             "    limits: [{rate: 1000/h}]\n", HEAD);
+    sl_config *c = load(y);
+    sl_config_destroy(c);
+}
+
+/* A config path is normalised as requests are, so it matches the requests it names. */
+static void config_paths_normalised(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - name: tilde\n"
+                     "    objective: protection\n"
+                     "    match: {path: /files/%7euser}\n"
+                     "    key: []\n"
+                     "    algorithm: fixed_window\n"
+                     "    limits: [{rate: 1/h}]\n"
+                     "  - name: ops\n"
+                     "    objective: cost\n"
+                     "    match: {path_prefix: /a//b/./}\n"
+                     "    key: []\n"
+                     "    cost: {\"POST /a/x/../b/export\": 5}\n"
+                     "    algorithm: fixed_window\n"
+                     "    limits: [{rate: 100/h}]\n"))
+        return;
+    const char *ps[] = {"/files/%7euser", "/files/~user", "/files/%7Euser"};
+    for (int i = 0; i < 3; i++) {
+        sl_request r = req("GET", ps[i], NULL);
+        T_EQ_I(sl_engine_check(f.e, &r, at_s(0), &V), SLUICE_OK);
+        T_EQ_U(V.n, 1);
+    }
+    sl_request r = req("POST", "/a/b/export", NULL);
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(0), &V), SLUICE_OK);
+    T_EQ_U(V.n, 1);
+    T_EQ_U(V.items[0].cost, 5);
+    fx_close(&f);
+    refused_at("policies:\n  - name: q\n    objective: cost\n    match: {path: '/x?y=1'}\n"
+               "    key: []\n    algorithm: fixed_window\n    limits: [{rate: 1/h}]\n",
+               4, 19, "query or fragment");
+}
+
+/* ---- findings 10, 11, 12: counts, linear checks, positions ---------------------------- */
+
+static void limiter_count_refused_at_load(void) {
+    /* 1024 policies of 16 windows: the 1024th brings it past the store's capacity */
+    size_t cap = 1100 * 400;
+    char *y = malloc(cap);
+    if (y == NULL) return;
+    size_t o = (size_t)snprintf(y, cap, "policies:\n");
+    for (int p = 0; p < 1024; p++) {
+        o += (size_t)snprintf(y + o, cap - o, " - {name: p%d, objective: cost, key: [], "
+                              "algorithm: gcra, limits: [", p);
+        for (int w = 0; w < 16; w++)
+            o += (size_t)snprintf(y + o, cap - o, "%s{rate: %d/s}", w ? ", " : "", w + 1);
+        o += (size_t)snprintf(y + o, cap - o, "]}\n");
+    }
+    refused_at(y, 1025, 4, "too many limits");
+    free(y);
+}
+
+static void duplicate_window_names(void) {
+    refused_at("policies:\n"
+               "  - name: api\n"
+               "    objective: fairness\n"
+               "    key: [client_ip]\n"
+               "    algorithm: token_bucket\n"
+               "    limits:\n"
+               "      - { name: same, rate: 10/s, burst: 20 }\n"
+               "      - { name: same, rate: 1000/h }\n",
+               8, 17, "used twice");
+    refused_at("policies:\n"
+               "  - name: api\n"
+               "    objective: fairness\n"
+               "    key: [client_ip]\n"
+               "    algorithm: gcra\n"
+               "    limits: [{rate: 1/s}]\n"
+               "    plan_from: header.x-plan\n"
+               "    plans:\n"
+               "      pro: {limits: [{name: w, rate: 5/s}, {name: w, rate: 50/min}]}\n",
+               9, 51, "used twice");
+    /* across policies: at the repeat's name */
+    refused_at("policies:\n"
+               "  - {name: a, objective: cost, key: [], algorithm: gcra,\n"
+               "     limits: [{name: shared, rate: 1/s}]}\n"
+               "  - {name: b, objective: cost, key: [], algorithm: gcra,\n"
+               "     limits: [{rate: 2/s, name: shared}]}\n",
+               5, 33, "used twice");
+}
+
+int main(void) {
+    T_RUN(sliding_log_state_bounded_at_load);
+    T_RUN(engine_errors_are_not_store_failures);
+    T_RUN(long_paths_and_hosts_still_match);
+    T_RUN(empty_descriptor_value_is_missing);
+    T_RUN(silent_values_refused);
+    T_RUN(config_paths_normalised);
+    T_RUN(limiter_count_refused_at_load);
+    T_RUN(duplicate_window_names);
+    return T_DONE();
+}
