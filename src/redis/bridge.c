@@ -18,6 +18,32 @@
 
 #define BR_MAX_WORKERS 64
 
+/* asynchronous decisions (see the end of this file) */
+#define AREC_CALLS 4
+#define AREC_MAX 512
+
+typedef struct arec {
+    void *conn;      /* NULL: free (or the connection went away) */
+    bool waiting;    /* a call is in flight */
+    bool ready;      /* queued for resume */
+    int ncalls;      /* recorded answers */
+    int k;           /* next call index in the current pass */
+    int rc[AREC_CALLS];
+    sluice_decision dec[AREC_CALLS];
+} arec;
+
+typedef struct async_tl {
+    sl_redis_worker *w;
+    arec *recs;      /* AREC_MAX, allocated at the worker's start */
+    void *cur;       /* connection being handled (NULL: synchronous calls) */
+    arec *cur_rec;
+    bool issuing;
+    int nready;
+    arec *ready[AREC_MAX];
+} async_tl;
+
+static __thread async_tl tl;
+
 /* In caller-time mode every instance must read the same clock: the wall clock (monotonic
  * readings of different machines are unrelated). */
 static sluice_time shared_time(sluice_time t);
@@ -30,10 +56,13 @@ struct sl_redis_worker {
     int slot;
 };
 
+static void run_ready(void);
+
 static void on_outer(void *ud, uint32_t ev) {
     (void)ev;
     sl_redis_worker *w = ud;
     sl_loop_poll(&w->loop, 0);
+    run_ready();
 }
 
 static sl_redis_opts g_opts;
@@ -98,6 +127,8 @@ sl_redis_worker *sl_redis_bridge_worker_start(unsigned id, sl_loop *outer) {
         if (sl_loop_add(outer, &w->outer_io, EPOLLIN) == 0) w->outer = outer;
     }
     atomic_store(&g_clients[w->slot], w->r);
+    tl.w = w;
+    tl.recs = calloc(AREC_MAX, sizeof(*tl.recs));
     /* connect now, so that the first decision finds the connection up */
     sl_loop_poll(&w->loop, 0);
     return w;
@@ -106,6 +137,10 @@ sl_redis_worker *sl_redis_bridge_worker_start(unsigned id, sl_loop *outer) {
 void sl_redis_bridge_worker_stop(sl_redis_worker *w) {
     if (w == NULL) return;
     atomic_store(&g_clients[w->slot], NULL);
+    if (tl.w == w) {
+        free(tl.recs);
+        memset(&tl, 0, sizeof(tl));
+    }
     if (w->outer != NULL) sl_loop_del(w->outer, &w->outer_io);
     sl_redis_destroy(w->r);
     sl_loop_deinit(&w->loop);
@@ -199,4 +234,127 @@ int sl_redis_bridge_metrics(char *buf, size_t cap) {
                  sl_redis_bridge_ready() ? 1 : 0);
     if (n > 0 && (size_t)n < cap - off) off += (size_t)n;
     return (int)off;
+}
+
+/* ---- asynchronous decisions for HTTP and RESP connections (suspend and replay) -------
+ * A connection's handler runs with sl_redis_bridge_enter(conn): its first store call
+ * is sent asynchronously and answered SL_REDIS_PENDING, the handler returns without
+ * replying and the connection suspends (stops processing its input). When the answer
+ * arrives, the connection is resumed from the worker's loop and the same request is
+ * handled again: this time the recorded answer is returned in order (a request needing
+ * several store calls, e.g. a rejection's peek, suspends once per call). Decisions of
+ * all connections of one loop turn thus travel in one pipelined write per Redis node.
+ * Resumes never run inside another handler (they are queued and run from the worker's
+ * loop), so the worker's scratch verdict is never shared by two requests.
+ */
+
+static void (*g_resume)(void *conn);
+
+void sl_redis_bridge_set_resume(void (*fn)(void *conn)) { g_resume = fn; }
+
+static arec *arec_find(void *conn, bool create) {
+    if (tl.recs == NULL) return NULL;
+    size_t h = ((uintptr_t)conn >> 4) % AREC_MAX;
+    for (size_t i = 0; i < AREC_MAX; i++) {
+        arec *a = &tl.recs[(h + i) % AREC_MAX];
+        if (a->conn == conn) return a;
+        if (create && a->conn == NULL && !a->waiting && !a->ready) {
+            memset(a, 0, sizeof(*a) - sizeof(a->dec));
+            a->conn = conn;
+            return a;
+        }
+    }
+    return NULL;
+}
+
+static void arec_free(arec *a) {
+    a->conn = NULL;
+    a->ncalls = a->k = 0;
+}
+
+void sl_redis_bridge_enter(void *conn) {
+    if (tl.w == NULL || g_resume == NULL) return;
+    tl.cur = conn;
+    tl.cur_rec = arec_find(conn, false);
+    if (tl.cur_rec) tl.cur_rec->k = 0;
+}
+
+bool sl_redis_bridge_leave(void *conn) {
+    (void)conn;
+    arec *a = tl.cur_rec;
+    tl.cur = NULL;
+    tl.cur_rec = NULL;
+    if (a == NULL) return false;
+    if (a->waiting) return true; /* suspended: resumed when the answer arrives */
+    arec_free(a);                /* the request is answered: its record goes */
+    return false;
+}
+
+void sl_redis_bridge_forget(void *conn) {
+    arec *a = arec_find(conn, false);
+    if (a == NULL) return;
+    /* a call in flight keeps the record until its answer (then it is dropped) */
+    a->conn = NULL;
+    if (!a->waiting && !a->ready) arec_free(a);
+}
+
+static void async_cb(void *ud, int rc, const sluice_decision *d) {
+    arec *a = ud;
+    if (a->ncalls < AREC_CALLS) {
+        a->rc[a->ncalls] = rc;
+        if (d != NULL) a->dec[a->ncalls] = *d;
+        a->ncalls++;
+    }
+    a->waiting = false;
+    if (tl.issuing) return; /* answered at once: the caller reads it now */
+    if (a->conn == NULL) {  /* the connection went away meanwhile */
+        arec_free(a);
+        return;
+    }
+    if (!a->ready && tl.nready < AREC_MAX) {
+        a->ready = true;
+        tl.ready[tl.nready++] = a;
+    }
+}
+
+/* Resumes the connections whose answers arrived (from the worker's loop only). */
+static void run_ready(void) {
+    while (tl.nready > 0) {
+        arec *a = tl.ready[--tl.nready];
+        a->ready = false;
+        if (a->conn == NULL) {
+            arec_free(a);
+            continue;
+        }
+        if (g_resume) g_resume(a->conn);
+    }
+}
+
+int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, sluice_time now,
+                                 sluice_decision *out) {
+    sl_redis_worker *w = ctx;
+    if (w == NULL) return SLUICE_ESTORE;
+    if (tl.cur == NULL) return sl_redis_bridge_decide(ctx, items, n, now, out);
+    arec *a = tl.cur_rec;
+    if (a == NULL) a = tl.cur_rec = arec_find(tl.cur, true);
+    if (a == NULL) return sl_redis_bridge_decide(ctx, items, n, now, out); /* table full */
+    int k = a->k++;
+    if (k < a->ncalls) {
+        *out = a->dec[k];
+        return a->rc[k];
+    }
+    if (k >= AREC_CALLS || a->waiting) return sl_redis_bridge_decide(ctx, items, n, now, out);
+    a->waiting = true;
+    tl.issuing = true;
+    int rc = sl_redis_decide(w->r, items, n, shared_time(now), async_cb, a);
+    tl.issuing = false;
+    if (rc != SLUICE_OK) {
+        a->waiting = false;
+        return rc;
+    }
+    if (!a->waiting && k < a->ncalls) { /* answered without a round trip */
+        *out = a->dec[k];
+        return a->rc[k];
+    }
+    return SL_REDIS_PENDING;
 }

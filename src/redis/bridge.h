@@ -38,6 +38,19 @@ int sl_redis_bridge_settle(void *ctx, const sluice_limiter *lim, const void *key
 int sl_redis_bridge_release(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
                             uint64_t lease, sluice_time now);
 
+/* Asynchronous form for HTTP and RESP connections (suspend and replay, see bridge.c):
+ * the server calls enter(conn) before handling a request and leave(conn) after it; a
+ * true from leave means the request waits for the store (do not consume it; the resume
+ * function registered with set_resume handles it again later). forget(conn) when the
+ * connection closes. The store hook returns SL_REDIS_PENDING to the engine meanwhile. */
+#define SL_REDIS_PENDING (-1000)
+void sl_redis_bridge_set_resume(void (*fn)(void *conn));
+void sl_redis_bridge_enter(void *conn);
+bool sl_redis_bridge_leave(void *conn);
+void sl_redis_bridge_forget(void *conn);
+int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, sluice_time now,
+                                 sluice_decision *out);
+
 /* Every worker's client connected with its breaker closed (true when not Redis). */
 bool sl_redis_bridge_ready(void);
 /* Prometheus text of the summed counters into buf; returns bytes written. */
