@@ -4,13 +4,15 @@
 # after the other in the same run, then a table of ns/decision with ratios sluice/naive.
 # Needs BUILD_DIR/libsluice.a (make bench builds it in Release).
 #   LIB_BENCH_SECONDS (default 1.5) per timed case; LIB_BENCH_KEYS (default "1000 100000
-#   10000000"; the 10M case needs ~1 GiB between the two programs).
+#   10000000"; the 10M case needs ~1 GiB between the two programs); LIB_BENCH_REPS
+#   (default 1) runs of the whole sequence, the table then shows medians over them.
 set -euo pipefail
 build=$(cd "${1:?usage: bench/run_lib.sh BUILD_DIR}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 secs=${LIB_BENCH_SECONDS:-1.5}
 keys=${LIB_BENCH_KEYS:-"1000 100000 10000000"}
+reps=${LIB_BENCH_REPS:-1}
 lib="$build/libsluice.a"
 [ -f "$lib" ] || { echo "run_lib.sh: $lib not found (build the library first)"; exit 1; }
 work=$(mktemp -d)
@@ -27,48 +29,58 @@ cc=${CC:-gcc}
 : >"$work/naive.txt"
 : >"$work/lib.txt"
 "$work/lib_bench" -hash -s 0.5 | tee -a "$work/lib.txt"
-for n in $keys; do
-  echo "-- $n keys: naive unlocked table (one thread, no expiry, no eviction)"
-  "$work/naive_tb" -s "$secs" "$n" | tee -a "$work/naive.txt"
-  echo "-- $n keys: sluice memory store (thread-safe, bounded, expiring)"
-  "$work/lib_bench" -s "$secs" "$n" | tee -a "$work/lib.txt"
+for r in $(seq "$reps"); do
+  for n in $keys; do
+    echo "-- $n keys: naive unlocked table (one thread, no expiry, no eviction)"
+    "$work/naive_tb" -s "$secs" "$n" | tee -a "$work/naive.txt"
+    echo "-- $n keys: sluice memory store (thread-safe, bounded, expiring)"
+    "$work/lib_bench" -s "$secs" "$n" | tee -a "$work/lib.txt"
+  done
 done
 
-/usr/bin/python3 - "$work/naive.txt" "$work/lib.txt" <<'EOF'
-import re, sys
-naive, lib = {}, {}
+/usr/bin/python3 - "$work/naive.txt" "$work/lib.txt" "$reps" <<'EOF'
+import re, sys, statistics
+from collections import defaultdict
+naive, lib = defaultdict(list), {}
 for line in open(sys.argv[1]):
     m = re.search(r'C naive token bucket (\S+)\s+keys=(\d+)\s*\|\s*([\d.]+) ns', line)
     if m and m.group(1) == 'str+hash':
-        naive[int(m.group(2))] = float(m.group(3))
+        naive[int(m.group(2))].append(float(m.group(3)))
 for line in open(sys.argv[2]):
     m = re.search(r'sluice (\S+)\s+(\S+)\s+keys=(\d+)\s+threads=(\d)\s*\|\s*([\d.]+) ns', line)
     if not m:
         continue
     algo, case, n, t, ns = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), float(m.group(5))
-    d = lib.setdefault((algo, n), {})
+    d = lib.setdefault((algo, n), defaultdict(list))
     if case == 'insert':
         b = re.search(r'bytes/key ([\d.]+)', line)
-        d['bytes'] = float(b.group(1))
+        d['bytes'].append(float(b.group(1)))
     else:
         pre = 'b' if case.startswith('batch') else ''
-        d[pre + 'ns%d' % t] = ns
-        s = re.search(r'scaling ([\d.]+)x', line)
+        d[pre + 'ns%d' % t].append(ns)
+        s = re.search(r'\| scaling ([\d.]+)x', line)
+        c = re.search(r'cpu scaling ([\d.]+)x', line)
         if t == 2:
-            d[pre + 'scale'] = float(s.group(1))
+            d[pre + 'scale'].append(float(s.group(1)))
+            d[pre + 'cscale'].append(float(c.group(1)) if c else 0)
 print()
-print('| keys | naive ns | algo | sluice ns (1 thread) | ratio sluice/naive | 2 threads ns/thread | 2T/1T throughput | bytes/key | batch16 ns (1T) | batch16/naive | batch16 2T/1T |')
-print('|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|')
+print('| keys | naive ns | algo | sluice ns (1 thread) | ratio sluice/naive | 2 threads ns/thread | 2T/1T throughput | 2T/1T (CPU time) | bytes/key | batch16 ns (1T) | batch16/naive | batch16 2T/1T | batch16 2T/1T (CPU time) |')
+print('|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+med = lambda v: statistics.median(v) if v else 0
+naive = {n: med(v) for n, v in naive.items()}
 for (algo, n), d in sorted(lib.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    d = {k: med(v) for k, v in d.items()}
     nv = naive.get(n)
     ratio = '%.2fx' % (d.get('ns1', 0) / nv) if nv else 'n/a'
     bratio = '%.2fx' % (d.get('bns1', 0) / nv) if nv else 'n/a'
-    print('| %d | %s | %s | %.1f | %s | %.1f | %.2fx | %.1f | %.1f | %s | %.2fx |' % (
+    print('| %d | %s | %s | %.1f | %s | %.1f | %.2fx | %.2fx | %.1f | %.1f | %s | %.2fx | %.2fx |' % (
         n, '%.1f' % nv if nv else 'n/a', algo, d.get('ns1', 0), ratio, d.get('ns2', 0),
-        d.get('scale', 0), d.get('bytes', 0), d.get('bns1', 0), bratio, d.get('bscale', 0)))
+        d.get('scale', 0), d.get('cscale', 0), d.get('bytes', 0), d.get('bns1', 0), bratio,
+        d.get('bscale', 0), d.get('bcscale', 0)))
 print()
 print('targets: ratio <= 1.2x at 100k and 10M keys; 2T/1T >= 1.8x; <= 48 bytes/key.')
 print('batch16: the same traffic 16 items per sluice_decide_batch call (pipelined callers);')
-print('the per-decision columns are the comparison the targets refer to.')
-print('The cores are shared: figures from one run, noisy; compare only within this run.')
+print('the per-decision columns are the comparison the targets refer to. "CPU time": the same')
+print('scaling from per-thread CPU time (time descheduled by other work on the cores left out).')
+print('The cores are shared: figures are medians over %s run(s), noisy; compare only within this run.' % sys.argv[3])
 EOF
