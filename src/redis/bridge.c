@@ -290,6 +290,8 @@ bool sl_redis_bridge_leave(void *conn) {
     return false;
 }
 
+bool sl_redis_bridge_pending(void) { return tl.cur_rec != NULL && tl.cur_rec->waiting; }
+
 void sl_redis_bridge_forget(void *conn) {
     arec *a = arec_find(conn, false);
     if (a == NULL) return;
@@ -343,7 +345,8 @@ int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, 
         *out = a->dec[k];
         return a->rc[k];
     }
-    if (k >= AREC_CALLS || a->waiting) return sl_redis_bridge_decide(ctx, items, n, now, out);
+    if (a->waiting) return SL_REDIS_PENDING; /* one call in flight per pass: the rest next pass */
+    if (k >= AREC_CALLS) return sl_redis_bridge_decide(ctx, items, n, now, out);
     a->waiting = true;
     tl.issuing = true;
     int rc = sl_redis_decide(w->r, items, n, shared_time(now), async_cb, a);

@@ -48,6 +48,9 @@ void sl_redis_bridge_set_resume(void (*fn)(void *conn));
 void sl_redis_bridge_enter(void *conn);
 bool sl_redis_bridge_leave(void *conn);
 void sl_redis_bridge_forget(void *conn);
+/* True inside a handler whose request now waits for the store: reply nothing, count
+ * nothing (the request is handled again when the answer is there). */
+bool sl_redis_bridge_pending(void);
 int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, sluice_time now,
                                  sluice_decision *out);
 
