@@ -20,7 +20,7 @@
 
 /* asynchronous decisions (see the end of this file) */
 #define AREC_CALLS 4
-#define AREC_MAX 512
+#define AREC_MAX 256 /* suspended requests per worker (beyond: synchronous) */
 
 typedef struct arec {
     void *conn;      /* NULL: free (or the connection went away) */
