@@ -1008,7 +1008,7 @@ static void copy_str(sl__ctx *cx, const sl_ynode *n, const char *what, char *out
 
 static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     static const char *const f[] = {"type", "max_keys", "on_full", "shards", "snapshot",
-                                    "addr", "timeout", "key_secret", NULL};
+                                    "addr", "timeout", "key_secret", "max_tokens", NULL};
     if (!sl__check_fields(cx, n, "store", f) && n->kind != SL_YMAP) return;
     const sl_ynode *x = sl__get(n, "type");
     if (x != NULL) {
@@ -1030,6 +1030,11 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
         if ((x = sl__get(n, wrong[i])) != NULL)
             sl__err(cx, x, "field '%s' does not apply to a %s store (expected it only with "
                     "type: %s)", wrong[i], mem ? "memory" : "redis", mem ? "redis" : "memory");
+    /* outstanding settle/release tokens (both store types; see sl_token_table) */
+    if ((x = sl__get(n, "max_tokens")) != NULL &&
+        sl__get_u64(cx, x, UINT64_C(1) << 26, &st->store.max_tokens) && st->store.max_tokens == 0)
+        sl__err(cx, x, "max_tokens 0 would refuse every settle and release (expected at least "
+                "1, or omit it for %d)", SL_TOKENS_DEFAULT);
     if ((x = sl__get(n, "max_keys")) != NULL && mem)
         sl__get_u64(cx, x, UINT64_C(1) << 40, &st->store.max_keys);
     if ((x = sl__get(n, "on_full")) != NULL && mem) {

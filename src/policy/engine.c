@@ -33,6 +33,8 @@ typedef struct sl__epol {
 struct sl_engine {
     const sl_config *cfg;
     sluice_store *store;
+    sl_token_table *tokens;
+    bool shared_tokens; /* from the per-store registry (sl_engine_create): drop a ref */
     size_t n_pol;
     e_pol *pol;
     size_t n_all;
@@ -123,8 +125,58 @@ static int make_win(sl_engine *e, e_pol *ep, e_win *w, const sl_cwindow *cw, con
     return SLUICE_OK;
 }
 
+/* The token table of each store with live engines made by sl_engine_create: a reload
+ * that creates the new engine before destroying the old one keeps the table (and the
+ * outstanding tokens). Create/destroy only take this lock, never a check. */
+typedef struct tok_reg {
+    struct tok_reg *next;
+    const sluice_store *store;
+    sl_token_table *table;
+    size_t refs;
+} tok_reg;
+static tok_reg *tok_regs;
+static pthread_mutex_t tok_reg_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static sl_token_table *tok_ref(const sluice_store *st, size_t capacity, int *err) {
+    pthread_mutex_lock(&tok_reg_mu);
+    tok_reg *r = tok_regs;
+    while (r != NULL && r->store != st) r = r->next;
+    if (r == NULL && (r = calloc(1, sizeof(*r))) != NULL) {
+        r->table = sl_token_table_create(capacity, err);
+        if (r->table == NULL) {
+            free(r);
+            r = NULL;
+        } else {
+            r->store = st;
+            r->next = tok_regs;
+            tok_regs = r;
+        }
+    } else if (r == NULL && err) {
+        *err = SLUICE_ENOMEM;
+    }
+    if (r != NULL) r->refs++;
+    pthread_mutex_unlock(&tok_reg_mu);
+    return r ? r->table : NULL;
+}
+
+static void tok_unref(sl_token_table *t) {
+    pthread_mutex_lock(&tok_reg_mu);
+    for (tok_reg **pp = &tok_regs; *pp != NULL; pp = &(*pp)->next)
+        if ((*pp)->table == t) {
+            tok_reg *r = *pp;
+            if (--r->refs == 0) {
+                *pp = r->next;
+                sl_token_table_destroy(r->table);
+                free(r);
+            }
+            break;
+        }
+    pthread_mutex_unlock(&tok_reg_mu);
+}
+
 void sl_engine_destroy(sl_engine *e) {
     if (e == NULL) return;
+    if (e->shared_tokens && e->tokens != NULL) tok_unref(e->tokens);
     for (int u = 1; u < OVR_UNITS; u++) sluice_limiter_destroy(e->ovr[u].lim);
     for (size_t i = 0; i < e->n_all; i++)
         if (e->all[i] != NULL) sluice_limiter_destroy(e->all[i]->lim);
@@ -141,6 +193,25 @@ void sl_engine_destroy(sl_engine *e) {
 
 sl_engine *sl_engine_create(const sl_config *cfg, sluice_store *store, int *err, char *errbuf,
                             size_t errbuf_len) {
+    if (cfg == NULL || store == NULL)
+        return sl_engine_create_with(cfg, store, NULL, err, errbuf, errbuf_len);
+    int terr = 0;
+    sl_token_table *t = tok_ref(store, (size_t)cfg->settings.store.max_tokens, &terr);
+    if (t == NULL) {
+        if (err) *err = terr ? terr : SLUICE_ENOMEM;
+        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "token table: %s",
+                                           sluice_strerror(terr ? terr : SLUICE_ENOMEM));
+        return NULL;
+    }
+    sl_engine *e = sl_engine_create_with(cfg, store, t, err, errbuf, errbuf_len);
+    if (e == NULL) tok_unref(t);
+    else e->shared_tokens = true;
+    return e;
+}
+
+sl_engine *sl_engine_create_with(const sl_config *cfg, sluice_store *store,
+                                 sl_token_table *tokens, int *err, char *errbuf,
+                                 size_t errbuf_len) {
     char scratch[8];
     if (errbuf == NULL || errbuf_len == 0) {
         errbuf = scratch;
@@ -148,15 +219,16 @@ sl_engine *sl_engine_create(const sl_config *cfg, sluice_store *store, int *err,
     }
     errbuf[0] = '\0';
     int rc = SLUICE_ENOMEM;
-    if (cfg == NULL || store == NULL) {
+    if (cfg == NULL || store == NULL || tokens == NULL) {
         if (err) *err = SLUICE_EINVAL;
-        snprintf(errbuf, errbuf_len, "no config or no store");
+        snprintf(errbuf, errbuf_len, "no config, no store or no token table");
         return NULL;
     }
     sl_engine *e = calloc(1, sizeof(*e));
     if (e == NULL) goto fail;
     e->cfg = cfg;
     e->store = store;
+    e->tokens = tokens;
     e->pol = calloc(cfg->n_pol ? cfg->n_pol : 1, sizeof(*e->pol));
     e->all = calloc(cfg->n_limiters + cfg->n_pol + 1, sizeof(*e->all));
     if (e->pol == NULL || e->all == NULL) goto fail;
@@ -640,6 +712,8 @@ static void verdict_init(sl_verdict *v) {
     v->n = 0;
     v->keys_used = 0;
     v->missing_key_policy = NULL;
+    v->token_id = 0;
+    v->decided_at = (sluice_time){0, 0};
 }
 
 static bool in_rollout(const sl_cpolicy *cp, const unsigned char *key, size_t len) {
@@ -869,7 +943,37 @@ static void overrides(const sl_engine *e, sl_verdict *v, const size_t *enf, size
 /* The second half of every check: one decision over the enforced items, shadow policies
  * each on their own (a shadow rule never blocks another rule's counting), then the
  * reaction of the policies that rejected. */
+/* Records the single-use token id of an admitted verdict that holds something to settle
+ * or release, alive until the longest of its windows (a reservation can be settled while
+ * the window or period that counted it lasts) and leases. */
+static void issue_token(const sl_engine *e, sl_verdict *v, sluice_time now) {
+    unsigned pending = 0;
+    int64_t life = SLUICE_NS_PER_S;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        const e_win *w = item_win(it);
+        if (it->unlimited || !it->consumed || w->lim == NULL) continue;
+        const sluice_limit_spec *sp = &w->cw->spec;
+        if (it->settle) {
+            pending |= SL_TOK_SETTLE;
+            if (it->result.reset_after_ns > life) life = it->result.reset_after_ns;
+            if (sp->period_ns > life) life = sp->period_ns;
+            /* calendar quotas: a charge may still come in the next period */
+            if (w->info.window_s > 0 && w->info.window_s * SLUICE_NS_PER_S > life)
+                life = w->info.window_s * SLUICE_NS_PER_S;
+        }
+        if (it->result.lease != 0) {
+            pending |= SL_TOK_RELEASE;
+            if (sp->lease_ns > life) life = sp->lease_ns;
+        }
+    }
+    if (pending == 0) return;
+    int64_t exp = now.mono_ns > INT64_MAX - life ? INT64_MAX : now.mono_ns + life;
+    v->token_id = sl__token_issue(e->tokens, pending, exp, now.mono_ns);
+}
+
 static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
+    v->decided_at = now;
     if (v->missing_key_policy != NULL) {
         v->action = SL_REJECT;
         v->status = 400;
@@ -944,6 +1048,7 @@ static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
             v->action = SL_DELAY;
             v->delay_ns = delay;
         }
+        issue_token(e, v, now);
         return SLUICE_OK;
     }
     /* Delay instead of reject only when every rejecting policy allows a delay that long:
@@ -1127,6 +1232,12 @@ static bool admitted(const sl_verdict *v) {
 int sl_engine_release(const sl_engine *e, const sl_verdict *v, sluice_time now) {
     if (e == NULL || v == NULL) return SLUICE_EINVAL;
     if (!admitted(v)) return SLUICE_OK;
+    bool any = false;
+    for (size_t i = 0; i < v->n; i++)
+        any |= v->items[i].result.lease != 0 && !v->items[i].unlimited && v->items[i].consumed;
+    if (!any) return SLUICE_OK;
+    if (!sl__token_take(e->tokens, v->token_id, SL_TOK_RELEASE, now.mono_ns))
+        return SLUICE_ENOTFOUND; /* released already (or its token was) */
     int first = SLUICE_OK;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
@@ -1141,13 +1252,19 @@ int sl_engine_release(const sl_engine *e, const sl_verdict *v, sluice_time now) 
 int sl_engine_settle(const sl_engine *e, const sl_verdict *v, uint64_t actual, sluice_time now) {
     if (e == NULL || v == NULL) return SLUICE_EINVAL;
     if (!admitted(v)) return SLUICE_EINVAL; /* nothing was reserved */
+    bool any = false;
+    for (size_t i = 0; i < v->n; i++)
+        any |= v->items[i].settle && !v->items[i].unlimited && v->items[i].consumed;
+    if (!any) return SLUICE_EINVAL;
+    if (!sl__token_take(e->tokens, v->token_id, SL_TOK_SETTLE, now.mono_ns))
+        return SLUICE_ENOTFOUND; /* settled already (or its token was) */
     int first = SLUICE_OK;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
         if (!it->settle || it->unlimited || !it->consumed || item_win(it)->lim == NULL) continue;
         sluice_result r;
-        int rc = sluice_settle(e->store, item_win(it)->lim, v->keys + it->key_off, it->key_len,
-                               it->cost, actual, now, &r);
+        int rc = sluice_settle_at(e->store, item_win(it)->lim, v->keys + it->key_off,
+                                  it->key_len, it->cost, actual, v->decided_at, now, &r);
         if (rc != SLUICE_OK && first == SLUICE_OK) first = rc;
     }
     return first;
@@ -1188,15 +1305,20 @@ static sl_hash128 token_mac(const char *p, size_t n) {
     return sl_siphash128(&token_key, p, n, 2, 4);
 }
 
-/* Format: "t1" then per item to settle or release ";NAMEHEX,INDEX,KEYHEX,COST,LEASE,S",
- * then ".MAC" (32 hex digits).
+/* Format: "t2,ID,MONO,WALL" (the single-use id and the decision time, decimal), then per
+ * item to settle or release ";NAMEHEX,INDEX,KEYHEX,COST,LEASE,S", then ".MAC" (32 hex
+ * digits).
  * Why names rather than indices: a token must stay meaningful across a reload, and the
  * limiter identity (name + index) is exactly what survives one. */
 int sl_verdict_token(const sl_verdict *v, char *buf, size_t len) {
     if (v == NULL || buf == NULL || len < 3) return SLUICE_ERANGE;
     size_t off = 0;
     buf[off++] = 't';
-    buf[off++] = '1';
+    buf[off++] = '2';
+    if (!put_fmt(buf, len, &off, ",%llu", v->token_id) ||
+        !put_fmt(buf, len, &off, ",%llu", (unsigned long long)(uint64_t)v->decided_at.mono_ns) ||
+        !put_fmt(buf, len, &off, ",%llu", (unsigned long long)(uint64_t)v->decided_at.wall_ns))
+        return SLUICE_ERANGE;
     if (admitted(v))
         for (size_t i = 0; i < v->n; i++) {
             const sl_verdict_item *it = &v->items[i];
@@ -1247,18 +1369,46 @@ static size_t get_hex(const char *s, size_t n, unsigned char *out, size_t cap, b
     return n / 2;
 }
 
+/* A decimal uint64 (token fields: ids and times use the whole 64-bit range). */
 static bool get_num(const char *s, size_t n, uint64_t *out) {
-    sl_str v = {s, n};
-    return parse_cost_str(v, out);
+    if (n == 0 || n > 20) return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
 }
 
 typedef int (*token_fn)(const sl_engine *e, const e_win *w, const unsigned char *key,
                         size_t klen, uint64_t cost, uint64_t lease, bool settle, uint64_t actual,
-                        sluice_time now);
+                        sluice_time reserved_at, sluice_time now);
 
-static int walk_token(const sl_engine *e, const char *t, size_t len, uint64_t actual,
-                      sluice_time now, token_fn fn) {
-    if (e == NULL || t == NULL || len < 2 + 33 || t[0] != 't' || t[1] != '1') return SLUICE_EINVAL;
+/* Reads the token's "t2,ID,MONO,WALL" head; returns the offset of its first item, 0 when
+ * the head is malformed. */
+static size_t token_head(const char *t, size_t len, uint64_t *id, sluice_time *at) {
+    uint64_t f[3];
+    size_t i = 2;
+    for (int k = 0; k < 3; k++) {
+        if (i >= len || t[i] != ',') return 0;
+        size_t st = ++i;
+        while (i < len && t[i] != ',' && t[i] != ';') i++;
+        if (!get_num(t + st, i - st, &f[k])) return 0;
+    }
+    *id = f[0];
+    at->mono_ns = (int64_t)f[1];
+    at->wall_ns = (int64_t)f[2];
+    return i;
+}
+
+/* Authenticates token t and walks its items; with fn NULL only checks them (syntax, every
+ * limiter known) and reports in *ops which operations the token holds. */
+static int walk_items(const sl_engine *e, const char *t, size_t len, uint64_t actual,
+                      sluice_time now, token_fn fn, uint64_t *id, unsigned *ops) {
+    if (e == NULL || t == NULL || len < 2 + 33 || t[0] != 't' || t[1] != '2') return SLUICE_EINVAL;
     /* authenticate before interpreting anything */
     size_t body = len - 33;
     if (t[body] != '.') return SLUICE_EINVAL;
@@ -1273,7 +1423,10 @@ static int walk_token(const sl_engine *e, const char *t, size_t len, uint64_t ac
     for (int k = 0; k < 16; k++) diff |= (unsigned char)(want[k] ^ got[k]);
     if (diff != 0) return SLUICE_EINVAL;
     len = body;
-    size_t i = 2;
+    sluice_time reserved_at;
+    size_t i = token_head(t, len, id, &reserved_at);
+    if (i == 0) return SLUICE_EINVAL;
+    *ops = 0;
     int first = SLUICE_OK;
     while (i < len) {
         if (t[i] != ';') return SLUICE_EINVAL;
@@ -1300,42 +1453,62 @@ static int walk_token(const sl_engine *e, const char *t, size_t len, uint64_t ac
             !get_num(f[4], fl[4], &lease) || !get_num(f[5], fl[5], &settle))
             return SLUICE_EINVAL;
         name[nl] = '\0';
-        const e_win *w = NULL;
-        for (size_t j = 0; j < e->n_all && w == NULL; j++) {
+        const e_win *win = NULL;
+        for (size_t j = 0; j < e->n_all && win == NULL; j++) {
             const sluice_limit_spec *s = sluice_limiter_spec(e->all[j]->lim);
             if (s != NULL && s->index == idx && strcmp(s->name, (const char *)name) == 0)
-                w = e->all[j];
+                win = e->all[j];
         }
-        int rc = w ? fn(e, w, key, kl, cost, lease, settle != 0, actual, now) : SLUICE_ENOTFOUND;
+        if (settle) *ops |= SL_TOK_SETTLE;
+        if (lease) *ops |= SL_TOK_RELEASE;
+        if (fn == NULL) continue;
+        int rc = win ? fn(e, win, key, kl, cost, lease, settle != 0, actual, reserved_at, now)
+                     : SLUICE_ENOTFOUND;
         if (rc != SLUICE_OK && first == SLUICE_OK) first = rc;
     }
     return first;
 }
 
+/* Why two passes: the whole token is checked (MAC, syntax) before its single use is
+ * taken, so a malformed token does not burn the id; the use is taken before anything is
+ * applied, so two racing replays cannot both refund or release. A token holding nothing
+ * for `op` is a no-op (as before); one whose use was taken already is SLUICE_ENOTFOUND. */
+static int walk_token(const sl_engine *e, const char *t, size_t len, uint64_t actual,
+                      sluice_time now, token_fn fn, unsigned op) {
+    uint64_t id = 0;
+    unsigned ops = 0;
+    int rc = walk_items(e, t, len, actual, now, NULL, &id, &ops);
+    if (rc != SLUICE_OK) return rc;
+    if ((ops & op) == 0) return SLUICE_OK;
+    if (!sl__token_take(e->tokens, id, op, now.mono_ns)) return SLUICE_ENOTFOUND;
+    return walk_items(e, t, len, actual, now, fn, &id, &ops);
+}
+
 static int tok_settle(const sl_engine *e, const e_win *w, const unsigned char *key, size_t klen,
                       uint64_t cost, uint64_t lease, bool settle, uint64_t actual,
-                      sluice_time now) {
+                      sluice_time reserved_at, sluice_time now) {
     (void)lease;
     if (!settle) return SLUICE_OK;
     sluice_result r;
-    return sluice_settle(e->store, w->lim, key, klen, cost, actual, now, &r);
+    return sluice_settle_at(e->store, w->lim, key, klen, cost, actual, reserved_at, now, &r);
 }
 
 static int tok_release(const sl_engine *e, const e_win *w, const unsigned char *key,
                        size_t klen, uint64_t cost, uint64_t lease, bool settle, uint64_t actual,
-                       sluice_time now) {
+                       sluice_time reserved_at, sluice_time now) {
     (void)cost;
     (void)settle;
     (void)actual;
+    (void)reserved_at;
     if (lease == 0) return SLUICE_OK;
     return sluice_release(e->store, w->lim, key, klen, lease, now);
 }
 
 int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, uint64_t actual,
                            sluice_time now) {
-    return walk_token(e, token, len, actual, now, tok_settle);
+    return walk_token(e, token, len, actual, now, tok_settle, SL_TOK_SETTLE);
 }
 
 int sl_engine_release_token(const sl_engine *e, const char *token, size_t len, sluice_time now) {
-    return walk_token(e, token, len, 0, now, tok_release);
+    return walk_token(e, token, len, 0, now, tok_release, SL_TOK_RELEASE);
 }

@@ -230,6 +230,16 @@ static inline const sl__ewin *sl__item_win(const sl_verdict_item *it) {
     return (const sl__ewin *)(const void *)it->info;
 }
 
+/* ---- token table (tokens.c) --------------------------------------------------------- */
+
+#define SL_TOK_SETTLE 1u
+#define SL_TOK_RELEASE 2u
+/* A new live id with `pending` operations until `expires` (monotonic ns); 0 when none
+ * could be recorded (table bucket full of live ids). */
+uint64_t sl__token_issue(sl_token_table *t, unsigned pending, int64_t expires, int64_t now);
+/* Operation `op` of `id`, once: false when unknown, expired or already taken. */
+bool sl__token_take(sl_token_table *t, uint64_t id, unsigned op, int64_t now);
+
 /* ---- helpers shared between files ------------------------------------------------- */
 
 /* Normalises a path as requests are (engine.c: RFC 3986 6.2.2, query removed) into

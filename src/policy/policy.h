@@ -72,6 +72,7 @@ typedef struct sl_settings {
         char redis_addr[SL_ADDR_MAX];    /* redis: "host:port" (first seed for a cluster) */
         int64_t redis_timeout_ns;   /* redis: default 20 ms */
         char redis_key_secret[128]; /* redis: keyed-hash secret; "" = documented default */
+        uint64_t max_tokens;        /* outstanding settle/release tokens; 0 = SL_TOKENS_DEFAULT */
     } store;
 } sl_settings;
 
@@ -229,14 +230,37 @@ typedef struct sl_verdict {
     sl_verdict_item items[SLUICE_MAX_ITEMS];
     size_t keys_used;
     unsigned char keys[SL_VERDICT_KEYS];
+    /* single use: the id of this verdict's entry in the engine's token table (0 = nothing
+     * to settle or release, or the table was full), and the decision's time (refunds go
+     * only to the window that counted the reservation: sluice_settle_at) */
+    uint64_t token_id;
+    sluice_time decided_at;
 } sl_verdict;
 
 /* ---- engine ----------------------------------------------------------------------- */
 
 typedef struct sl_engine sl_engine;
 
+/* Outstanding settle/release tokens: each admitted verdict holding a reservation or a
+ * lease gets a random id here, removed on its first settle (and first release), so a
+ * token cannot be replayed. Bounded (fixed capacity, 64 shards, thread-safe); an entry
+ * expires with its reservation's window or its lease. It belongs with the store: create
+ * it once, pass it to every engine on that store (reloads), destroy it after the last. */
+typedef struct sl_token_table sl_token_table;
+#define SL_TOKENS_DEFAULT 65536
+sl_token_table *sl_token_table_create(size_t capacity, int *err); /* 0 = default */
+void sl_token_table_destroy(sl_token_table *t);
+size_t sl_token_table_capacity(const sl_token_table *t);
+
+/* sl_engine_create with an explicit token table (borrowed: it must outlive the engine). */
+sl_engine *sl_engine_create_with(const sl_config *cfg, sluice_store *store,
+                                 sl_token_table *tokens, int *err, char *errbuf,
+                                 size_t errbuf_len);
+
 /* Compiles `cfg` (borrowed: it must outlive the engine) and registers every limiter with
- * `store`. Reload = a new engine from a new config on the same store: limiters keep their
+ * `store`. The token table is the one shared by every live engine on `store` (created
+ * with settings.store.max_tokens by the first, destroyed with the last), so tokens
+ * survive a reload that creates the new engine before destroying the old one. Reload = a new engine from a new config on the same store: limiters keep their
  * identity (name = policy [+ "@" plan], index = window index), so unchanged rules keep
  * their counters and changed ones carry over. NULL with *err and errbuf on failure. */
 sl_engine *sl_engine_create(const sl_config *cfg, sluice_store *store, int *err, char *errbuf,
@@ -263,17 +287,23 @@ int sl_engine_check_named(const sl_engine *e, const char *policy, const void *ke
 int sl_engine_acquire(const sl_engine *e, const char *policy, const void *key, size_t key_len,
                       sluice_time now, sl_verdict *out);
 /* Releases every lease an admitted verdict holds (a rejected one holds none). Returns
- * SLUICE_OK or the first error (SLUICE_ENOTFOUND: a lease had already expired). */
+ * SLUICE_OK or the first error (SLUICE_ENOTFOUND: a lease had already expired, or the
+ * verdict was already released: single use, shared with its token). */
 int sl_engine_release(const sl_engine *e, const sl_verdict *v, sluice_time now);
 /* Settles every consumed `settle` item of an admitted verdict from its reservation
- * (item.cost) to `actual`; SLUICE_EINVAL for a verdict that consumed nothing. */
+ * (item.cost) to `actual`, refunds only into the window that counted the reservation
+ * (sluice_settle_at with v->decided_at); SLUICE_EINVAL for a verdict that consumed
+ * nothing, SLUICE_ENOTFOUND when it was already settled (single use, shared with its
+ * token) or its reservation's window has ended. */
 int sl_engine_settle(const sl_engine *e, const sl_verdict *v, uint64_t actual, sluice_time now);
 
 /* A verdict travels between a check and a later settle/release (another connection) as
- * a token: printable ASCII, at most SL_TOKEN_MAX bytes. It names limiters, keys (hex),
- * reserved costs and leases (so it is as personal as the keys), only for windows that
- * consumed, and ends in a MAC under a per-process random key: a forged or altered token is
- * refused with SLUICE_EINVAL. Valid across reloads, not across restarts. */
+ * a token: printable ASCII, at most SL_TOKEN_MAX bytes. It names its single-use id, the
+ * decision time, limiters, keys (hex), reserved costs and leases (so it is as personal as
+ * the keys), only for windows that consumed, and ends in a MAC under a per-process random
+ * key: a forged or altered token is refused with SLUICE_EINVAL. A token settles once and
+ * releases once: a replayed, expired or unknown one is refused with SLUICE_ENOTFOUND
+ * (nothing refunded or released; answer 404). Valid across reloads, not restarts. */
 #define SL_TOKEN_MAX 2048
 int sl_verdict_token(const sl_verdict *v, char *buf, size_t len); /* bytes or SLUICE_ERANGE */
 int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, uint64_t actual,

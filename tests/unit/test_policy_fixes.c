@@ -368,6 +368,145 @@ static void duplicate_window_names(void) {
                5, 33, "used twice");
 }
 
+
+/* ---- findings 3, 4: tokens are single use; refunds stay in their window ---------------- */
+
+static int settle_tok(fx *f, const char *tok, uint64_t actual, sluice_time t) {
+    return sl_engine_settle_token(f->e, tok, strlen(tok), actual, t);
+}
+
+static void settle_tokens_single_use(void) {
+    const char *yaml = "policies:\n"
+                       "  - name: llm\n"
+                       "    objective: cost\n"
+                       "    key: [header.x-k]\n"
+                       "    cost: {default: 100, settle: true, unit: tokens}\n"
+                       "    algorithm: fixed_window\n"
+                       "    limits: [{rate: 1000/h}]\n";
+    fx f;
+    if (!fx_open(&f, yaml)) return;
+    sl_header h = {S("x-k"), S("k")};
+    sl_request r = req("POST", "/", NULL);
+    r.headers = &h;
+    r.n_headers = 1;
+    char tok[SL_TOKEN_MAX];
+    static sl_verdict a;
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(0), &a), SLUICE_OK);
+    T_CHECK(sl_verdict_token(&a, tok, sizeof(tok)) > 0);
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(0), &V), SLUICE_OK);
+    T_EQ_U(V.items[0].result.remaining, 800);
+    T_EQ_I(settle_tok(&f, tok, 0, at_s(1)), SLUICE_OK); /* refund 100: 900 */
+    /* replays refund nothing more, and the verdict form shares the single use */
+    for (int i = 0; i < 5; i++) T_EQ_I(settle_tok(&f, tok, 0, at_s(1)), SLUICE_ENOTFOUND);
+    T_EQ_I(sl_engine_settle(f.e, &a, 0, at_s(1)), SLUICE_ENOTFOUND);
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(1), &V), SLUICE_OK);
+    T_EQ_U(V.items[0].result.remaining, 800);
+    /* a token survives a reload on the same store (new engine before the old goes) */
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(2), &V), SLUICE_OK);
+    T_EQ_U(V.items[0].result.remaining, 700);
+    T_CHECK(sl_verdict_token(&V, tok, sizeof(tok)) > 0);
+    sl_config *c2 = load(yaml);
+    int err;
+    sl_engine *e2 = sl_engine_create(c2, f.st, &err, NULL, 0);
+    T_CHECK(e2 != NULL);
+    sl_engine_destroy(f.e);
+    sl_config_destroy(f.cfg);
+    f.e = e2;
+    f.cfg = c2;
+    T_EQ_I(settle_tok(&f, tok, 50, at_s(3)), SLUICE_OK); /* 750 */
+    T_EQ_I(settle_tok(&f, tok, 0, at_s(3)), SLUICE_ENOTFOUND);
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(3), &V), SLUICE_OK);
+    T_EQ_U(V.items[0].result.remaining, 650);
+    fx_close(&f);
+}
+
+static void release_tokens_single_use(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - name: gpu\n"
+                     "    objective: protection\n"
+                     "    key: [header.x-user]\n"
+                     "    algorithm: concurrency\n"
+                     "    limits: [{max: 3, lease: 60s}]\n"))
+        return;
+    char tok[SL_TOKEN_MAX];
+    int inflight = 0;
+    for (int i = 0; i < 3; i++) {
+        sl_engine_acquire(f.e, "gpu", "alice", 5, at_s(0), &V);
+        inflight += V.action == SL_ALLOW;
+        if (i == 0) T_CHECK(sl_verdict_token(&V, tok, sizeof(tok)) > 0);
+    }
+    T_EQ_I(inflight, 3);
+    T_EQ_I(sl_engine_release_token(f.e, tok, strlen(tok), at_s(1)), SLUICE_OK);
+    sl_engine_acquire(f.e, "gpu", "alice", 5, at_s(1), &V);
+    T_EQ_I(V.action, SL_ALLOW); /* the freed slot */
+    for (int i = 0; i < 4; i++) {
+        T_EQ_I(sl_engine_release_token(f.e, tok, strlen(tok), at_s(1)), SLUICE_ENOTFOUND);
+        sl_engine_acquire(f.e, "gpu", "alice", 5, at_s(1), &V);
+        T_EQ_I(V.action, SL_REJECT); /* still 3 in flight */
+    }
+    fx_close(&f);
+}
+
+/* A token table of a given capacity holds that many outstanding tokens, refuses more
+ * (nothing lost: the reservation stands), and an entry expires with its window. */
+static void token_table_bounded(void) {
+    int err;
+    sl_token_table *t = sl_token_table_create(1, &err);
+    T_CHECK(t != NULL);
+    size_t cap = sl_token_table_capacity(t);
+    T_CHECK(cap >= 1);
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - name: w\n"
+                     "    objective: cost\n"
+                     "    key: []\n"
+                     "    cost: {default: 1, settle: true}\n"
+                     "    algorithm: fixed_window\n"
+                     "    limits: [{rate: 1000000/min}]\n"))
+        return;
+    sl_engine *e = sl_engine_create_with(f.cfg, f.st, t, &err, NULL, 0);
+    sl_request r = req("GET", "/", NULL);
+    size_t issued = 0;
+    for (size_t i = 0; i < cap + 64; i++) {
+        sl_engine_check(e, &r, at_s(0), &V);
+        issued += V.token_id != 0;
+    }
+    T_CHECK(issued <= cap);
+    T_CHECK(issued >= cap / 2);
+    /* one minute on, the window (and every entry) has expired: ids are issued again */
+    sl_engine_check(e, &r, at_s(61), &V);
+    T_CHECK(V.token_id != 0);
+    sl_engine_destroy(e);
+    sl_token_table_destroy(t);
+    fx_close(&f);
+}
+
+/* Reserve 1000 at 23:59:59, settle to 0 after midnight: the refund does not make room in
+ * the new day (which has its own 1000). */
+static void refund_stays_in_its_period(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - name: day\n"
+                     "    objective: cost\n"
+                     "    key: []\n"
+                     "    cost: {default: 1000, settle: true}\n"
+                     "    algorithm: quota\n"
+                     "    limits: [{quota: 1000/day}]\n"))
+        return;
+    sl_request r = req("GET", "/", NULL);
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(-1), &V), SLUICE_OK);
+    T_EQ_I(V.action, SL_ALLOW);
+    char tok[SL_TOKEN_MAX];
+    T_CHECK(sl_verdict_token(&V, tok, sizeof(tok)) > 0);
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(1), &V), SLUICE_OK); /* the new day: 1000 */
+    T_EQ_I(V.action, SL_ALLOW);
+    T_EQ_I(settle_tok(&f, tok, 0, at_s(2)), SLUICE_OK); /* applies no refund: its day ended */
+    T_EQ_I(sl_engine_check(f.e, &r, at_s(2), &V), SLUICE_OK);
+    T_EQ_I(V.action, SL_REJECT); /* the new day's 1000 are spent */
+    fx_close(&f);
+}
+
 int main(void) {
     T_RUN(sliding_log_state_bounded_at_load);
     T_RUN(engine_errors_are_not_store_failures);
@@ -377,5 +516,9 @@ int main(void) {
     T_RUN(config_paths_normalised);
     T_RUN(limiter_count_refused_at_load);
     T_RUN(duplicate_window_names);
+    T_RUN(settle_tokens_single_use);
+    T_RUN(release_tokens_single_use);
+    T_RUN(token_table_bounded);
+    T_RUN(refund_stays_in_its_period);
     return T_DONE();
 }
