@@ -940,6 +940,39 @@ static void overrides(const sl_engine *e, sl_verdict *v, const size_t *enf, size
     *allowed = false;
 }
 
+/*
+ * After count_rejected charged a rejected attempt, another window may now be full too
+ * (the charge counts there as well), so the Retry-After reported before the charge could
+ * be too early. The state is read again (a peek per window) and, for each window that can
+ * no longer take the cost, its retry is the end of its window or period: count_rejected
+ * is restricted to fixed_window and quota, whose room comes back only then, so this is
+ * exact. The largest retry decides.
+ */
+static void recompute_retry(const sl_engine *e, sl_verdict *v, const size_t *enf, size_t ne,
+                            sluice_time now) {
+    int dec = v->deciding;
+    for (size_t i = 0; i < ne; i++) {
+        sl_verdict_item *it = &v->items[enf[i]];
+        const e_win *w = item_win(it);
+        if (w->lim == NULL || it->cost == 0) continue;
+        sluice_item pk = {w->lim, v->keys + it->key_off, it->key_len, 0};
+        sluice_decision d;
+        if (sluice_decide(e->store, &pk, 1, now, &d) != SLUICE_OK) continue;
+        it->result.remaining = d.results[0].remaining;
+        it->result.reset_after_ns = d.results[0].reset_after_ns;
+        if (d.results[0].remaining >= it->cost) continue;
+        int64_t ra = it->cost > d.results[0].limit ? SLUICE_NEVER : d.results[0].reset_after_ns;
+        if (it->result.allowed || later_retry(ra, it->result.retry_after_ns))
+            it->result.retry_after_ns = ra;
+        it->result.allowed = 0;
+        it->would_limit = true;
+        if (dec < 0 || later_retry(it->result.retry_after_ns, v->items[dec].result.retry_after_ns))
+            dec = (int)enf[i];
+    }
+    v->deciding = dec;
+    if (dec >= 0) v->retry_after_ns = v->items[dec].result.retry_after_ns;
+}
+
 /* The second half of every check: one decision over the enforced items, shadow policies
  * each on their own (a shadow rule never blocks another rule's counting), then the
  * reaction of the policies that rejected. */
@@ -1076,6 +1109,7 @@ static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
     v->retry_after_ns = dec >= 0 ? v->items[dec].result.retry_after_ns : SLUICE_NEVER;
     /* count_rejected: the attempt is charged anyway (even past the limit), so a client
      * that keeps hammering stays limited until the window or period ends. */
+    bool charged = false;
     for (size_t i = 0; i < ne; i++) {
         sl_verdict_item *it = &v->items[enf[i]];
         const e_win *w = item_win(it);
@@ -1086,8 +1120,10 @@ static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
             it->result.remaining = r.remaining;
             it->consumed = true; /* charged, not reserved: settle/release leave it alone */
             it->settle = false;
+            charged = true;
         }
     }
+    if (charged) recompute_retry(e, v, enf, ne, now);
     return SLUICE_OK;
 }
 

@@ -507,6 +507,39 @@ static void refund_stays_in_its_period(void) {
     fx_close(&f);
 }
 
+/* ---- finding 8: count_rejected with several windows ----------------------------------- */
+
+/* Charging the rejected 4th attempt fills the day as well: Retry-After must be the end of
+ * the day, not the end of the minute (a retry then would be refused again). */
+static void count_rejected_retry_after_exact(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - name: login\n"
+                     "    objective: security\n"
+                     "    key: [client_ip]\n"
+                     "    algorithm: fixed_window\n"
+                     "    count_rejected: true\n"
+                     "    limits:\n"
+                     "      - { name: login-min, rate: 3/min }\n"
+                     "      - { name: login-day, quota: 4/day }\n"))
+        return;
+    sl_request r = req("POST", "/login", NULL);
+    for (int i = 0; i < 3; i++) {
+        sl_engine_check(f.e, &r, at_s(100), &V);
+        T_EQ_I(V.action, SL_ALLOW);
+    }
+    sl_engine_check(f.e, &r, at_s(100), &V);
+    T_EQ_I(V.action, SL_REJECT);
+    T_EQ_I(V.retry_after_ns, (86400 - 100) * SEC);
+    T_EQ_S(V.items[V.deciding].info->name, "login-day");
+    int64_t ra = V.retry_after_ns / SEC;
+    sl_engine_check(f.e, &r, at_s(100 + ra - 1), &V);
+    T_EQ_I(V.action, SL_REJECT);
+    sl_engine_check(f.e, &r, at_s(100 + ra), &V);
+    T_EQ_I(V.action, SL_ALLOW);
+    fx_close(&f);
+}
+
 int main(void) {
     T_RUN(sliding_log_state_bounded_at_load);
     T_RUN(engine_errors_are_not_store_failures);
@@ -520,5 +553,6 @@ int main(void) {
     T_RUN(release_tokens_single_use);
     T_RUN(token_table_bounded);
     T_RUN(refund_stays_in_its_period);
+    T_RUN(count_rejected_retry_after_exact);
     return T_DONE();
 }
