@@ -822,6 +822,15 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
                     ok = false;
                     continue;
                 }
+                if (p->name != NULL && strlen(p->name) + 1 + strlen(k->s) > 255) {
+                    /* the limiter identity is POLICY@PLAN, at most 255 bytes: a longer one
+                     * would have to be cut, and two plans could then share counters */
+                    sl__err(cx, k, "policy and plan name '%s@%.40s...' are %zu bytes together, "
+                            "more than a limit's identity holds (expected at most 254 for both "
+                            "names)", p->name, k->s, strlen(p->name) + strlen(k->s));
+                    ok = false;
+                    continue;
+                }
                 sl_cplan *cp = &p->plans[p->n_plans++];
                 cp->name = keep(cx, k->s);
                 for (size_t j = 0; j + 1 < p->n_plans; j++)
@@ -1195,7 +1204,48 @@ static uint64_t log_bytes(const sl_cwindow *w, size_t nw) {
     return sum;
 }
 
+/* Every limiter identity (name + index) once: two rules sharing one would share counters.
+ * Names are the policy name, POLICY@PLAN, or the (escaped or hashed) Envoy tree path. */
+static void check_identities(sl__ctx *cx) {
+    sl__set set = {0};
+    char buf[300];
+    for (size_t i = 0; i < cx->n_pol; i++) {
+        const sl_cpolicy *p = cx->pol[i];
+        if (p->name == NULL) continue;
+        for (size_t k = 0; k <= p->n_plans; k++) {
+            const char *id = p->name;
+            if (k > 0) {
+                snprintf(buf, sizeof(buf), "%s@%s", p->name, p->plans[k - 1].name);
+                id = buf;
+            }
+            if (strlen(id) > 255) {
+                sl_ynode at = {.kind = SL_YMAP, .line = p->line, .col = p->col};
+                sl__err(cx, &at, "limit identity '%.60s...' is longer than 255 bytes "
+                        "(expected a shorter name)", id);
+                continue;
+            }
+            char *kept = sl__strndup(&cx->tmp, id, strlen(id));
+            const void *prev;
+            int r = kept ? sl__set_put(&set, kept, strlen(kept), p, &prev) : -1;
+            if (r < 0) {
+                cx->cfg->arena.oom = true;
+                sl__set_free(&set);
+                return;
+            }
+            if (r == 1) {
+                const sl_cpolicy *q = prev;
+                sl_ynode at = {.kind = SL_YMAP, .line = p->line, .col = p->col};
+                sl__err(cx, &at, "limit identity '%.80s' is also that of the rule at %d:%d: "
+                        "they would share counters (expected distinct rules)", id, q->line,
+                        q->col);
+            }
+        }
+    }
+    sl__set_free(&set);
+}
+
 static void check_totals(sl__ctx *cx) {
+    check_identities(cx);
     size_t lims = 0;
     uint64_t logs = 0;
     bool lim_done = false, log_done = false;

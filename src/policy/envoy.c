@@ -35,13 +35,58 @@ static char *keep(sl__ctx *cx, const char *s) {
 }
 
 /* A stable limiter name for a rule: its place in the tree, so a reload finds the same
- * counters. Paths too long for a limiter name fall back to a hash of the path. */
+ * counters. Paths too long for a limiter name fall back to a 128-bit hash of the whole
+ * path (never of a truncated one). */
 static const char *rule_name(sl__ctx *cx, const char *path) {
-    if (strlen(path) < 250) return keep(cx, path);
+    size_t n = strlen(path);
+    if (n < 250) return keep(cx, path);
     char buf[64];
-    snprintf(buf, sizeof(buf), "envoy#%016llx",
-             (unsigned long long)sl__hash64(path, strlen(path), "", 0));
+    snprintf(buf, sizeof(buf), "envoy#%016llx%016llx",
+             (unsigned long long)sl__hash64(path, n, "1", 1),
+             (unsigned long long)sl__hash64(path, n, "2", 1));
     return keep(cx, buf);
+}
+
+/* Appends s to the tree path with '/', '=' and '%' percent-encoded, so the path names one
+ * place in the tree: a value "v/x=y" and the nested pair v, x=y spell differently. */
+static size_t put_esc(char *out, const char *s) {
+    size_t o = 0;
+    for (; *s; s++) {
+        if (*s == '/' || *s == '=' || *s == '%') {
+            if (out) {
+                out[o] = '%';
+                out[o + 1] = "0123456789ABCDEF"[(unsigned char)*s >> 4];
+                out[o + 2] = "0123456789ABCDEF"[(unsigned char)*s & 15];
+            }
+            o += 3;
+        } else {
+            if (out) out[o] = *s;
+            o++;
+        }
+    }
+    return o;
+}
+
+/* prefix + "/" + esc(key) [+ "=" + esc(value)], in the loader's temporary arena (any
+ * length: nothing is truncated before hashing). */
+static char *tree_path(sl__ctx *cx, const char *prefix, const char *key, const char *value) {
+    size_t pl = strlen(prefix);
+    size_t n = pl + 1 + put_esc(NULL, key) + (value ? 1 + put_esc(NULL, value) : 0);
+    char *out = sl__alloc(&cx->tmp, n + 1);
+    if (out == NULL) {
+        cx->cfg->arena.oom = true;
+        return NULL;
+    }
+    memcpy(out, prefix, pl);
+    size_t o = pl;
+    out[o++] = '/';
+    o += put_esc(out + o, key);
+    if (value) {
+        out[o++] = '=';
+        o += put_esc(out + o, value);
+    }
+    out[o] = '\0';
+    return out;
 }
 
 static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, const char *label) {
@@ -260,9 +305,8 @@ static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
                     "key/value pairs)", e->key, e->value ? "_" : "", e->value ? e->value : "");
             continue;
         }
-        char path[1024];
-        snprintf(path, sizeof(path), "%s/%s%s%s", prefix, e->key, e->value ? "=" : "",
-                 e->value ? e->value : "");
+        char *path = tree_path(cx, prefix, e->key, e->value);
+        if (path == NULL) return;
         if ((x = sl__get(d, "quota_mode")) != NULL) {
             sl__err(cx, x, "quota_mode is not supported by sluice (expected it removed; use "
                     "a calendar quota in a sluice policy)");
@@ -338,7 +382,13 @@ void sl__envoy_load(sl__ctx *cx, const sl_ynode *doc) {
     if (dom == NULL) return;
     dom->domain = keep(cx, d->s);
     if (ds == NULL) return; /* a domain with no rules limits nothing, as upstream */
-    load_level(cx, ds, dom->domain, dom->domain, 0, &dom->roots);
+    char *root = sl__alloc(&cx->tmp, put_esc(NULL, dom->domain) + 1);
+    if (root == NULL) {
+        cx->cfg->arena.oom = true;
+        return;
+    }
+    root[put_esc(root, dom->domain)] = '\0';
+    load_level(cx, ds, dom->domain, root, 0, &dom->roots);
 }
 
 /* ---- matching ----------------------------------------------------------------------- */

@@ -540,6 +540,71 @@ static void count_rejected_retry_after_exact(void) {
     fx_close(&f);
 }
 
+/* ---- finding 5: limiter identities never collide -------------------------------------- */
+
+static void envoy_identities_distinct(void) {
+    fx f;
+    if (!fx_open(&f, "domain: d\n"
+                     "descriptors:\n"
+                     "  - key: k\n"
+                     "    value: \"v/x=y\"\n"
+                     "    rate_limit: { unit: second, requests_per_unit: 1000 }\n"
+                     "  - key: k\n"
+                     "    value: v\n"
+                     "    descriptors:\n"
+                     "      - key: x\n"
+                     "        value: y\n"
+                     "        rate_limit: { unit: hour, requests_per_unit: 1 }\n"))
+        return;
+    T_EQ_U(sl_config_policy_count(f.cfg), 2);
+    T_CHECK(strcmp(sl_config_policy_name(f.cfg, 0), sl_config_policy_name(f.cfg, 1)) != 0);
+    sl_entry one = {S("k"), S("v/x=y")};
+    sl_descriptor d = {&one, 1, false, 0, false, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        sl_request r;
+        memset(&r, 0, sizeof(r));
+        r.domain = S("d");
+        r.descriptors = &d;
+        r.n_descriptors = 1;
+        T_EQ_I(sl_engine_check(f.e, &r, at_s(0), &V), SLUICE_OK);
+        T_EQ_I(V.action, SL_ALLOW); /* 1000/s, not the nested rule's 1/hour */
+        T_EQ_U(V.items[0].result.limit, 1000);
+    }
+    fx_close(&f);
+    /* values that differ only past 1023 bytes are two rules, not one */
+    static char y[8192];
+    static char v1[1500], v2[1500];
+    memset(v1, 'a', 1400);
+    v1[1400] = '\0';
+    memcpy(v2, v1, sizeof(v1));
+    v1[1300] = 'b';
+    snprintf(y, sizeof(y), "domain: d\ndescriptors:\n"
+             "  - {key: k, value: %s, rate_limit: {unit: second, requests_per_unit: 1}}\n"
+             "  - {key: k, value: %s, rate_limit: {unit: hour, requests_per_unit: 5}}\n", v1, v2);
+    sl_config *c = load(y);
+    if (c != NULL) {
+        T_CHECK(strcmp(sl_config_policy_name(c, 0), sl_config_policy_name(c, 1)) != 0);
+        sl_config_destroy(c);
+    }
+}
+
+static void plan_identity_not_truncated(void) {
+    static char y[4096], pol[201], plan[201];
+    memset(pol, 'p', 200);
+    memset(plan, 'q', 100);
+    snprintf(y, sizeof(y), "policies:\n"
+             "  - name: %s\n"
+             "    objective: plan\n"
+             "    key: []\n"
+             "    algorithm: gcra\n"
+             "    limits: [{rate: 1/s}]\n"
+             "    plan_from: header.x-plan\n"
+             "    plans:\n"
+             "      %sa: {limits: [{rate: 5/s}]}\n"
+             "      %sb: {limits: [{rate: 50/s}]}\n", pol, plan, plan);
+    refused_at(y, 9, 7, "more than a limit's identity holds");
+}
+
 int main(void) {
     T_RUN(sliding_log_state_bounded_at_load);
     T_RUN(engine_errors_are_not_store_failures);
@@ -554,5 +619,7 @@ int main(void) {
     T_RUN(token_table_bounded);
     T_RUN(refund_stays_in_its_period);
     T_RUN(count_rejected_retry_after_exact);
+    T_RUN(envoy_identities_distinct);
+    T_RUN(plan_identity_not_truncated);
     return T_DONE();
 }
