@@ -100,7 +100,27 @@ typedef struct ybuild {
     yaml_parser_t parser;
     size_t nodes;
     bool failed;
+    const char *buf; /* the input, for positions of reader errors */
+    size_t len;
 } ybuild;
+
+/* libyaml's reader errors (invalid UTF-8, control characters, NUL) carry only a byte
+ * offset, not a mark: line and column (in characters, as marks count) from the input. */
+static void offset_pos(const ybuild *b, size_t off, int *line, int *col) {
+    int l = 1, c = 1;
+    if (off > b->len) off = b->len;
+    for (size_t i = 0; i < off; i++) {
+        unsigned char ch = (unsigned char)b->buf[i];
+        if (ch == '\n') {
+            l++;
+            c = 1;
+        } else if ((ch & 0xC0) != 0x80) {
+            c++; /* a UTF-8 continuation byte is part of the previous character */
+        }
+    }
+    *line = l;
+    *col = c;
+}
 
 static void yaml_problem(ybuild *b) {
     const yaml_parser_t *p = &b->parser;
@@ -111,7 +131,9 @@ static void yaml_problem(ybuild *b) {
     else
         snprintf(msg, sizeof(msg), "YAML syntax error: %s (expected well-formed YAML)",
                  p->problem ? p->problem : "error");
-    diag_add(b->cx, (int)p->problem_mark.line + 1, (int)p->problem_mark.column + 1, msg);
+    int line = (int)p->problem_mark.line + 1, col = (int)p->problem_mark.column + 1;
+    if (p->error == YAML_READER_ERROR) offset_pos(b, p->problem_offset, &line, &col);
+    diag_add(b->cx, line, col, msg);
     b->failed = true;
 }
 
@@ -231,7 +253,7 @@ static sl_ynode *ybuild_node(ybuild *b, yaml_event_t *ev, int depth) {
 /* Parses one YAML document from buf into the context's temporary arena. NULL (with
  * diagnostics) on a syntax error, an empty stream or several documents. */
 sl_ynode *sl__yaml_parse(sl__ctx *cx, const char *buf, size_t len) {
-    ybuild b = {.cx = cx};
+    ybuild b = {.cx = cx, .buf = buf, .len = len};
     if (!yaml_parser_initialize(&b.parser)) {
         cx->cfg->arena.oom = true;
         return NULL;

@@ -605,6 +605,30 @@ static void plan_identity_not_truncated(void) {
     refused_at(y, 9, 7, "more than a limit's identity holds");
 }
 
+/* ---- finding 12: reader errors where they are -------------------------------------------- */
+
+static void reader_error_positions(void) {
+    static const struct {
+        const char *buf;
+        size_t len;
+        int line, col;
+    } cases[] = {
+        {"policies:\n  - name: a\x01b\n", 23, 2, 12},      /* control character */
+        {"policies:\n  - name: \xc3\xa9\xff\n", 24, 2, 12}, /* é then a bad octet */
+        {"a: 1\nb: 2\nc: x\0y\n", 16, 3, 5},             /* NUL */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        sl_config *cfg = NULL;
+        int rc = sl_config_load_buffer(cases[i].buf, cases[i].len, "t.yaml", &cfg, &DL);
+        T_EQ_I(rc, SLUICE_EINVAL);
+        T_CHECK(DL.n >= 1);
+        if (DL.n == 0) continue;
+        T_CHECK(strstr(DL.items[0].msg, "YAML") != NULL);
+        T_EQ_I(DL.items[0].line, cases[i].line);
+        T_EQ_I(DL.items[0].col, cases[i].col);
+    }
+}
+
 int main(void) {
     T_RUN(sliding_log_state_bounded_at_load);
     T_RUN(engine_errors_are_not_store_failures);
@@ -621,5 +645,6 @@ int main(void) {
     T_RUN(count_rejected_retry_after_exact);
     T_RUN(envoy_identities_distinct);
     T_RUN(plan_identity_not_truncated);
+    T_RUN(reader_error_positions);
     return T_DONE();
 }
