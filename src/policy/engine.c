@@ -632,13 +632,15 @@ static uint64_t request_cost(const ctxreq *c, const sl_cpolicy *cp) {
     }
     if (cp->cost_from_set) {
         uint64_t v;
+        /* A header or the body size is the client's to choose: 0 would turn its request
+         * into a peek that consumes nothing, so such a cost is at least 1. */
         switch (cp->cost_from.kind) {
         case SL_PART_BODY_BYTES:
-            if (r->has_body_bytes) return r->body_bytes;
+            if (r->has_body_bytes) return r->body_bytes ? r->body_bytes : 1;
             break;
         case SL_PART_HEADER:
             if (parse_cost_str(find_header(r, cp->cost_from.name, cp->cost_from.name_len), &v))
-                return v;
+                return v ? v : 1;
             break;
         case SL_PART_DESCRIPTOR:
             if (parse_cost_str(find_entry(c->desc, cp->cost_from.name, cp->cost_from.name_len),

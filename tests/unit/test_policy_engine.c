@@ -404,7 +404,7 @@ static void settled_costs(void) {
     T_EQ_I(sl_engine_settle_token(f.e, tok, strlen(tok), 301, now(&f)), SLUICE_OK);
     sl_engine_check(f.e, R(&t, "POST", "/chat", NULL, "x-k", "a", "x-estimate", "0", NULL),
                     now(&f), &V);
-    T_EQ_U(V.items[0].result.remaining, 549);
+    T_EQ_U(V.items[0].result.remaining, 548); /* a client's 0 costs 1 */
     T_CHECK(sl_engine_settle_token(f.e, "t1;zz", 5, 1, now(&f)) != SLUICE_OK);
     /* a forged token (another cost, another key) is refused and refunds nothing */
     size_t tl = strlen(tok);
@@ -413,7 +413,7 @@ static void settled_costs(void) {
     T_EQ_I(sl_engine_settle_token(f.e, tok, tl, 0, now(&f)), SLUICE_EINVAL);
     sl_engine_check(f.e, R(&t, "POST", "/chat", NULL, "x-k", "a", "x-estimate", "0", NULL),
                     now(&f), &V);
-    T_EQ_U(V.items[0].result.remaining, 549);
+    T_EQ_U(V.items[0].result.remaining, 547);
     fx_close(&f);
 }
 
@@ -437,9 +437,10 @@ static void settle_only_what_was_consumed(void) {
     T_CHECK(!item(&V, "trial")->consumed);
     T_CHECK(item(&V, "real")->consumed);
     T_EQ_I(sl_engine_settle(f.e, &V, 0, now(&f)), SLUICE_OK);
+    /* a client-chosen 0 still costs 1 (it cannot turn its request into a peek) */
     sl_engine_check(f.e, R(&t, "GET", "/", NULL, "x-k", "a", "x-n", "0", NULL), now(&f), &V);
-    T_EQ_U(remaining(&V, "real"), 992);
-    T_EQ_U(remaining(&V, "trial"), 2);
+    T_EQ_U(remaining(&V, "real"), 991);
+    T_EQ_U(remaining(&V, "trial"), 1);
     fx_close(&f);
 }
 

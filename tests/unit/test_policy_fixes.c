@@ -629,6 +629,30 @@ static void reader_error_positions(void) {
     }
 }
 
+/* A cost the client controls (a header, the body size) that reads 0 still costs 1. */
+static void client_zero_cost_costs_one(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - name: up\n"
+                     "    objective: cost\n"
+                     "    key: []\n"
+                     "    cost: {from: body_bytes}\n"
+                     "    algorithm: fixed_window\n"
+                     "    limits: [{rate: 2/h}]\n"))
+        return;
+    int admitted = 0;
+    for (int i = 0; i < 5; i++) {
+        sl_request r = req("POST", "/", NULL);
+        r.has_body_bytes = true;
+        r.body_bytes = 0;
+        sl_engine_check(f.e, &r, at_s(0), &V);
+        admitted += V.action == SL_ALLOW;
+        T_EQ_U(V.items[0].cost, 1);
+    }
+    T_EQ_I(admitted, 2);
+    fx_close(&f);
+}
+
 int main(void) {
     T_RUN(sliding_log_state_bounded_at_load);
     T_RUN(engine_errors_are_not_store_failures);
@@ -646,5 +670,6 @@ int main(void) {
     T_RUN(envoy_identities_distinct);
     T_RUN(plan_identity_not_truncated);
     T_RUN(reader_error_positions);
+    T_RUN(client_zero_cost_costs_one);
     return T_DONE();
 }
