@@ -8,8 +8,14 @@
  * "batch16" rows decide the same traffic 16 items per sluice_decide_batch call (a
  * pipelined caller); the per-decision "str+hash" rows are the comparison with naive.
  *
- * Usage: lib_bench [-s SECONDS] [-T 1|2] [NKEYS...]   (defaults: 1.5 s, up to 2 threads,
- *        1000 100000 10000000; -T 1 skips the 2-thread cases)
+ * Usage: lib_bench [-s SECONDS] [-T 1|2] [-a gcra|token_bucket] [-n DECISIONS] [NKEYS...]
+ *        defaults: 1.5 s, up to 2 threads, both algorithms, 1000 100000 10000000;
+ *        -T 1 skips the 2-thread cases; -n runs each case for exactly DECISIONS (a
+ *        multiple of 4096 * 256 = 1048576 per thread) instead of SECONDS, which makes
+ *        instruction counts repeatable:
+ *          valgrind --tool=callgrind --toggle-collect=run lib_bench -T 1 -a gcra -n 1 100000
+ *          callgrind_annotate --inclusive=yes callgrind.out.* | grep sluice_decide
+ *        then Ir / 1048576 per decision (sluice_decide: str+hash, sluice_decide_batch: batch16).
  *        lib_bench -hash [-s SECONDS]         the hash alone, SipHash-1-3 vs -2-4
  * Output: RESULT lines, one per case (bench/run_lib.sh turns them into a table).
  */
@@ -74,6 +80,8 @@ static inline uint64_t pick(rng *r, uint64_t n) {
     return (uint64_t)(((unsigned __int128)xrand(r) * n) >> 64);
 }
 
+static uint64_t fixed_chunks; /* -n: rounds of 4096 * 256 decisions per case, 0 = timed */
+
 #define MAX_BATCH 16 /* divides 256: a batch never spans a clock reading */
 
 typedef struct run_arg {
@@ -128,7 +136,7 @@ static void *run(void *p) {
             a->ops += 256;
         }
         t1 = now_ns();
-    } while (t1 < end);
+    } while (fixed_chunks ? a->ops < fixed_chunks * 4096 * 256 : t1 < end);
     a->elapsed = t1 - t0;
     a->cpu = thread_cpu_ns() - c0;
     return NULL;
@@ -242,9 +250,14 @@ int main(int argc, char **argv) {
     double secs = 1.5;
     uint64_t list[16];
     int nl = 0, hash_only = 0;
+    const char *only_algo = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-s") && i + 1 < argc)
             secs = atof(argv[++i]);
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+            fixed_chunks = (strtoull(argv[++i], NULL, 10) + 1048575) / 1048576;
+        else if (!strcmp(argv[i], "-a") && i + 1 < argc)
+            only_algo = argv[++i];
         else if (!strcmp(argv[i], "-T") && i + 1 < argc)
             max_threads = atoi(argv[++i]) == 1 ? 1 : 2;
         else if (!strcmp(argv[i], "-hash"))
@@ -263,8 +276,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (int i = 0; i < nl; i++) {
-        bench_case(SLUICE_GCRA, list[i], secs);
-        bench_case(SLUICE_TOKEN_BUCKET, list[i], secs);
+        if (only_algo == NULL || !strcmp(only_algo, "gcra")) bench_case(SLUICE_GCRA, list[i], secs);
+        if (only_algo == NULL || !strcmp(only_algo, "token_bucket"))
+            bench_case(SLUICE_TOKEN_BUCKET, list[i], secs);
     }
     return 0;
 }
