@@ -653,6 +653,28 @@ static void client_zero_cost_costs_one(void) {
     fx_close(&f);
 }
 
+/* ---- finding 11: duplicate checks on large files ---------------------------------------- */
+
+/* 20000 policies (every name checked against every other) and a 20000-key mapping: the
+ * duplicates are still found, each at the repeat with the first's position. */
+static void duplicates_in_large_files(void) {
+    size_t cap = 20000 * 120;
+    char *y = malloc(cap);
+    if (y == NULL) return;
+    size_t o = (size_t)snprintf(y, cap, "policies:\n");
+    for (int p = 0; p < 20000; p++)
+        o += (size_t)snprintf(y + o, cap - o, " - {name: p%d, objective: cost, key: [], "
+                              "algorithm: gcra, limits: [{rate: 1/s}]}\n", p == 19999 ? 7 : p);
+    refused_at(y, 20001, 11, "duplicate policy name 'p7' (first defined at 9:4");
+    o = (size_t)snprintf(y, cap, "policies:\n - name: h\n   objective: cost\n   key: []\n"
+                         "   algorithm: gcra\n   limits: [{rate: 1/s}]\n"
+                         "   match:\n     headers:\n");
+    for (int k = 0; k < 20000; k++)
+        o += (size_t)snprintf(y + o, cap - o, "       x-h%d: v\n", k == 19999 ? 3 : k);
+    refused_at(y, 20008, 8, "duplicate field 'x-h3' in match.headers (first at 12:8");
+    free(y);
+}
+
 int main(void) {
     T_RUN(sliding_log_state_bounded_at_load);
     T_RUN(engine_errors_are_not_store_failures);
@@ -671,5 +693,6 @@ int main(void) {
     T_RUN(plan_identity_not_truncated);
     T_RUN(reader_error_positions);
     T_RUN(client_zero_cost_costs_one);
+    T_RUN(duplicates_in_large_files);
     return T_DONE();
 }
