@@ -1141,7 +1141,7 @@ static const sl_edomain *find_domain(const sl_config *cfg, sl_str d) {
  * never admitted, whatever on_store_error says. */
 static int fail(sl_verdict *v, int rc) {
     v->action = SL_ERROR;
-    v->status = 500;
+    v->status = rc == SLUICE_ENOTFOUND ? 404 : 500; /* an unknown policy name */
     v->store_error = false;
     v->error = rc;
     return rc;

@@ -223,9 +223,10 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
     if (v->action == SL_ERROR || (v->action == SL_FAIL && v->status == 500)) {
         /* not a store failure: the engine could not decide this request (a server that
          * turned SL_ERROR into SL_FAIL keeps status 500, so the body still agrees) */
-        wf(&w, "{\"type\":\"about:blank\",\"title\":\"Internal Server Error\",\"status\":500,"
+        bool nf = v->action == SL_ERROR && v->status == 404;
+        wf(&w, "{\"type\":\"about:blank\",\"title\":\"%s\",\"status\":%d,"
                "\"detail\":\"The request could not be decided: %s.\"",
-           sluice_strerror(v->error));
+           nf ? "Not Found" : "Internal Server Error", nf ? 404 : 500, sluice_strerror(v->error));
     } else if (v->action == SL_FAIL) {
         for (size_t i = 0; i < v->n; i++) {
             const sl_verdict_item *it = &v->items[i];
