@@ -39,6 +39,16 @@ int sl_gcra_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf,
         return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE,
                              "rate too high for gcra: period %lld ns / limit %llu is below 1 ns",
                              (long long)spec->period_ns, (unsigned long long)spec->limit);
+    /* T is truncated to the ns (as redis-cell does), which makes the real rate
+     * limit/(limit*T) a little faster than asked. Refuse parameters where that error
+     * exceeds one part in 10,000 (e.g. 1e6 per 1999999 ns would run at 2x): such
+     * rates want token_bucket, which keeps the exact fraction. */
+    if ((i128)(spec->period_ns % (int64_t)spec->limit) * 10000 > spec->period_ns)
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE,
+                             "gcra needs period/limit in whole ns to 0.01%%: %lld ns / %llu "
+                             "leaves a fraction of %lld ns (use token_bucket)",
+                             (long long)spec->period_ns, (unsigned long long)spec->limit,
+                             (long long)(spec->period_ns % (int64_t)spec->limit));
     uint64_t b = spec->burst ? spec->burst : spec->limit;
     if ((i128)b * t > GCRA_MAX_DVT)
         return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE,

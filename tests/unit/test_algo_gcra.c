@@ -131,6 +131,29 @@ static void test_init_errors(void) {
     spec.burst = 0;
     spec.period_ns = 0;
     T_EQ_I(sl_limit_init(&lim, &spec, NULL, err, sizeof(err)), SLUICE_EINVAL);
+    /* T truncated to 1 ns would run 1e6 per 1999999 ns at twice the rate: refused */
+    spec.limit = 1000000;
+    spec.period_ns = 1999999;
+    T_EQ_I(sl_limit_init(&lim, &spec, NULL, err, sizeof(err)), SLUICE_ERANGE);
+    T_CHECK(strstr(err, "use token_bucket") != NULL);
+    /* 1 MiB per minute truncates T by 8 ppm: accepted, and a period from idle admits
+     * no more than B + limit * (1 + 1e-4) */
+    spec.limit = 1048576;
+    spec.period_ns = 60 * SLUICE_NS_PER_S;
+    T_EQ_I(sl_limit_init(&lim, &spec, NULL, err, sizeof(err)), SLUICE_OK);
+    sl_gcra_state st = {0};
+    sl_result r;
+    uint64_t admitted = 0;
+    bool fresh = true;
+    for (int64_t t = 0; t <= spec.period_ns; t += 1000000) { /* every ms, cost 1000 */
+        sl_gcra_state next;
+        if (sl_algo_decide(&lim, fresh ? NULL : &st, &next, at(t), 1000, &r) && r.allowed) {
+            st = next;
+            fresh = false;
+            admitted += 1000;
+        }
+    }
+    T_CHECK(admitted <= 2 * spec.limit + spec.limit / 10000);
 }
 
 /* Whether `cost` at `t` is admitted from state `st` (on a copy: nothing stored). */
