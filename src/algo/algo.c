@@ -137,12 +137,6 @@ void sl_algo_settle(const sl_limit *lim, const void *state, void *next, sluice_t
     o->settle(lim, state, next, now, delta, r);
 }
 
-/* floor(t / period), also before 1970: the index of the wall-aligned window holding t. */
-static int64_t window_of(int64_t t, int64_t period) {
-    int64_t q = t / period;
-    return (t % period < 0) ? q - 1 : q;
-}
-
 /* Whether a reservation made at `reserved_at` may still be refunded at `now`: only while
  * the window or calendar period that counted it is still the current one, so a refund
  * can never create room in a window that never held the reservation. Buckets have no
@@ -151,8 +145,8 @@ bool sl_algo_refundable(const sl_limit *lim, sluice_time reserved_at, sluice_tim
     switch (lim->algo) {
     case SLUICE_FIXED_WINDOW:
     case SLUICE_SLIDING_WINDOW:
-        return window_of(reserved_at.wall_ns, lim->period_ns) ==
-               window_of(now.wall_ns, lim->period_ns);
+        return sl_window_start(reserved_at.wall_ns, lim->period_ns) ==
+               sl_window_start(now.wall_ns, lim->period_ns);
     case SLUICE_SLIDING_LOG:
         return now.mono_ns - reserved_at.mono_ns < lim->period_ns;
     case SLUICE_QUOTA: {

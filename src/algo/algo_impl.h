@@ -34,6 +34,25 @@ SL_ALGO_DECLARE(leaky)
 SL_ALGO_DECLARE(conc)
 SL_ALGO_DECLARE(quota)
 
+/* The start of the wall-clock-aligned window of `period` ns holding `wall`:
+ * floor(wall / period) * period, also before 1970. Fixed and sliding windows use it so
+ * every instance and every restart agree on the boundaries. */
+static inline int64_t sl_window_start(int64_t wall, int64_t period) {
+    int64_t q = wall / period;
+    if (wall % period < 0) q--;
+    return (int64_t)((__int128)q * period);
+}
+
+/* The parameters of the window algorithms: `limit` per window of `period_ns`. */
+static inline int sl_window_init(sl_limit *out, const sluice_limit_spec *spec,
+                                 uint32_t state_size) {
+    out->limit = spec->limit;
+    out->capacity = spec->limit;
+    out->period_ns = spec->period_ns;
+    out->state_size = state_size;
+    return SLUICE_OK;
+}
+
 /* Formats an error into errbuf (when not NULL) and returns `code`. */
 int sl_algo_error(char *errbuf, size_t errbuf_len, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -17,24 +17,13 @@ int sl_fixed_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf,
                   size_t errbuf_len) {
     (void)errbuf;
     (void)errbuf_len;
-    out->limit = spec->limit;
-    out->capacity = spec->limit;
-    out->period_ns = spec->period_ns;
-    out->state_size = sizeof(sl_fixed_state);
-    return SLUICE_OK;
-}
-
-/* floor(wall / period) * period, also for instants before 1970. */
-static int64_t align(int64_t wall, int64_t period) {
-    int64_t q = wall / period;
-    if (wall % period < 0) q--;
-    return (int64_t)((i128)q * period);
+    return sl_window_init(out, spec, sizeof(sl_fixed_state));
 }
 
 /* The window in force at `now` and its count. A stored window later than the wall
  * clock's (the wall clock stepped back) stays in force: its count is not forgotten. */
 static sl_fixed_state current(const sl_limit *lim, const void *state, sluice_time now) {
-    sl_fixed_state w = {align(now.wall_ns, lim->period_ns), 0};
+    sl_fixed_state w = {sl_window_start(now.wall_ns, lim->period_ns), 0};
     if (state != NULL) {
         const sl_fixed_state *s = state;
         if (s->window_start_ns >= w.window_start_ns) w = *s;
@@ -123,7 +112,7 @@ void sl_fixed_carry(const sl_limit *old, const void *state, const sl_limit *lim,
     sl_fixed_state w = current(old, state, now);
     uint64_t used = w.count;
     if (lim->limit < old->limit) used = (uint64_t)((unsigned __int128)used * lim->limit / old->limit);
-    sl_fixed_state n = {align(now.wall_ns, lim->period_ns), used};
+    sl_fixed_state n = {sl_window_start(now.wall_ns, lim->period_ns), used};
     if (lim->period_ns == old->period_ns) n.window_start_ns = w.window_start_ns;
     *(sl_fixed_state *)next = n;
 }

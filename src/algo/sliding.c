@@ -26,17 +26,7 @@ int sl_sliding_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf,
                     size_t errbuf_len) {
     (void)errbuf;
     (void)errbuf_len;
-    out->limit = spec->limit;
-    out->capacity = spec->limit;
-    out->period_ns = spec->period_ns;
-    out->state_size = sizeof(sl_sliding_state);
-    return SLUICE_OK;
-}
-
-static int64_t align(int64_t wall, int64_t period) {
-    int64_t q = wall / period;
-    if (wall % period < 0) q--;
-    return (int64_t)((i128)q * period);
+    return sl_window_init(out, spec, sizeof(sl_sliding_state));
 }
 
 static int64_t clamp64(i128 v) {
@@ -48,7 +38,7 @@ static int64_t clamp64(i128 v) {
 /* The two windows in force at `now`. A stored window later than the wall clock's (it
  * stepped back) stays in force, at elapsed 0 until the clock catches up. */
 static sl_sliding_state current(const sl_limit *lim, const void *state, sluice_time now) {
-    int64_t ws = align(now.wall_ns, lim->period_ns);
+    int64_t ws = sl_window_start(now.wall_ns, lim->period_ns);
     sl_sliding_state w = {ws, 0, 0};
     if (state == NULL) return w;
     const sl_sliding_state *s = state;
@@ -183,6 +173,6 @@ void sl_sliding_carry(const sl_limit *old, const void *state, const sl_limit *li
         w.cur = (uint64_t)((unsigned __int128)w.cur * lim->limit / old->limit);
         w.prev = (uint64_t)((unsigned __int128)w.prev * lim->limit / old->limit);
     }
-    if (lim->period_ns != old->period_ns) w.window_start_ns = align(now.wall_ns, lim->period_ns);
+    if (lim->period_ns != old->period_ns) w.window_start_ns = sl_window_start(now.wall_ns, lim->period_ns);
     *(sl_sliding_state *)next = w;
 }
