@@ -469,8 +469,14 @@ static bool parse_match(sl__ctx *cx, const sl_ynode *m, sl_cpolicy *p) {
     }
     if ((x = sl__get(m, "host")) != NULL) {
         const char *h = sl__get_str(cx, x, "host");
-        if (h == NULL || *h == '\0') ok = false;
-        else p->host = keep_lower(cx, h);
+        if (h == NULL || *h == '\0') {
+            ok = false;
+        } else {
+            /* as requests are compared: lower case, no trailing dot ("example.com.") */
+            p->host = keep_lower(cx, h);
+            size_t hl = p->host ? strlen(p->host) : 0;
+            if (hl > 1 && p->host[hl - 1] == '.') ((char *)p->host)[hl - 1] = '\0';
+        }
     }
     if ((x = sl__get(m, "headers")) != NULL)
         ok &= parse_conds(cx, x, "match.headers", true, &p->hdr, &p->n_hdr);

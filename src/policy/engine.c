@@ -1186,12 +1186,22 @@ int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, 
     verdict_init(out);
     if (e == NULL || req == NULL) return fail(out, SLUICE_EINVAL);
     int rc = SLUICE_OK;
+    /* one normalised path for both kinds of request (keys, per-operation costs, match) */
+    char np[SL_PATH_NORM_STACK];
+    char *buf = np;
+    size_t pl = path_len(req->path);
+    if (pl > sizeof(np)) {
+        if (req->path_scratch == NULL || req->path_scratch_len < pl)
+            return fail(out, SLUICE_ERANGE); /* never matched raw */
+        buf = req->path_scratch;
+    }
+    sl_str npath = path_norm(req->path, buf);
     if (req->domain.p != NULL) {
         const sl_edomain *dom = find_domain(e->cfg, req->domain);
         for (size_t d = 0; d < req->n_descriptors && rc == SLUICE_OK; d++) {
             const sl_descriptor *desc = &req->descriptors[d];
             const sl_enode *path[SL_ENVOY_DEPTH];
-            ctxreq c = {req, desc, path, {req->path.p, path_len(req->path)}};
+            ctxreq c = {req, desc, path, npath};
             if (desc->has_limit && desc->limit_unit > 0 && desc->limit_unit < OVR_UNITS) {
                 rc = add_override(e, out, req, desc, (int)d);
                 continue; /* the config is bypassed for this descriptor */
@@ -1205,21 +1215,13 @@ int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, 
                     memcmp(cp->domain, req->domain.p, req->domain.len) != 0 ||
                     !match_desc(cp, desc))
                     continue;
-                ctxreq c2 = {req, desc, NULL, {req->path.p, path_len(req->path)}};
+                ctxreq c2 = {req, desc, NULL, npath};
                 rc = add_policy(&e->pol[i], out, &c2, (int)d);
             }
         }
         if (rc == SLUICE_OK) apply_replaces(out);
     } else {
-        char np[SL_PATH_NORM_STACK];
-        char *buf = np;
-        size_t pl = path_len(req->path);
-        if (pl > sizeof(np)) {
-            if (req->path_scratch == NULL || req->path_scratch_len < pl)
-                return fail(out, SLUICE_ERANGE); /* never matched raw */
-            buf = req->path_scratch;
-        }
-        ctxreq c = {req, NULL, NULL, path_norm(req->path, buf)};
+        ctxreq c = {req, NULL, NULL, npath};
         for (size_t i = 0; i < e->n_pol && rc == SLUICE_OK; i++) {
             const sl_cpolicy *cp = e->pol[i].cp;
             if (cp->envoy || cp->domain != NULL || !match_http(cp, req, c.path)) continue;
