@@ -5,22 +5,13 @@
  */
 #include "algo.h"
 #include "t.h"
+#include "t_algo.h"
 
 #define S SLUICE_NS_PER_S
 #define MS SLUICE_NS_PER_MS
 
 static sl_limit mk(uint64_t limit, int64_t period_ns, uint64_t burst) {
-    sluice_limit_spec spec = {0};
-    spec.algo = SLUICE_GCRA;
-    spec.name = "gcra";
-    spec.limit = limit;
-    spec.period_ns = period_ns;
-    spec.burst = burst;
-    sl_limit lim;
-    char err[256];
-    int rc = sl_limit_init(&lim, &spec, NULL, err, sizeof(err));
-    if (rc != SLUICE_OK) T_FAIL("sl_limit_init: %s", err);
-    return lim;
+    return t_limit((sluice_limit_spec){.algo = SLUICE_GCRA, .name = "gcra", .limit = limit, .period_ns = period_ns, .burst = burst});
 }
 
 static sluice_time at(int64_t mono_ns) {
@@ -158,11 +149,7 @@ static void test_init_errors(void) {
 
 /* Whether `cost` at `t` is admitted from state `st` (on a copy: nothing stored). */
 static bool admits(const sl_limit *lim, const sl_gcra_state *st, int64_t t, uint64_t cost) {
-    sl_gcra_state copy = *st, next;
-    sl_result r;
-    sl_algo_decide(lim, &copy, &next, at(t), cost, &r);
-    T_CHECK(memcmp(&copy, st, sizeof(copy)) == 0);
-    return r.allowed;
+    return t_admits(lim, st, at(t), cost);
 }
 
 /*

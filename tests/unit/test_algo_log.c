@@ -6,6 +6,7 @@
  */
 #include "algo.h"
 #include "t.h"
+#include "t_algo.h"
 
 #define S SLUICE_NS_PER_S
 #define MS SLUICE_NS_PER_MS
@@ -16,16 +17,7 @@ typedef union {
 } log_buf;
 
 static sl_limit mk(uint64_t limit, int64_t period_ns) {
-    sluice_limit_spec spec = {0};
-    spec.algo = SLUICE_SLIDING_LOG;
-    spec.name = "log";
-    spec.limit = limit;
-    spec.period_ns = period_ns;
-    sl_limit lim;
-    char err[256];
-    int rc = sl_limit_init(&lim, &spec, NULL, err, sizeof(err));
-    if (rc != SLUICE_OK) T_FAIL("sl_limit_init: %s", err);
-    return lim;
+    return t_limit((sluice_limit_spec){.algo = SLUICE_SLIDING_LOG, .name = "log", .limit = limit, .period_ns = period_ns});
 }
 
 static sluice_time at(int64_t mono_ns) {
@@ -34,12 +26,7 @@ static sluice_time at(int64_t mono_ns) {
 }
 
 static bool admits(const sl_limit *lim, const log_buf *st, int64_t t, uint64_t cost) {
-    static log_buf copy, next;
-    memcpy(&copy, st, lim->state_size);
-    sl_result r;
-    sl_algo_decide(lim, &copy, &next, at(t), cost, &r);
-    T_CHECK(memcmp(&copy, st, lim->state_size) == 0);
-    return r.allowed;
+    return t_admits(lim, st, at(t), cost);
 }
 
 static void test_init_cap(void) {

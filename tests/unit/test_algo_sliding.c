@@ -6,6 +6,7 @@
  */
 #include "algo.h"
 #include "t.h"
+#include "t_algo.h"
 
 #define S SLUICE_NS_PER_S
 #define MS SLUICE_NS_PER_MS
@@ -14,16 +15,7 @@
 typedef __int128 i128;
 
 static sl_limit mk(uint64_t limit, int64_t period_ns) {
-    sluice_limit_spec spec = {0};
-    spec.algo = SLUICE_SLIDING_WINDOW;
-    spec.name = "sliding";
-    spec.limit = limit;
-    spec.period_ns = period_ns;
-    sl_limit lim;
-    char err[256];
-    int rc = sl_limit_init(&lim, &spec, NULL, err, sizeof(err));
-    if (rc != SLUICE_OK) T_FAIL("sl_limit_init: %s", err);
-    return lim;
+    return t_limit((sluice_limit_spec){.algo = SLUICE_SLIDING_WINDOW, .name = "sliding", .limit = limit, .period_ns = period_ns});
 }
 
 static sluice_time wall(int64_t wall_ns) {
@@ -32,11 +24,7 @@ static sluice_time wall(int64_t wall_ns) {
 }
 
 static bool admits(const sl_limit *lim, const sl_sliding_state *st, int64_t w, uint64_t cost) {
-    sl_sliding_state copy = *st, next;
-    sl_result r;
-    sl_algo_decide(lim, &copy, &next, wall(w), cost, &r);
-    T_CHECK(memcmp(&copy, st, sizeof(copy)) == 0);
-    return r.allowed;
+    return t_admits(lim, st, wall(w), cost);
 }
 
 /* 50/min, 42 in the previous minute, 15 s in: the 18th of this minute passes

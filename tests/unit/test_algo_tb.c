@@ -6,6 +6,7 @@
  */
 #include "algo.h"
 #include "t.h"
+#include "t_algo.h"
 
 #define S SLUICE_NS_PER_S
 #define MS SLUICE_NS_PER_MS
@@ -13,17 +14,7 @@
 typedef __int128 i128;
 
 static sl_limit mk(uint64_t limit, int64_t period_ns, uint64_t burst) {
-    sluice_limit_spec spec = {0};
-    spec.algo = SLUICE_TOKEN_BUCKET;
-    spec.name = "tb";
-    spec.limit = limit;
-    spec.period_ns = period_ns;
-    spec.burst = burst;
-    sl_limit lim;
-    char err[256];
-    int rc = sl_limit_init(&lim, &spec, NULL, err, sizeof(err));
-    if (rc != SLUICE_OK) T_FAIL("sl_limit_init: %s", err);
-    return lim;
+    return t_limit((sluice_limit_spec){.algo = SLUICE_TOKEN_BUCKET, .name = "tb", .limit = limit, .period_ns = period_ns, .burst = burst});
 }
 
 static sluice_time at(int64_t mono_ns) {
@@ -32,11 +23,7 @@ static sluice_time at(int64_t mono_ns) {
 }
 
 static bool admits(const sl_limit *lim, const sl_tb_state *st, int64_t t, uint64_t cost) {
-    sl_tb_state copy = *st, next;
-    sl_result r;
-    sl_algo_decide(lim, &copy, &next, at(t), cost, &r);
-    T_CHECK(memcmp(&copy, st, sizeof(copy)) == 0);
-    return r.allowed;
+    return t_admits(lim, st, at(t), cost);
 }
 
 static void test_basics(void) {
