@@ -4,6 +4,7 @@
  * zero costs and delays, contradictory modes), long paths and hosts still matched,
  * engine errors answered as errors (never fail-open), empty descriptor values.
  */
+#include <pthread.h>
 #include <stdarg.h>
 
 #include "policy/policy.h"
@@ -675,6 +676,43 @@ static void duplicates_in_large_files(void) {
     free(y);
 }
 
+/* Racing replays: four threads settle the same tokens at once; each token settles
+ * exactly once. */
+#define RACE_TOKENS 200
+static fx race_f;
+static char race_tok[RACE_TOKENS][SL_TOKEN_MAX];
+static int race_ok[4];
+
+static void *race_settle(void *arg) {
+    int me = (int)(intptr_t)arg;
+    for (int i = 0; i < RACE_TOKENS; i++)
+        if (sl_engine_settle_token(race_f.e, race_tok[i], strlen(race_tok[i]), 0, at_s(1)) ==
+            SLUICE_OK)
+            race_ok[me]++;
+    return NULL;
+}
+
+static void tokens_single_use_under_races(void) {
+    if (!fx_open(&race_f, "policies:\n"
+                          "  - name: r\n"
+                          "    objective: cost\n"
+                          "    key: []\n"
+                          "    cost: {default: 1, settle: true}\n"
+                          "    algorithm: fixed_window\n"
+                          "    limits: [{rate: 1000000/h}]\n"))
+        return;
+    for (int i = 0; i < RACE_TOKENS; i++) {
+        sl_request r = req("GET", "/", NULL);
+        sl_engine_check(race_f.e, &r, at_s(0), &V);
+        T_CHECK(sl_verdict_token(&V, race_tok[i], SL_TOKEN_MAX) > 0);
+    }
+    pthread_t th[4];
+    for (int t = 0; t < 4; t++) pthread_create(&th[t], NULL, race_settle, (void *)(intptr_t)t);
+    for (int t = 0; t < 4; t++) pthread_join(th[t], NULL);
+    T_EQ_I(race_ok[0] + race_ok[1] + race_ok[2] + race_ok[3], RACE_TOKENS);
+    fx_close(&race_f);
+}
+
 int main(void) {
     T_RUN(sliding_log_state_bounded_at_load);
     T_RUN(engine_errors_are_not_store_failures);
@@ -694,5 +732,6 @@ int main(void) {
     T_RUN(reader_error_positions);
     T_RUN(client_zero_cost_costs_one);
     T_RUN(duplicates_in_large_files);
+    T_RUN(tokens_single_use_under_races);
     return T_DONE();
 }
