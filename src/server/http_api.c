@@ -126,24 +126,6 @@ static long query_param(const http_ctx *x, const char *name, const char **val) {
     return -1;
 }
 
-/* Metrics result of a verdict, and the deciding policy's slot. */
-static void count_verdict(sl_worker *w, int rc, const sl_verdict *v) {
-    unsigned slot = 0;
-    if (rc == 0 && v->deciding >= 0 && (size_t)v->deciding < v->n && v->items[v->deciding].info)
-        slot = sl_gen_slot(w->gen, v->items[v->deciding].info->policy);
-    sl_met_result r;
-    if (rc != 0 || v->action == SL_FAIL)
-        r = SL_MET_ERROR;
-    else if (v->action == SL_REJECT)
-        r = SL_MET_LIMITED;
-    else if (v->store_error)
-        r = SL_MET_FAIL_OPEN;
-    else if (v->shadow_limited)
-        r = SL_MET_SHADOW;
-    else
-        r = SL_MET_ALLOWED;
-    sl_server_count(w, slot, r);
-}
 
 static int rejected(const sl_verdict *v) { return v->action == SL_REJECT || v->action == SL_FAIL; }
 
@@ -185,7 +167,7 @@ static void handle_auth(http_ctx *x) {
     }
     sl_verdict *v = &w->verdict;
     int rc = sl_engine_check(w->gen->engine, &r, sl_worker_now(w), v);
-    count_verdict(w, rc, v);
+    sl_server_count_verdict(w, rc, v);
     char hbuf[HDRS_MAX];
     int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
     if (hl < 0) hbuf[0] = '\0';
@@ -295,7 +277,11 @@ static void verdict_reply(http_ctx *x, int rc, sl_verdict *v) {
     }
     char *out = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    int status = rc != 0 ? (rc == SLUICE_ENOTFOUND ? 404 : 503)
+    /* An engine error (SL_ERROR: 500, or 404 for an unknown policy) is not a store
+     * failure (503); the verdict says which. */
+    int status = rc != 0 ? (v->action == SL_ERROR && v->status >= 400 ? v->status
+                            : rc == SLUICE_ENOTFOUND                  ? 404
+                                                                      : 503)
                  : (v->status >= 200 && v->status <= 599) ? v->status
                  : v->action == SL_FAIL   ? 503
                  : v->action == SL_REJECT ? 429
@@ -394,7 +380,7 @@ static void handle_check(http_ctx *x, int acquire) {
         if (has_cost) r.hits_addend = cost;
         rc = sl_engine_check(w->gen->engine, &r, sl_worker_now(w), v);
     }
-    count_verdict(w, rc, v);
+    sl_server_count_verdict(w, rc, v);
     verdict_reply(x, rc, v);
     json_decref(j);
 }
@@ -422,7 +408,7 @@ static void handle_token(http_ctx *x, int settle) {
         reply_json(x, 200, NULL, b, strlen(b));
     } else if (rc == SLUICE_ENOTFOUND) {
         problem(x->c, x->req->minor, 404,
-                settle ? "unknown policy or key in the token" : "the lease had already expired", 1);
+                "token already used, expired or unknown", 1);
     } else if (rc == SLUICE_EINVAL) {
         problem(x->c, x->req->minor, 400, "invalid token", 1);
     } else {

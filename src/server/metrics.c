@@ -116,3 +116,22 @@ char *sl_metrics_render(sl_server *s, size_t *len) {
     *len = w.len;
     return buf;
 }
+
+/* The metrics result of a verdict, counted under the deciding policy's slot. */
+void sl_server_count_verdict(sl_worker *w, int rc, const sl_verdict *v) {
+    unsigned slot = 0;
+    if (rc == 0 && v->deciding >= 0 && (size_t)v->deciding < v->n && v->items[v->deciding].info)
+        slot = sl_gen_slot(w->gen, v->items[v->deciding].info->policy);
+    sl_met_result r;
+    if (rc != 0 || v->action == SL_FAIL || v->action == SL_ERROR)
+        r = SL_MET_ERROR;
+    else if (v->action == SL_REJECT)
+        r = SL_MET_LIMITED;
+    else if (v->store_error)
+        r = SL_MET_FAIL_OPEN;
+    else if (v->shadow_limited)
+        r = SL_MET_SHADOW;
+    else
+        r = SL_MET_ALLOWED;
+    sl_server_count(w, slot, r);
+}

@@ -60,22 +60,10 @@ static int arg_cstr(const sl_resp_cmd *cmd, size_t i, char *buf, size_t len) {
     return 0;
 }
 
-static void count_verdict(sl_worker *w, int rc, const sl_verdict *v) {
-    unsigned slot = 0;
-    if (rc == 0 && v->deciding >= 0 && (size_t)v->deciding < v->n && v->items[v->deciding].info)
-        slot = sl_gen_slot(w->gen, v->items[v->deciding].info->policy);
-    sl_met_result r = rc != 0 || v->action == SL_FAIL ? SL_MET_ERROR
-                      : v->action == SL_REJECT        ? SL_MET_LIMITED
-                      : v->store_error                ? SL_MET_FAIL_OPEN
-                      : v->shadow_limited             ? SL_MET_SHADOW
-                                                      : SL_MET_ALLOWED;
-    sl_server_count(w, slot, r);
-}
-
 /* The SL.* decision reply: a map (RESP3) or flat array (RESP2) with a fixed shape. */
 static void verdict_reply(resp_ctx *x, int rc, const sl_verdict *v, const char *policy) {
     sl_worker *w = x->c->w;
-    count_verdict(w, rc, v);
+    sl_server_count_verdict(w, rc, v);
     if (rc == SLUICE_ENOTFOUND) {
         char m[200];
         snprintf(m, sizeof(m), "ERR unknown policy '%.100s'", policy ? policy : "");
@@ -235,8 +223,7 @@ static void cmd_token(resp_ctx *x, int settle) {
     if (rc == 0)
         sl_resp_simple(&x->wb, "OK");
     else if (rc == SLUICE_ENOTFOUND)
-        sl_resp_error(&x->wb, settle ? "ERR unknown policy or key in the token"
-                                     : "ERR the lease had already expired");
+        sl_resp_error(&x->wb, "ERR token already used, expired or unknown");
     else if (rc == SLUICE_EINVAL)
         sl_resp_error(&x->wb, "ERR invalid token");
     else {

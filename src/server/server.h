@@ -228,6 +228,10 @@ int sl_server_reload(sl_server *s, char *err, size_t errlen);
 sl_gen *sl_worker_pin(sl_worker *w);
 unsigned sl_gen_slot(const sl_gen *g, const char *policy);
 void sl_server_count(sl_worker *w, unsigned slot, sl_met_result r);
+/* Counts one policy decision (rc and verdict from sl_engine_check*) under its deciding
+ * policy: error (engine error or store failure failing closed), limited, fail_open,
+ * shadow_limited or allowed. */
+void sl_server_count_verdict(sl_worker *w, int rc, const sl_verdict *v);
 void sl_server_observe_latency(sl_worker *w, int64_t ns);
 
 /* conn.c */

@@ -189,6 +189,24 @@ def test_reserve_then_settle_over_http(server):
     assert r.status_code == 200
     peek = requests.post(server.http + "/v1/check", json={"policy": "tokens", "key": "u2", "cost": 0}, timeout=5)
     assert peek.json()["limits"][0]["remaining"] == 750  # charged the real 250, not the 100 reserved
+    # a token settles once: a replay would refund or charge again
+    r = requests.post(server.http + "/v1/settle", json={"token": j["token"], "actual": 0}, timeout=5)
+    assert r.status_code == 404
+    assert r.headers["Content-Type"] == "application/problem+json"
+    assert "already used" in r.json()["detail"]
+    peek = requests.post(server.http + "/v1/check", json={"policy": "tokens", "key": "u2", "cost": 0}, timeout=5)
+    assert peek.json()["limits"][0]["remaining"] == 750
+
+
+def test_release_token_is_single_use(server):
+    toks = [requests.post(server.http + "/v1/acquire", json={"policy": "slots", "key": "r1"},
+                          timeout=5).json()["token"] for _ in range(2)]
+    assert requests.post(server.http + "/v1/acquire", json={"policy": "slots", "key": "r1"}, timeout=5).status_code == 429
+    assert requests.post(server.http + "/v1/release", json={"token": toks[0]}, timeout=5).status_code == 200
+    # releasing the same lease again must not free the other lease's slot
+    assert requests.post(server.http + "/v1/release", json={"token": toks[0]}, timeout=5).status_code == 404
+    assert requests.post(server.http + "/v1/acquire", json={"policy": "slots", "key": "r1"}, timeout=5).status_code == 200
+    assert requests.post(server.http + "/v1/acquire", json={"policy": "slots", "key": "r1"}, timeout=5).status_code == 429
 
 
 def test_traefik_style_forward_auth_headers(server):
