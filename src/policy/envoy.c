@@ -28,7 +28,7 @@ static const char *const desc_fields[] = {
     "value_to_metric", "share_threshold", "metadata", "descriptors", NULL};
 static const char *const rl_fields[] = {"unit", "requests_per_unit", "unlimited", "name",
                                         "replaces", "algorithm", "burst", "extra_limits",
-                                        NULL};
+                                        "on_store_error", NULL};
 
 static char *keep(sl__ctx *cx, const char *s) {
     return sl__strndup(&cx->cfg->arena, s, strlen(s));
@@ -145,7 +145,8 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
             sl__err(cx, rpu, "requests_per_unit given with unlimited: true (expected none)");
             ok = false;
         }
-        static const char *const ext[] = {"algorithm", "burst", "extra_limits", NULL};
+        static const char *const ext[] = {"algorithm", "burst", "extra_limits",
+                                          "on_store_error", NULL};
         for (size_t i = 0; ext[i]; i++)
             if ((x = sl__get(rl, ext[i])) != NULL) {
                 sl__err(cx, x, "%s given with unlimited: true (expected none)", ext[i]);
@@ -153,6 +154,16 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
             }
         p->unlimited = true;
         return ok;
+    }
+    /* sluice extension: the rule's failure mode when the store is unreachable */
+    if ((x = sl__get(rl, "on_store_error")) != NULL) {
+        if (x->kind == SL_YSCALAR && strcmp(x->s, "closed") == 0) {
+            p->fail_closed = true;
+        } else if (x->kind != SL_YSCALAR || strcmp(x->s, "open") != 0) {
+            sl__err(cx, x, "bad on_store_error '%.40s' (expected open or closed)",
+                    x->kind == SL_YSCALAR ? x->s : "");
+            ok = false;
+        }
     }
     if (unit == NULL) {
         sl__err(cx, rl, "rate_limit needs a unit (expected second, minute, hour, day, week, "

@@ -2,7 +2,8 @@
  * test_grpc_rls.c -- the RLS answer on the wire: the worked response bytes of SPECS §3.4
  * come out of sl_rls_pack exactly (overall_code written even though proto3 would omit
  * nothing else), request validation refuses what envoyproxy/ratelimit refuses, and the
- * per-descriptor status follows the deciding window when a rule has several.
+ * per-descriptor status follows the deciding window when a rule has several, and a rule
+ * that fails closed answers OVER_LIMIT while the store refuses.
  */
 #include "grpc/rls.h"
 #include "t.h"
@@ -133,7 +134,60 @@ static void validation(void) {
     T_CHECK(strstr(err, "at most 16") != NULL);
 }
 
+static const char FM_CONFIG[] =
+    "domain: d\n"
+    "descriptors:\n"
+    "  - key: a\n"
+    "    rate_limit: { unit: second, requests_per_unit: 5, on_store_error: closed }\n"
+    "  - key: b\n"
+    "    rate_limit: { unit: second, requests_per_unit: 5 }\n";
+
+/* The failure-mode extension of the envoy format: with the store refusing new keys, a
+ * rule that fails closed answers OVER_LIMIT (with a 503-type problem), one that fails
+ * open (the default) answers OK. */
+static void failure_mode_per_rule(void) {
+    static sl_diag_list dl;
+    sl_config *cfg;
+    T_EQ_I(sl_config_load_buffer(FM_CONFIG, sizeof(FM_CONFIG) - 1, "fm.yaml", &cfg, &dl), SLUICE_OK);
+    int err;
+    sluice_store_options so = {.max_keys = 1, .shards = 1, .on_full = SLUICE_REFUSE_NEW};
+    sluice_store *st = sluice_store_create(&so, &err);
+    sl_engine *e = sl_engine_create(cfg, st, &err, NULL, 0);
+    T_CHECK(e != NULL);
+    sluice_clock *clk = sluice_clock_create_manual(INT64_C(1767225600) * SEC);
+    sl_grpc_env env = {.engine = e, .store = st, .now = sluice_clock_now(clk)};
+    static sl_rls_req rq;
+    static sl_rls_answer a;
+    static sl_verdict v;
+    char msg[160];
+    static const char *const keys[3][2] = {{"b", "1"}, {"a", "2"}, {"b", "3"}};
+    int overall[3];
+    for (int i = 0; i < 3; i++) {
+        sl_entry ent = {{keys[i][0], 1}, {keys[i][1], 1}};
+        memset(&rq, 0, sizeof(rq));
+        rq.d[0].entries = &ent;
+        rq.d[0].n = 1;
+        rq.r.domain = (sl_str){"d", 1};
+        rq.r.descriptors = rq.d;
+        rq.r.n_descriptors = 1;
+        T_EQ_I(sl_rls_decide(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
+        overall[i] = a.overall;
+        if (i == 1) {
+            T_CHECK(v.store_error);
+            T_CHECK(a.body_len > 0 && strstr(a.body, "temporary-reduced-capacity") != NULL);
+        }
+    }
+    T_EQ_I(overall[0], SL_RLS_OK);        /* the one key the store holds */
+    T_EQ_I(overall[1], SL_RLS_OVER_LIMIT); /* store full: fails closed */
+    T_EQ_I(overall[2], SL_RLS_OK);        /* store full: fails open */
+    sluice_clock_destroy(clk);
+    sl_engine_destroy(e);
+    sl_config_destroy(cfg);
+    sluice_store_destroy(st);
+}
+
 int main(void) {
+    T_RUN(failure_mode_per_rule);
     T_RUN(worked_response_bytes);
     T_RUN(deciding_window_reported);
     T_RUN(validation);
