@@ -408,3 +408,25 @@ def test_connection_error_gets_goaway_protocol_error(make_server, pb):
     assert codes == [1], (codes, buf)  # PROTOCOL_ERROR
     assert c.check("mongo_cps", [[("database", "users")]]).overall_code == OK
     c.close()
+
+
+def test_an_envoy_file_listens_on_8081_by_default(tmp_path):
+    """Loaded unchanged, an envoyproxy/ratelimit file (it has no listen section) gets
+    envoyproxy/ratelimit's gRPC port. Checked without depending on the port being free:
+    with 127.0.0.1:8081 held, startup fails naming that gRPC address."""
+    from conftest import BIN, free_port
+    busy = socket.socket()
+    try:
+        busy.bind(("127.0.0.1", 8081))
+        busy.listen(1)
+    except OSError:
+        pass  # someone else holds it: the server must fail on it just the same
+    try:
+        r = subprocess.run([BIN, "serve", "-c", os.path.join(EXAMPLES, "01-mongo-cps.yaml"),
+                            "--http", "127.0.0.1:%d" % free_port(), "--resp", "127.0.0.1:%d" % free_port(),
+                            "--admin", "127.0.0.1:%d" % free_port()],
+                           capture_output=True, text=True, timeout=10)
+    finally:
+        busy.close()
+    assert r.returncode == 1, r.stderr
+    assert "grpc address 127.0.0.1:8081" in r.stderr and "in use" in r.stderr, r.stderr
