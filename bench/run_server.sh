@@ -60,7 +60,7 @@ policies:
       - { rate: 100000/s, burst: 1000000 }
 CONF
 (cd "$run" && exec "$bin" serve -c "$run/sluice.yaml" --http $H:$SL_HTTP --resp $H:$SL_RESP \
-  --admin $H:$SL_ADMIN --workers "$SW" 2> "$run/sluice.log") &
+  --admin $H:$SL_ADMIN --grpc off --workers "$SW" 2> "$run/sluice.log") &
 SPID=$!; pids+=($SPID)
 redis-server --bind $H --port $RD --save '' --appendonly no --daemonize no --dir "$run" \
   --logfile "$run/redis.log" &

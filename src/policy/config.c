@@ -1099,6 +1099,7 @@ static void settings_defaults(sl_settings *st) {
     snprintf(st->listen_http, sizeof(st->listen_http), "127.0.0.1:8080");
     snprintf(st->listen_resp, sizeof(st->listen_resp), "127.0.0.1:6380");
     snprintf(st->listen_admin, sizeof(st->listen_admin), "127.0.0.1:9090");
+    snprintf(st->listen_grpc, sizeof(st->listen_grpc), "127.0.0.1:8081");
     st->auth_deny_status = 429;
     st->store.redis_timeout_ns = 20 * SLUICE_NS_PER_MS;
 }

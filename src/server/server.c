@@ -463,12 +463,9 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     if (s->opt.admin_token[0] == '\0')
         snprintf(s->opt.admin_token, sizeof(s->opt.admin_token), "%s", st->admin_token);
     s->opt.legacy_headers = s->opt.legacy_headers || st->legacy_headers;
-    /* gRPC: the flag, else listen.grpc; an envoyproxy/ratelimit file (which has no listen
-     * section) gets envoyproxy/ratelimit's port, so it is a drop-in as it stands */
-    if (s->opt.grpc[0] == '\0')
-        snprintf(s->opt.grpc, sizeof(s->opt.grpc), "%s",
-                 st->listen_grpc[0] == '\0' && sl_config_is_envoy(cfg) ? "127.0.0.1:8081"
-                                                                     : st->listen_grpc);
+    /* gRPC: the flag, else listen.grpc (127.0.0.1:8081 unless the file says otherwise, also
+     * for an envoyproxy/ratelimit file, whose port it is, so such a file is a drop-in) */
+    if (s->opt.grpc[0] == '\0') snprintf(s->opt.grpc, sizeof(s->opt.grpc), "%s", st->listen_grpc);
     char *addrs_all[SL_KINDS] = {s->opt.http, s->opt.resp, s->opt.admin, s->opt.grpc};
     for (int k = 0; k < SL_KINDS; k++)
         if (strcmp(addrs_all[k], "-") == 0) addrs_all[k][0] = '\0'; /* "off" on the command line */

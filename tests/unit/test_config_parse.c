@@ -215,7 +215,7 @@ static void defaults(void) {
     const sl_settings *s = sl_config_settings(cfg);
     T_EQ_S(s->listen_http, "127.0.0.1:8080");
     T_EQ_S(s->listen_resp, "127.0.0.1:6380");
-    T_EQ_S(s->listen_grpc, "");
+    T_EQ_S(s->listen_grpc, "127.0.0.1:8081"); /* issue 4: the default gRPC listener */
     T_EQ_S(s->listen_admin, "127.0.0.1:9090");
     T_EQ_I(s->auth_deny_status, 429);
     T_CHECK(!s->legacy_headers);

@@ -95,7 +95,7 @@ static void default_config(void) {
     if (!fx_open(&f, "sluice.yaml", INT64_C(1767225600))) return;
     const sl_settings *st = sl_config_settings(f.cfg);
     T_EQ_S(st->listen_http, "127.0.0.1:8080");
-    T_EQ_S(st->listen_grpc, "");
+    T_EQ_S(st->listen_grpc, "127.0.0.1:8081");
     T_EQ_I(st->store.on_full, SLUICE_EVICT_LRU);
     T_EQ_S(st->store.snapshot_path, "sluice.state");
     T_EQ_I(st->store.snapshot_every_ns, 10 * SEC);
