@@ -16,6 +16,29 @@
 #include "core/hash.h"
 #include "internal.h"
 
+/* The calling thread's store hooks (policy.h); NULL = the memory store. */
+static __thread const sl_store_hooks *tl_hooks;
+
+void sl_engine_thread_hooks(const sl_store_hooks *h) { tl_hooks = h; }
+
+int sl_store_decide(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
+                    sluice_decision *out) {
+    if (tl_hooks != NULL) return tl_hooks->decide(tl_hooks->ctx, items, n, now, out);
+    return sluice_decide(st, items, n, now, out);
+}
+
+static int st_settle(sluice_store *st, const sluice_limiter *lim, const void *key, size_t kl,
+                     uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out) {
+    if (tl_hooks != NULL) return tl_hooks->settle(tl_hooks->ctx, lim, key, kl, reserved, actual, now, out);
+    return sluice_settle(st, lim, key, kl, reserved, actual, now, out);
+}
+
+static int st_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t kl,
+                      uint64_t lease, sluice_time now) {
+    if (tl_hooks != NULL) return tl_hooks->release(tl_hooks->ctx, lim, key, kl, lease, now);
+    return sluice_release(st, lim, key, kl, lease, now);
+}
+
 typedef sl__ewin e_win;
 
 typedef struct sl__epol {
@@ -865,7 +888,7 @@ static int decide_group(const sl_engine *e, sl_verdict *v, const size_t *idx, si
             for (size_t i = 0; i < m; i++) items[i].cost = 0;
         }
         sluice_decision dec;
-        int rc = sluice_decide(e->store, items, m, now, &dec);
+        int rc = sl_store_decide(e->store, items, m, now, &dec);
         if (rc != SLUICE_OK) return rc;
         for (size_t i = 0; i < m && i < dec.n; i++) v->items[map[i]].result = dec.results[i];
         if (!dec.allowed && !peek && !deny) {
@@ -879,7 +902,7 @@ static int decide_group(const sl_engine *e, sl_verdict *v, const size_t *idx, si
                 v->items[map[i]].result.delay_ns = 0;
             }
             sluice_decision pk;
-            if (sluice_decide(e->store, items, m, now, &pk) == SLUICE_OK)
+            if (sl_store_decide(e->store, items, m, now, &pk) == SLUICE_OK)
                 for (size_t i = 0; i < m && i < pk.n; i++)
                     if (v->items[map[i]].result.allowed) {
                         v->items[map[i]].result.remaining = pk.results[i].remaining;
@@ -929,12 +952,12 @@ static void overrides(const sl_engine *e, sl_verdict *v, const size_t *enf, size
             const e_win *w = item_win(it);
             if (w->lim == NULL) continue;
             if (it->result.lease != 0) {
-                sluice_release(e->store, w->lim, v->keys + it->key_off, it->key_len,
+                st_release(e->store, w->lim, v->keys + it->key_off, it->key_len,
                                it->result.lease, now);
                 it->result.lease = 0;
             } else if (it->cost > 0) {
                 sluice_result r;
-                sluice_settle(e->store, w->lim, v->keys + it->key_off, it->key_len, it->cost, 0,
+                st_settle(e->store, w->lim, v->keys + it->key_off, it->key_len, it->cost, 0,
                               now, &r);
                 if (!it->override) it->result.remaining = r.remaining;
             }
@@ -959,7 +982,7 @@ static void recompute_retry(const sl_engine *e, sl_verdict *v, const size_t *enf
         if (w->lim == NULL || it->cost == 0) continue;
         sluice_item pk = {w->lim, v->keys + it->key_off, it->key_len, 0};
         sluice_decision d;
-        if (sluice_decide(e->store, &pk, 1, now, &d) != SLUICE_OK) continue;
+        if (sl_store_decide(e->store, &pk, 1, now, &d) != SLUICE_OK) continue;
         it->result.remaining = d.results[0].remaining;
         it->result.reset_after_ns = d.results[0].reset_after_ns;
         if (d.results[0].remaining >= it->cost) continue;
@@ -1117,7 +1140,7 @@ static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
         const e_win *w = item_win(it);
         if (!w->cp->count_rejected || w->lim == NULL || it->cost == 0) continue;
         sluice_result r;
-        if (sluice_settle(e->store, w->lim, v->keys + it->key_off, it->key_len, 0, it->cost, now,
+        if (st_settle(e->store, w->lim, v->keys + it->key_off, it->key_len, 0, it->cost, now,
                           &r) == SLUICE_OK) {
             it->result.remaining = r.remaining;
             it->consumed = true; /* charged, not reserved: settle/release leave it alone */
@@ -1282,7 +1305,7 @@ int sl_engine_release(const sl_engine *e, const sl_verdict *v, sluice_time now) 
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
         if (it->result.lease == 0 || it->unlimited || !it->consumed) continue;
-        int rc = sluice_release(e->store, item_win(it)->lim, v->keys + it->key_off, it->key_len,
+        int rc = st_release(e->store, item_win(it)->lim, v->keys + it->key_off, it->key_len,
                                 it->result.lease, now);
         if (rc != SLUICE_OK && first == SLUICE_OK) first = rc;
     }
@@ -1541,7 +1564,7 @@ static int tok_release(const sl_engine *e, const e_win *w, const unsigned char *
     (void)actual;
     (void)reserved_at;
     if (lease == 0) return SLUICE_OK;
-    return sluice_release(e->store, w->lim, key, klen, lease, now);
+    return st_release(e->store, w->lim, key, klen, lease, now);
 }
 
 int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, uint64_t actual,

@@ -276,6 +276,23 @@ const sl_config *sl_engine_config(const sl_engine *e);
  * ENOMEM, EIO) is not an error: see out->store_error and on_store_error. */
 int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, sl_verdict *out);
 
+/* Store hooks: when set for the calling thread, the engine's decisions, settles and
+ * releases go through them instead of the memory store (the Redis store sets them in each
+ * worker thread). NULL (the default) = the memory store, unchanged. */
+typedef struct sl_store_hooks {
+    void *ctx;
+    int (*decide)(void *ctx, const sluice_item *items, size_t n, sluice_time now,
+                  sluice_decision *out);
+    int (*settle)(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
+                  uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out);
+    int (*release)(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
+                   uint64_t lease, sluice_time now);
+} sl_store_hooks;
+void sl_engine_thread_hooks(const sl_store_hooks *h);
+/* sluice_decide through this thread's hooks (for callers outside the engine). */
+int sl_store_decide(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
+                    sluice_decision *out);
+
 /* Explicit form (SL.CHECK, /v1/check with a policy name): the named policy's windows on
  * `key` (bytes, its own key namespace) with `cost` (has_cost false = the policy's
  * default cost). SLUICE_ENOTFOUND for an unknown policy. */

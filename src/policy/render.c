@@ -164,6 +164,8 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
     }
     if (v->action == SL_REJECT && v->retry_after_ns != SLUICE_NEVER && !v->missing_key_policy)
         wf(&w, "Retry-After: %lld\r\n", (long long)sl_ceil_s(v->retry_after_ns, 1));
+    else if (v->action == SL_FAIL && v->store_error) /* the shared store is down: try again soon */
+        ws(&w, "Retry-After: 1\r\n");
     if ((flags & SL_RENDER_LEGACY) && n > 0) {
         const sl_verdict_item *it = &v->items[vis[0]];
         for (size_t i = 0; i < n; i++)

@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "grpc/grpc_conn.h"
+#include "redis/bridge.h"
 #include "server/server.h"
 
 #define SL_CONN_RINIT 16384
@@ -35,6 +36,7 @@ static void conn_io(void *ud, uint32_t events);
 
 static void conn_close(sl_conn *c) {
     sl_worker *w = c->w;
+    sl_redis_bridge_forget(c);
     sl_loop_del(&w->loop, &c->io);
     close(c->io.fd);
     sl_dnode_disarm(&c->timer);
@@ -234,6 +236,7 @@ static void conn_process(sl_conn *c) {
     while (off < c->rlen && !c->close_after) {
         if (c->wlen - c->woff > SL_CONN_WHIGH) break; /* backpressure */
         if (c->hold_until_ns) break;                 /* answers leave in order */
+        if (c->suspended) break;                     /* waiting for the shared store */
         /* latency is sampled (1 request in 16) so the clock is not read per request */
         bool sample = (w->seq++ & 15) == 0;
         int64_t t0 = sample ? sl_clock_mono_ns() : 0;
@@ -259,8 +262,17 @@ static void conn_process(sl_conn *c) {
             }
             off += (size_t)rc;
             if (cmd.argc > 0) {
-                sl_met_inc(&w->met->resp_commands, 1);
+                if (!c->replay) sl_met_inc(&w->met->resp_commands, 1);
+                size_t wlen0 = c->wlen;
+                sl_redis_bridge_enter(c);
                 sl_resp_handle(c, &cmd);
+                if (sl_redis_bridge_leave(c)) { /* the store answers later: same command again */
+                    c->wlen = wlen0;
+                    c->suspended = c->replay = true;
+                    off -= (size_t)rc;
+                    break;
+                }
+                c->replay = false;
             }
         } else {
             sl_http_req req;
@@ -290,9 +302,20 @@ static void conn_process(sl_conn *c) {
             }
             off += (size_t)rc;
             c->sent_continue = false;
-            sl_met_inc(&w->met->http_requests, 1);
+            if (!c->replay) sl_met_inc(&w->met->http_requests, 1);
+            bool closing = c->close_after;
+            size_t wlen0 = c->wlen;
             if (!req.keep_alive || draining) c->close_after = true;
+            sl_redis_bridge_enter(c);
             sl_http_handle(c, &req);
+            if (sl_redis_bridge_leave(c)) { /* the store answers later: same request again */
+                c->wlen = wlen0;
+                c->close_after = closing;
+                c->suspended = c->replay = true;
+                off -= (size_t)rc;
+                break;
+            }
+            c->replay = false;
         }
         if (sample) sl_server_observe_latency(w, sl_clock_mono_ns() - t0);
         if (draining) c->close_after = true;
@@ -309,7 +332,7 @@ static void conn_process(sl_conn *c) {
 /* Chooses the interest set and the timeout list from the connection's state. */
 static void conn_settle_state(sl_conn *c) {
     sl_worker *w = c->w;
-    if (c->hold_until_ns) { /* nothing to read or write until the hold ends (tick) */
+    if (c->hold_until_ns || c->suspended) { /* nothing to do until the hold ends or the store answers */
         if (!c->held_armed) {
             sl_loop_mod(&w->loop, &c->io, 0);
             c->held_armed = true;
@@ -335,7 +358,8 @@ static void conn_settle_state(sl_conn *c) {
 static void conn_io(void *ud, uint32_t events) {
     sl_conn *c = ud;
     bool eof = false;
-    if ((events & EPOLLERR) || (c->hold_until_ns && (events & (EPOLLHUP | EPOLLRDHUP)))) {
+    if ((events & EPOLLERR) ||
+        ((c->hold_until_ns || c->suspended) && (events & (EPOLLHUP | EPOLLRDHUP)))) {
         conn_close(c); /* (a held client that went away gets nothing) */
         return;
     }
@@ -378,6 +402,10 @@ static void conn_io(void *ud, uint32_t events) {
         conn_close(c);
         return;
     }
+    if (c->suspended) { /* a half-close is seen again once resumed */
+        conn_settle_state(c);
+        return;
+    }
     if ((c->close_after || eof) && c->woff == c->wlen) {
         conn_close(c);
         return;
@@ -399,6 +427,15 @@ static bool conn_after_push(sl_conn *c) {
     }
     conn_settle_state(c);
     return true;
+}
+
+void sl_conn_resume(void *p) {
+    sl_conn *c = p;
+    if (!c->suspended) return;
+    c->suspended = false;
+    c->w->now_ns = sl_clock_mono_ns();
+    conn_process(c);
+    conn_after_push(c);
 }
 
 void sl_worker_tick(sl_worker *w) {

@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "grpc/grpc_conn.h"
+#include "redis/bridge.h"
 #include "server/server.h"
 
 #define HDRS_MAX 3072
@@ -167,6 +168,7 @@ static void handle_auth(http_ctx *x) {
     }
     sl_verdict *v = &w->verdict;
     int rc = sl_engine_check(w->gen->engine, &r, sl_worker_now(w), v);
+    if (sl_redis_bridge_pending()) return; /* answered when the store replies */
     sl_server_count_verdict(w, rc, v);
     char hbuf[HDRS_MAX];
     int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
@@ -234,6 +236,7 @@ static int json_u64(json_t *o, const char *k, uint64_t *out, int *present) {
 
 /* Adds "headers" (the lines a gateway should send) and "token" to the engine's JSON. */
 static void verdict_reply(http_ctx *x, int rc, sl_verdict *v) {
+    if (sl_redis_bridge_pending()) return;
     sl_worker *w = x->c->w;
     char hbuf[HDRS_MAX];
     int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
@@ -526,6 +529,8 @@ static void handle_admin(http_ctx *x) {
     if (path_is(x, "/readyz")) {
         if (atomic_load(&s->draining))
             reply(c, x->req->minor, 503, NULL, "text/plain", "draining\n", 9, !x->is_head);
+        else if (!sl_redis_bridge_ready())
+            reply(c, x->req->minor, 503, NULL, "text/plain", "store unavailable\n", 18, !x->is_head);
         else
             reply(c, x->req->minor, 200, NULL, "text/plain", "ready\n", 6, !x->is_head);
         return;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "redis/bridge.h"
 #include "server/server.h"
 
 #define REPLY_RESERVE 4096
@@ -62,6 +63,7 @@ static int arg_cstr(const sl_resp_cmd *cmd, size_t i, char *buf, size_t len) {
 
 /* The SL.* decision reply: a map (RESP3) or flat array (RESP2) with a fixed shape. */
 static void verdict_reply(resp_ctx *x, int rc, const sl_verdict *v, const char *policy) {
+    if (sl_redis_bridge_pending()) return; /* answered when the store replies */
     sl_worker *w = x->c->w;
     sl_server_count_verdict(w, rc, v);
     if (rc == SLUICE_ENOTFOUND) {
@@ -343,7 +345,8 @@ static void cmd_throttle(resp_ctx *x) {
     }
     sluice_item item = {.limiter = lim, .key = cmd->argv[1], .key_len = cmd->argl[1], .cost = (uint64_t)qty};
     sluice_decision d;
-    int rc = sluice_decide(s->store, &item, 1, sl_worker_now(w), &d);
+    int rc = sl_store_decide(s->store, &item, 1, sl_worker_now(w), &d);
+    if (sl_redis_bridge_pending()) return;
     if (rc != 0) {
         char m[128];
         snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "redis/bridge.h"
 #include "grpc/grpc_conn.h"
 
 
@@ -321,6 +322,11 @@ static void *worker_main(void *arg) {
     sl_worker *w = arg;
     sl_server *s = w->srv;
     int64_t drain_deadline = 0;
+    /* Redis store: this worker's client; the engine's store calls go through it */
+    sl_redis_worker *rw = sl_redis_bridge_worker_start(w->id, &w->loop);
+    sl_store_hooks hooks = {rw, sl_redis_bridge_decide_async, sl_redis_bridge_settle, sl_redis_bridge_release};
+    sl_redis_bridge_set_resume(sl_conn_resume);
+    if (sl_redis_bridge_enabled()) sl_engine_thread_hooks(&hooks);
     for (;;) {
         sl_worker_pin(w);
         w->now_ns = sl_clock_mono_ns();
@@ -340,6 +346,8 @@ static void *worker_main(void *arg) {
     }
     stop_listening(w);
     sl_worker_close_all(w);
+    sl_engine_thread_hooks(NULL);
+    sl_redis_bridge_worker_stop(rw);
     atomic_store(&w->hazard, NULL);
     w->done = true;
     return NULL;
@@ -401,9 +409,22 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
     if (url[0] == '\0') url = st->store.type == SL_STORE_MEMORY ? "memory:" : "redis:";
     if (strncmp(url, "redis://", 8) == 0 || strncmp(url, "redis-cluster://", 16) == 0 ||
         strcmp(url, "redis:") == 0) {
-        snprintf(err, errlen,
-                 "the Redis store is not built into this binary yet; use --store memory:");
-        return -1;
+        if (sl_redis_bridge_config(url, st->store.redis_addr, st->store.type == SL_STORE_REDIS_CLUSTER,
+                                   st->store.redis_timeout_ns, st->store.redis_key_secret, s->opt.test_clock,
+                                   err, errlen) != 0)
+            return -1;
+        if (sl_redis_bridge_default_secret())
+            fprintf(stderr, "sluice serve: warning: no store.key_secret: Redis keys use the documented "
+                            "default secret (set one shared by every instance)\n");
+        fprintf(stderr, "sluice serve: redis store %s\n", sl_redis_bridge_seeds());
+        /* the memory store still holds the limiter registry; decisions go to Redis */
+        int e = 0;
+        s->store = sluice_store_create(NULL, &e);
+        if (s->store == NULL) {
+            snprintf(err, errlen, "cannot create the limiter registry: %s", sluice_strerror(e));
+            return -1;
+        }
+        return 0;
     }
     if (strncmp(url, "memory:", 7) != 0) {
         snprintf(err, errlen, "unknown store '%s' (expected memory:, redis://HOST:PORT or "

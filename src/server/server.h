@@ -133,6 +133,8 @@ typedef struct sl_conn {
     struct sl_h2 *h2;   /* the HTTP/2 session of a GRPC connection (src/grpc), or NULL */
     bool proto_known;   /* HTTP: the first bytes were checked for the HTTP/2 preface */
     bool goaway_sent;   /* GRPC: drain already announced */
+    bool suspended;     /* a decision waits for the shared store: input not processed */
+    bool replay;        /* the request at the head is being handled again (not recounted) */
     bool broken;        /* close without flushing */
 } sl_conn;
 
@@ -248,6 +250,9 @@ void sl_conn_commit(sl_conn *c, const sl_wbuf *wb);
 /* Holds c's pending reply (and the requests after it) until delay_ns from now: shaping
  * through a forward-auth gateway, which forwards the request when the answer arrives. */
 void sl_conn_hold(sl_conn *c, int64_t delay_ns);
+
+/* The Redis store answered a suspended connection's decision: handle it again. */
+void sl_conn_resume(void *conn);
 
 /* http_api.c: handles one parsed request; the reply goes to c's output. */
 void sl_http_handle(sl_conn *c, const sl_http_req *req);

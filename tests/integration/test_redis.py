@@ -1,0 +1,412 @@
+"""The Redis store end to end: real redis-server processes on free loopback ports,
+started and stopped by the tests (also on failure), real `sluice serve` instances.
+
+- the validation plan on the Redis store (test clock, time=local): 8 req/s for 30 s with
+  no rejection, a burst of 30 after idle (exactly 20, exact Retry-After), 4 identities;
+- three instances sharing one Redis, one hot key, traffic spread over them: strict mode
+  admits exactly the limit (overshoot printed);
+- Redis killed under load: fail-open admits, fail-closed answers 503 with Retry-After and
+  the temporary-reduced-capacity problem, nothing hangs, /readyz says not ready, metrics
+  count the degraded decisions; Redis restarted (empty script cache): decisions recover
+  within a second;
+- starting while Redis is down works.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+import requests
+
+from conftest import Server, as_dict, free_port
+
+
+class Redis:
+    def __init__(self, port=None):
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"], cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError("redis-server did not start")
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def close(self):
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def redis():
+    r = Redis()
+    yield r
+    r.close()
+
+
+def config(extra_policies=""):
+    return """
+workers: 2
+store:
+  type: memory
+policies:
+  - name: api
+    objective: fairness
+    match: { path_prefix: /x }
+    key: [header.x-api-key]
+    on_missing_key: { use: [client_ip] }
+    algorithm: token_bucket
+    limits:
+      - { rate: 10/s, burst: 20 }
+  - name: hot
+    objective: fairness
+    match: { path_prefix: /hot/ }
+    key: [header.x-api-key]
+    on_missing_key: skip
+    algorithm: gcra
+    limits:
+      - { rate: 300/h, burst: 300 }
+  - name: open
+    objective: fairness
+    match: { path_prefix: /open/ }
+    key: [header.x-api-key]
+    on_missing_key: skip
+    on_store_error: open
+    algorithm: token_bucket
+    limits:
+      - { rate: 100000/s, burst: 100000 }
+  - name: closed
+    objective: protection
+    match: { path_prefix: /closed/ }
+    key: [header.x-api-key]
+    on_missing_key: skip
+    on_store_error: closed
+    algorithm: token_bucket
+    limits:
+      - { rate: 100/s, burst: 100 }
+""" + extra_policies
+
+
+def start(redis_port, test_clock, time_local, workers=2):
+    url = "redis://127.0.0.1:%d" % redis_port
+    if time_local:
+        url += "?time=local"
+    return Server(config_text=config(), test_clock=test_clock, workers=workers,
+                  extra=["--store", url])
+
+
+def check(s, server, key, policy="api"):
+    r = s.post(server.http + "/v1/check", json={"policy": policy, "key": key}, timeout=5)
+    j = r.json()
+    assert (r.status_code == 200) == j["allowed"], (r.status_code, j)
+    return j
+
+
+def auth(s, server, path, key):
+    return s.get(server.http + "/v1/auth", headers={"X-Api-Key": key, "X-Original-URI": path}, timeout=5)
+
+
+def test_validation_plan_on_redis(redis):
+    srv = start(redis.port, test_clock=True, time_local=True)
+    try:
+        s = requests.Session()
+        srv.clock_set(1764000000000)
+        # 1. 8 req/s for 30 s: no rejection
+        for i in range(8 * 30):
+            assert auth(s, srv, "/x", "steady").status_code == 200, i
+            srv.clock_advance(125)
+        # 2. a burst of 30 after idle: exactly 20, the Retry-After is exact
+        srv.clock_advance(60_000)
+        res = [check(s, srv, "bursty") for _ in range(30)]
+        assert [r["allowed"] for r in res] == [True] * 20 + [False] * 10
+        assert res[20]["retry_after_ms"] == 100
+        srv.clock_advance(99)
+        assert check(s, srv, "bursty")["allowed"] is False
+        srv.clock_advance(1)
+        assert check(s, srv, "bursty")["allowed"] is True
+        # 3. four identities, each limited on its own
+        keys = ["id-%d" % i for i in range(4)]
+        got = {k: 0 for k in keys}
+        for _ in range(30):
+            for k in keys:
+                got[k] += check(s, srv, k)["allowed"]
+        assert got == {k: 20 for k in keys}
+        # the RESP front end decides on the same shared state
+        c = srv.resp()
+        d = as_dict(c.command("SL.CHECK", "api", "id-0"))
+        c.close()
+        assert d["allowed"] == 0, d
+        m = requests.get(srv.admin + "/metrics", timeout=5).text
+        assert 'sluice_redis_events_total{event="mismatches"} 0' in m
+    finally:
+        assert srv.stop() == 0, srv.output()
+
+
+def hot_key_three_instances(redis, lease):
+    extra = "?lease=%d" % lease if lease else ""
+    servers = [Server(config_text=config(), test_clock=False, workers=2,
+                      extra=["--store", "redis://127.0.0.1:%d%s" % (redis.port, extra)]) for _ in range(3)]
+    try:
+        limit, sent_per = 300, 300
+        admitted = [0, 0, 0]
+
+        def run(i):
+            s = requests.Session()
+            for _ in range(sent_per):
+                r = auth(s, servers[i], "/hot/x", "the-hot-key")
+                assert r.status_code in (200, 429), r.status_code
+                admitted[i] += r.status_code == 200
+
+        th = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(120)
+        total = sum(admitted)
+        print("three instances, one hot key, %s, limit %d, sent %d: admitted %d (%s), overshoot %d (%.2f%%)"
+              % ("lease %d" % lease if lease else "strict", limit, 3 * sent_per, total, admitted, total - limit,
+                 100.0 * (total - limit) / limit))
+        return total
+    finally:
+        for s in servers:
+            assert s.stop() == 0, s.output()
+
+
+def test_resp_pipeline_and_many_connections(redis):
+    # one connection pipelines 40 decisions in one write: answered in order, exactly; 16
+    # connections at once: their decisions share round trips, each answer exact
+    srv = start(redis.port, test_clock=True, time_local=True)
+    try:
+        srv.clock_set(1764000000000)
+        c = srv.resp()
+        out = b"".join(b"*3\r\n$8\r\nSL.CHECK\r\n$3\r\napi\r\n$4\r\npipe\r\n" for _ in range(40))
+        c.send_raw(out)
+        got = [as_dict(c.read())["allowed"] for _ in range(40)]
+        assert got == [1] * 20 + [0] * 20, got
+        c.close()
+        results = {}
+
+        def one(i):
+            cc = srv.resp()
+            results[i] = [as_dict(cc.command("SL.CHECK", "api", "conn-%d" % i))["allowed"] for _ in range(22)]
+            cc.close()
+
+        th = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(60)
+        assert all(results[i] == [1] * 20 + [0] * 2 for i in range(16)), results
+    finally:
+        assert srv.stop() == 0, srv.output()
+
+
+def test_clients_leave_while_redis_is_stopped(redis):
+    # decisions waiting on a stopped Redis; their clients go away; Redis resumes: the
+    # server neither crashes nor answers a closed connection, and still serves
+    srv = start(redis.port, test_clock=False, time_local=False)
+    try:
+        assert auth(requests.Session(), srv, "/open/a", "k").status_code == 200
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+        socks = []
+        for i in range(20):
+            sk = socket.create_connection(("127.0.0.1", srv.resp_port), timeout=5)
+            sk.sendall(b"*3\r\n$8\r\nSL.CHECK\r\n$4\r\nopen\r\n$2\r\nk%d\r\n" % (i % 10))
+            socks.append(sk)
+        for sk in socks:
+            sk.close()
+        time.sleep(0.1)
+        os.kill(redis.proc.pid, signal.SIGCONT)
+        time.sleep(0.3)
+        s = requests.Session()
+        deadline = time.time() + 3
+        code = None
+        while time.time() < deadline:
+            code = auth(s, srv, "/closed/a", "after").status_code
+            if code == 200:
+                break
+            time.sleep(0.05)
+        assert code == 200
+    finally:
+        if redis.proc.poll() is None:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        assert srv.stop() == 0, srv.output()
+
+
+def test_three_instances_one_hot_key_strict(redis):
+    assert hot_key_three_instances(redis, 0) == 300  # exactly the limit
+
+
+def test_three_instances_one_hot_key_lease(redis):
+    # each of 3 instances x 2 workers may hold a slice of 10: within 300 +- 60
+    total = hot_key_three_instances(redis, 10)
+    assert 300 - 60 <= total <= 300 + 60
+
+
+def test_redis_killed_and_restarted(redis):
+    srv = start(redis.port, test_clock=False, time_local=False)
+    try:
+        s = requests.Session()
+        assert requests.get(srv.admin + "/readyz", timeout=5).status_code == 200
+        assert auth(s, srv, "/open/a", "k").status_code == 200
+        assert auth(s, srv, "/closed/a", "k").status_code == 200
+        stop = threading.Event()
+        codes = []
+
+        def load():
+            s2 = requests.Session()
+            while not stop.is_set():
+                codes.append(auth(s2, srv, "/open/a", "load").status_code)
+
+        t = threading.Thread(target=load)
+        t.start()
+        time.sleep(0.3)
+        redis.kill()
+        time.sleep(0.5)
+        t0 = time.time()
+        r_open = auth(s, srv, "/open/a", "k")
+        r_closed = auth(s, srv, "/closed/a", "k")
+        assert time.time() - t0 < 1.0  # nothing hangs
+        stop.set()
+        t.join(10)
+        assert r_open.status_code == 200  # fail-open admits
+        assert r_closed.status_code == 503  # fail-closed rejects
+        assert r_closed.headers.get("Retry-After", "").isdigit()
+        assert "temporary-reduced-capacity" in r_closed.text
+        assert set(codes) <= {200}, set(codes)
+        assert requests.get(srv.admin + "/readyz", timeout=5).status_code == 503
+        m = requests.get(srv.admin + "/metrics", timeout=5).text
+        fo = [l for l in m.splitlines() if "fail_open" in l and not l.startswith("#")]
+        assert any(float(l.split()[-1]) > 0 for l in fo), fo
+        # restarted with an empty script cache: recovers within a second
+        redis.start()
+        t0 = time.time()
+        while time.time() - t0 < 3:
+            if auth(s, srv, "/closed/a", "k2").status_code == 200:
+                break
+            time.sleep(0.02)
+        took = time.time() - t0
+        print("decisions recovered %.3f s after the restart" % took)
+        assert took < 1.0
+        deadline = time.time() + 2
+        while time.time() < deadline and requests.get(srv.admin + "/readyz", timeout=5).status_code != 200:
+            time.sleep(0.02)
+        assert requests.get(srv.admin + "/readyz", timeout=5).status_code == 200
+    finally:
+        assert srv.stop() == 0, srv.output()
+
+
+def test_store_from_the_config_file(redis):
+    cfg = config().replace("store:\n  type: memory\n",
+                           "store:\n  type: redis\n  addr: 127.0.0.1:%d\n  timeout: 50ms\n"
+                           "  key_secret: shared-secret\n" % redis.port)
+    srv = Server(config_text=cfg, test_clock=False)
+    try:
+        s = requests.Session()
+        codes = [auth(s, srv, "/hot/x", "cfg-key").status_code for _ in range(310)]
+        assert codes.count(200) == 300 and codes.count(429) == 10, codes
+        out = subprocess.run(["redis-cli", "-p", str(redis.port), "--scan"], capture_output=True, text=True,
+                             timeout=5).stdout
+        assert "cfg-key" not in out and out.startswith("sl:{")  # keyed hashes, never raw keys
+    finally:
+        assert srv.stop() == 0, srv.output()
+
+
+def test_start_while_redis_down():
+    port = free_port()
+    srv = start(port, test_clock=False, time_local=False)
+    r = None
+    try:
+        s = requests.Session()
+        assert requests.get(srv.admin + "/readyz", timeout=5).status_code == 503
+        assert auth(s, srv, "/open/a", "k").status_code == 200
+        assert auth(s, srv, "/closed/a", "k").status_code == 503
+        r = Redis(port)
+        deadline = time.time() + 3
+        while time.time() < deadline and requests.get(srv.admin + "/readyz", timeout=5).status_code != 200:
+            time.sleep(0.02)
+        assert requests.get(srv.admin + "/readyz", timeout=5).status_code == 200
+        assert auth(s, srv, "/closed/a", "k").status_code == 200
+    finally:
+        code = srv.stop()
+        if r:
+            r.close()
+        assert code == 0, srv.output()
+
+
+def test_redis_cluster_store():
+    nodes = []
+    srv = None
+    try:
+        for _ in range(3):
+            while True:
+                p = free_port()
+                if p < 55000:  # the cluster bus listens on port + 10000
+                    break
+            r = Redis.__new__(Redis)
+            r.port, r.dir, r.proc = p, tempfile.mkdtemp(prefix="sluice-rc-"), None
+            r.proc = subprocess.Popen(
+                ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"],
+                cwd=r.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            nodes.append(r)
+        for r in nodes:
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", r.port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.02)
+        subprocess.run(["redis-cli", "--cluster", "create"] + ["127.0.0.1:%d" % r.port for r in nodes] +
+                       ["--cluster-yes"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=60)
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            outs = [subprocess.run(["redis-cli", "-p", str(r.port), "cluster", "info"], capture_output=True,
+                                   text=True, timeout=5).stdout for r in nodes]
+            if all("cluster_state:ok" in o for o in outs):
+                break
+            time.sleep(0.05)
+        url = "redis-cluster://127.0.0.1:%d?time=local" % nodes[0].port
+        srv = Server(config_text=config(), test_clock=True, extra=["--store", url])
+        srv.clock_set(1764000000000)
+        s = requests.Session()
+        keys = ["tenant-%d" % i for i in range(12)]
+        got = {k: 0 for k in keys}
+        for _ in range(25):
+            for k in keys:
+                got[k] += check(s, srv, k)["allowed"]
+        assert got == {k: 20 for k in keys}
+        sizes = [int(subprocess.run(["redis-cli", "-p", str(r.port), "dbsize"], capture_output=True, text=True,
+                                    timeout=5).stdout) for r in nodes]
+        assert all(n > 0 for n in sizes), sizes  # the keys are spread over the three masters
+        m = requests.get(srv.admin + "/metrics", timeout=5).text
+        assert 'sluice_redis_events_total{event="topology"}' in m
+    finally:
+        code = srv.stop() if srv else 0
+        for r in nodes:
+            r.close()
+        assert code == 0, srv.output() if srv else ""
