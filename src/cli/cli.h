@@ -3,8 +3,8 @@
 #define SL_CLI_H
 
 int sl_cli_simulate(int argc, char **argv);  /* simulate.c */
-/* argv[0] is "serve" / "config"; weak until their modules exist. */
-int sl_cli_serve(int argc, char **argv) __attribute__((weak));  /* serve.c */
-int sl_cli_config(int argc, char **argv) __attribute__((weak)); /* config_cmd.c: "config check FILE" */
+/* argv[0] is "serve" / "config". */
+int sl_cli_serve(int argc, char **argv);  /* serve.c */
+int sl_cli_config(int argc, char **argv); /* config_cmd.c: "config check FILE" */
 
 #endif

@@ -17,27 +17,14 @@ static void usage(FILE *f) {
             "  version              print the version\n");
 }
 
-static int missing(const char *cmd) {
-    fprintf(stderr, "sluice: '%s' is not built into this binary\n", cmd);
-    return 1;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
     }
     const char *cmd = argv[1];
-    /* Subcommands land module by module; a weak reference keeps the program linking
-     * while one is missing (it then says so instead of running). */
-    if (strcmp(cmd, "serve") == 0) {
-        if (sl_cli_serve == NULL) return missing(cmd);
-        return sl_cli_serve(argc - 1, argv + 1);
-    }
-    if (strcmp(cmd, "config") == 0) {
-        if (sl_cli_config == NULL) return missing(cmd);
-        return sl_cli_config(argc - 1, argv + 1);
-    }
+    if (strcmp(cmd, "serve") == 0) return sl_cli_serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "config") == 0) return sl_cli_config(argc - 1, argv + 1);
     if (strcmp(cmd, "simulate") == 0) return sl_cli_simulate(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("sluice %s\n", SLUICE_VERSION);
