@@ -1,4 +1,3 @@
-/* Engineers editing this tree: read DEVELOPERS.md first (own build dir, commit only your own files). */
 /*
  * sluice.h -- libsluice, the embeddable rate limiting, quota and throttling engine.
  *

@@ -1,4 +1,3 @@
-/* Engineers editing this tree: read DEVELOPERS.md first (own build dir, commit only your own files). */
 /*
  * algo.h -- the algorithms as pure state transitions:
  *   (limit parameters, state, now, cost) -> (new state, result)

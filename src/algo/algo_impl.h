@@ -1,4 +1,3 @@
-/* Engineers editing this tree: read DEVELOPERS.md first (own build dir, commit only your own files). */
 /*
  * algo_impl.h -- what each algorithm file provides to the dispatcher in algo.c.
  * Same contracts as the sl_algo_* functions in algo.h, one set per algorithm:

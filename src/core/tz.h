@@ -1,4 +1,3 @@
-/* Engineers editing this tree: read DEVELOPERS.md first (own build dir, commit only your own files). */
 /*
  * tz.h -- IANA time zones from the system's TZif files (tzdata) and calendar periods.
  * All instants are UTC seconds since the Unix epoch; offsets are seconds east of UTC.
