@@ -5,6 +5,7 @@
  * are taken, always in address order (no deadlock between decisions sharing shards);
  * nothing here allocates or reads a clock; a failed call consumes nothing.
  */
+#include "decision.h"
 #include <string.h>
 
 #include "algo/algo_impl.h"
@@ -123,7 +124,7 @@ static bool longer_retry(int64_t a, int64_t b) {
     return a > b;
 }
 
-static int pick_deciding(const sluice_decision *out) {
+int sl_decision_deciding(const sluice_decision *out) {
     int best = 0;
     for (size_t i = 1; i < out->n; i++) {
         const sluice_result *r = &out->results[i], *b = &out->results[best];
@@ -395,7 +396,7 @@ static int decide_many(sluice_store *st, const sluice_item *items, size_t n, slu
         for (size_t i = 0; i < n; i++)
             if (c[i].entry != NULL) ((sl_ehdr *)c[i].entry)->touch = stamp;
         out->allowed = 0;
-        out->deciding = pick_deciding(out);
+        out->deciding = sl_decision_deciding(out);
         unlock_shards(locked, m);
         return SLUICE_OK;
     }
@@ -438,7 +439,7 @@ static int decide_many(sluice_store *st, const sluice_item *items, size_t n, slu
         memcpy(sl_entry_state(e), c[i].dst, c[i].ver->lim.state_size);
     }
     unlock_shards(locked, m);
-    out->deciding = pick_deciding(out);
+    out->deciding = sl_decision_deciding(out);
     return SLUICE_OK;
 }
 

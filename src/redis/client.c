@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "algo/algo.h"
+#include "engine/decision.h"
 #include "engine/limiter.h"
 #include "redis/redis.h"
 
@@ -657,33 +658,6 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
     return true;
 }
 
-static bool less_share(const sluice_result *a, const sluice_result *b) {
-    if (b->limit == 0) return false;
-    if (a->limit == 0) return true;
-    return (unsigned __int128)a->remaining * b->limit < (unsigned __int128)b->remaining * a->limit;
-}
-
-static bool longer_retry(int64_t a, int64_t b) {
-    if (a == SLUICE_NEVER) return b != SLUICE_NEVER;
-    if (b == SLUICE_NEVER) return false;
-    return a > b;
-}
-
-/* The memory store's choice (engine/decide.c): longest retry on rejection, least
- * remaining share on admission. */
-static int pick_deciding(const sluice_decision *d) {
-    int best = 0;
-    for (size_t i = 1; i < d->n; i++) {
-        const sluice_result *x = &d->results[i], *b = &d->results[best];
-        if (d->allowed) {
-            if (less_share(x, b)) best = (int)i;
-        } else if (!x->allowed && (b->allowed || longer_retry(x->retry_after_ns, b->retry_after_ns))) {
-            best = (int)i;
-        }
-    }
-    return best;
-}
-
 static void send_refunds(sl_redis *r, rq *q);
 
 /* Every group answered (or the request failed): refund what must be, answer, recycle. */
@@ -712,7 +686,7 @@ static void finish(sl_redis *r, rq *q, int rc) {
         if (!all && q->ngroups > 1) send_refunds(r, q);
         if (!q->failed) {
             q->dec.allowed = all ? 1 : 0;
-            q->dec.deciding = q->n ? pick_deciding(&q->dec) : -1;
+            q->dec.deciding = q->n ? sl_decision_deciding(&q->dec) : -1;
             sluice_time t = q->now;
             for (int i = 0; i < q->n; i++) cache_put(r, &q->it[i], &q->dec.results[i], t);
         }
