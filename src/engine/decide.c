@@ -5,10 +5,10 @@
  * are taken, always in address order (no deadlock between decisions sharing shards);
  * nothing here allocates or reads a clock; a failed call consumes nothing.
  */
-#include "decision.h"
 #include <string.h>
 
 #include "algo/algo_impl.h"
+#include "engine/decision.h"
 #include "store/memory.h"
 
 /* Sliding-log states are up to 8 + 8 * SL_SLIDING_LOG_MAX bytes: their scratch comes from
