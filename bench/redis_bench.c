@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "redis/redis.h"
@@ -23,6 +24,13 @@ static void cb(void *ud, int rc, const sluice_decision *d) {
     outstanding--;
     if (rc == SLUICE_OK) done_ok++;
     else done_err++;
+}
+
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec / 1e6;
 }
 
 static double now_s(void) {
@@ -58,7 +66,7 @@ int main(int argc, char **argv) {
     char keys[10000][12];
     for (int i = 0; i < 10000; i++) snprintf(keys[i], sizeof(keys[i]), "k%d", i);
     long issued = 0;
-    double t0 = now_s(), end = t0 + secs;
+    double t0 = now_s(), end = t0 + secs, c0 = cpu_s();
     const sl_redis_stats *st = sl_redis_stats_get(r);
     uint64_t calls0 = atomic_load(&st->calls);
     while (now_s() < end) {
@@ -69,13 +77,17 @@ int main(int argc, char **argv) {
             issued++;
             sl_redis_decide(r, &it, 1, sluice_clock_now(clk), cb, NULL);
         }
+        sl_redis_flush(r);
         sl_loop_poll(&loop, 1);
     }
-    double el = now_s() - t0;
+    double el = now_s() - t0, cpu = cpu_s() - c0;
     while (outstanding > 0 && now_s() < end + 2) sl_loop_poll(&loop, 1);
     uint64_t calls = atomic_load(&st->calls) - calls0;
-    printf("sluice %s inflight=%ld: %.0f decisions/s, %.4f EVALSHA per decision, %ld failed\n", argv[4],
-           inflight, (double)(done_ok + done_err) / el, issued ? (double)calls / (double)issued : 0.0, done_err);
+    long done = done_ok + done_err;
+    printf("sluice %s inflight=%ld: %.0f decisions/s, %.4f EVALSHA per decision, %.2f us client CPU per "
+           "decision, %ld failed\n",
+           argv[4], inflight, (double)done / el, issued ? (double)calls / (double)issued : 0.0,
+           done ? cpu * 1e6 / (double)done : 0.0, done_err);
     sl_redis_destroy(r);
     sluice_limiter_destroy(lim);
     sluice_clock_destroy(clk);

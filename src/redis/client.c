@@ -38,6 +38,10 @@
 #define MAX_RANGES 4096
 #define EXACT_COST_MAX (INT64_C(1) << 40) /* costs and deltas the scripts take */
 #define BIG_STATE (sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX)
+/* An EVALSHA of SLUICE_MAX_ITEMS items: every argument is at most a 63-byte key or a
+ * 21-byte number plus 8 bytes of RESP framing, the array header 8 more. */
+#define CMD_ARGS (3 + SLUICE_MAX_ITEMS + SL_REDIS_HEAD_ARGS + SLUICE_MAX_ITEMS * SL_REDIS_ITEM_ARGS)
+#define CMD_MAX (8 + CMD_ARGS * (SL_REDIS_KEY_MAX + 8))
 
 typedef struct sl_redis_node sl_redis_node;
 
@@ -50,6 +54,7 @@ struct sl_redis_node {
     sl_io io;
     uint32_t events;
     bool in_loop;
+    bool unsent;          /* commands appended since the last flush */
     int state;            /* 0 down, 1 connecting, 2 up */
     int64_t retry_at;     /* down: next connection attempt (local monotonic ns) */
     int64_t connect_by;   /* connecting: give up then */
@@ -135,7 +140,9 @@ struct sl_redis {
     lease_ent *leases;
     unsigned lease_mask;
     sluice_decision lease_scratch;
+    rq scratch; /* submit(): the items being prepared (not in the pool) */
     _Alignas(8) unsigned char big[2][2][BIG_STATE]; /* sliding-log scratch (decode_group) */
+    char cmd[CMD_MAX]; /* one EVALSHA being formatted (send_group) */
     unsigned fails;
     int64_t open_until; /* breaker: refusing until then (0 = closed) */
     bool half_open;
@@ -269,7 +276,11 @@ static void ev_update(sl_redis_node *nd, uint32_t want) {
 
 static void ev_add_read(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events | EPOLLIN); }
 static void ev_del_read(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events & ~(uint32_t)EPOLLIN); }
-static void ev_add_write(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events | EPOLLOUT); }
+static void ev_add_write(void *p) {
+    sl_redis_node *nd = p;
+    nd->unsent = true;
+    ev_update(nd, nd->events | EPOLLOUT);
+}
 static void ev_del_write(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events & ~(uint32_t)EPOLLOUT); }
 
 static void ev_cleanup(void *p) {
@@ -519,55 +530,65 @@ static sl_redis_node *route(sl_redis *r, unsigned slot) {
     return &r->nodes[idx];
 }
 
-static void fmt_i(char **p, const char **argv, size_t *len, int *argc, int64_t v) {
-    int n = sprintf(*p, "%lld", (long long)v);
-    argv[*argc] = *p;
-    len[*argc] = (size_t)n;
-    (*argc)++;
-    *p += n + 1;
-}
-
 static void split_ns(int64_t ns, int64_t *s, int64_t *n) {
     *s = ns / SLUICE_NS_PER_S;
     *n = ns % SLUICE_NS_PER_S;
     if (*n < 0) *n += SLUICE_NS_PER_S, (*s)--;
 }
 
-/* Sends group g of q to node nd (ASKING first when asked to). Returns false when the
- * node cannot take commands now. */
+/* RESP bulk strings, written straight into the command buffer (no printf, no sds). */
+static char *put_bulk(char *p, const char *s, size_t n) {
+    *p++ = '$';
+    p = sl_redis_put_u64(p, n);
+    *p++ = '\r', *p++ = '\n';
+    memcpy(p, s, n);
+    p += n;
+    *p++ = '\r', *p++ = '\n';
+    return p;
+}
+
+static char *put_bulk_i(char *p, int64_t v) {
+    char num[24];
+    return put_bulk(p, num, (size_t)(sl_redis_put_i64(num, v) - num));
+}
+
+/* Sends group g of q to node nd (ASKING first when asked to). The EVALSHA is formatted
+ * here as RESP and handed to hiredis whole, which appends it to the connection's output
+ * buffer (written at the end of the loop turn by sl_redis_flush, or on EPOLLOUT).
+ * Returns false when the node cannot take commands now. */
 static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking) {
     if (nd->ac == NULL) return false;
     rq_group *gr = &q->g[g];
-    const char *argv[3 + SLUICE_MAX_ITEMS + SL_REDIS_HEAD_ARGS + SLUICE_MAX_ITEMS * SL_REDIS_ITEM_ARGS];
-    size_t len[sizeof(argv) / sizeof(argv[0])];
-    char nums[(SL_REDIS_HEAD_ARGS + SLUICE_MAX_ITEMS * SL_REDIS_ITEM_ARGS + 1) * 24];
-    char *p = nums;
-    int argc = 0;
-    argv[argc] = "EVALSHA", len[argc++] = 7;
-    argv[argc] = r->sha, len[argc++] = 40;
-    fmt_i(&p, argv, len, &argc, gr->n);
+    char *p = r->cmd;
+    *p++ = '*';
+    p = sl_redis_put_u64(p, 3 + (uint64_t)gr->n + SL_REDIS_HEAD_ARGS + (uint64_t)gr->n * SL_REDIS_ITEM_ARGS);
+    *p++ = '\r', *p++ = '\n';
+    p = put_bulk(p, "EVALSHA", 7);
+    p = put_bulk(p, r->sha, 40);
+    p = put_bulk_i(p, gr->n);
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
-        argv[argc] = it->key, len[argc++] = it->klen;
+        p = put_bulk(p, it->key, it->klen);
     }
-    argv[argc] = q->op == 'd' ? "d" : q->op == 's' ? "s" : "l", len[argc++] = 1;
-    argv[argc] = r->o.time_mode == SL_REDIS_TIME_SERVER ? "r" : "c", len[argc++] = 1;
+    p = put_bulk(p, q->op == 'd' ? "d" : q->op == 's' ? "s" : "l", 1);
+    p = put_bulk(p, r->o.time_mode == SL_REDIS_TIME_SERVER ? "r" : "c", 1);
     int64_t ms, mn, ws, wn;
     split_ns(q->now.mono_ns, &ms, &mn);
     split_ns(q->now.wall_ns, &ws, &wn);
-    fmt_i(&p, argv, len, &argc, ms);
-    fmt_i(&p, argv, len, &argc, mn);
-    fmt_i(&p, argv, len, &argc, ws);
-    fmt_i(&p, argv, len, &argc, wn);
-    fmt_i(&p, argv, len, &argc, r->o.expiry_slack_ms);
+    p = put_bulk_i(p, ms);
+    p = put_bulk_i(p, mn);
+    p = put_bulk_i(p, ws);
+    p = put_bulk_i(p, wn);
+    p = put_bulk_i(p, r->o.expiry_slack_ms);
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
-        fmt_i(&p, argv, len, &argc, it->lim->spec.algo);
-        fmt_i(&p, argv, len, &argc, it->cost);
-        for (int j = 0; j < 4; j++) fmt_i(&p, argv, len, &argc, it->p[j]);
+        p = put_bulk_i(p, it->lim->spec.algo);
+        p = put_bulk_i(p, it->cost);
+        for (int j = 0; j < 4; j++) p = put_bulk_i(p, it->p[j]);
     }
     if (asking) redisAsyncCommand(nd->ac, NULL, NULL, "ASKING");
-    if (redisAsyncCommandArgv(nd->ac, on_group_reply, priv_of(r, q, g), argc, argv, len) != REDIS_OK)
+    if (redisAsyncFormattedCommand(nd->ac, on_group_reply, priv_of(r, q, g), r->cmd, (size_t)(p - r->cmd)) !=
+        REDIS_OK)
         return false;
     inc(&r->st.calls);
     return true;
@@ -1099,9 +1120,24 @@ bool sl_redis_ready(const sl_redis *r) {
     return atomic_load_explicit(&((sl_redis *)r)->ready, memory_order_relaxed);
 }
 
+/* Writes what this loop turn queued on every connected node now, instead of in the
+ * next turn's EPOLLOUT: one write per node per turn, and the round trip starts before
+ * the loop sleeps. EPOLLOUT stays armed by hiredis until its buffer is empty, so a
+ * caller that never flushes still gets its commands sent (one turn later). */
+void sl_redis_flush(sl_redis *r) {
+    for (int i = 0; i < r->nnodes; i++) {
+        sl_redis_node *nd = &r->nodes[i];
+        if (!nd->unsent) continue;
+        nd->unsent = false;
+        if (nd->ac != NULL && nd->state == 2) redisAsyncHandleWrite(nd->ac);
+    }
+}
+
 /* A decision certain to be rejected, answered without Redis: cost above a capacity, or
- * an item still inside the retry time of an earlier rejection of at most this cost. */
-static bool answer_locally(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
+ * an item still inside the retry time of an earlier rejection of at most this cost.
+ * `b` holds the items as build() prepared them (their Redis keys), or NULL when only the
+ * capacity check can run (the items could not be built). */
+static bool answer_locally(sl_redis *r, const sluice_item *items, size_t n, const rq *b, sluice_time now,
                            sluice_decision *d) {
     int hit = -1;
     int64_t retry = 0, reset = 0;
@@ -1112,11 +1148,8 @@ static bool answer_locally(sl_redis *r, const sluice_item *items, size_t n, slui
             inc(&r->st.never_rejects);
             break;
         }
-        if (r->cache == NULL || !cacheable(items[i].limiter->spec.algo)) continue;
-        rq_item it;
-        it.klen = (uint8_t)sl_redis_key(&r->sk, items[i].limiter, items[i].key ? items[i].key : "",
-                                        items[i].key_len, it.key);
-        cache_ent *e = cache_get(r, fp_of(&it));
+        if (b == NULL || r->cache == NULL || !cacheable(items[i].limiter->spec.algo)) continue;
+        cache_ent *e = cache_get(r, fp_of(&b->it[i]));
         if (e != NULL && now.mono_ns < e->until && items[i].cost >= e->min_cost && items[i].cost > 0) {
             hit = (int)i, retry = e->until - now.mono_ns;
             reset = e->reset_at > now.mono_ns ? e->reset_at - now.mono_ns : 0;
@@ -1141,18 +1174,35 @@ static bool answer_locally(sl_redis *r, const sluice_item *items, size_t n, slui
     return true;
 }
 
+/* Copies what build() prepared in the scratch request into a pooled one. */
+static void rq_take_built(rq *q, const rq *b) {
+    q->n = b->n;
+    q->ngroups = b->ngroups;
+    q->now = b->now;
+    q->dec.n = b->dec.n;
+    q->dec.allowed = b->dec.allowed;
+    q->dec.deciding = b->dec.deciding;
+    memcpy(q->it, b->it, b->n * sizeof(b->it[0]));
+    memcpy(q->g, b->g, b->ngroups * sizeof(b->g[0]));
+}
+
 static int submit(sl_redis *r, char op, const sluice_item *items, size_t n, sluice_time now,
                   sl_redis_cb cb, void *ud, uint64_t lease) {
     if (r == NULL || (items == NULL && n > 0)) return SLUICE_EINVAL;
     if (n > SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
+    /* the items are prepared once (keys hashed, parameters, slots), in the scratch
+     * request, so that a local answer needs no pooled request */
+    rq *b = &r->scratch;
+    int rc = build(r, b, items, n, now);
     if (op == 'd') {
         inc(&r->st.decisions);
         static __thread sluice_decision local;
-        if (answer_locally(r, items, n, now, &local)) {
+        if (answer_locally(r, items, n, rc == SLUICE_OK ? b : NULL, now, &local)) {
             if (cb) cb(ud, SLUICE_OK, &local);
             return SLUICE_OK;
         }
     }
+    if (rc != SLUICE_OK) return rc;
     if (!breaker_allows(r)) {
         inc(&r->st.breaker_open);
         if (cb) cb(ud, SLUICE_ESTORE, NULL);
@@ -1167,9 +1217,8 @@ static int submit(sl_redis *r, char op, const sluice_item *items, size_t n, slui
     q->op = op;
     q->cb = cb;
     q->ud = ud;
-    int rc = build(r, q, items, n, now);
-    if (rc == SLUICE_OK && op == 'd' && r->leases != NULL && n == 1 && items[0].cost > 0 &&
-        leasable(items[0].limiter)) {
+    rq_take_built(q, b);
+    if (op == 'd' && r->leases != NULL && n == 1 && items[0].cost > 0 && leasable(items[0].limiter)) {
         if (lease_try(r, &items[0], now, &q->it[0], &r->lease_scratch)) {
             rq_put(r, q);
             if (cb) cb(ud, SLUICE_OK, &r->lease_scratch);
@@ -1181,14 +1230,10 @@ static int submit(sl_redis *r, char op, const sluice_item *items, size_t n, slui
             q->it[0].cost = (int64_t)r->o.lease_slice;
         }
     }
-    if (rc == SLUICE_OK && op == 'l') {
+    if (op == 'l') {
         /* release: cost = the lease's bucket number (mod 2^40), p[3] = its slots */
         q->it[0].cost = (int64_t)(lease >> 24);
         q->it[0].p[3] = (int64_t)(lease & 0xFFFFFF);
-    }
-    if (rc != SLUICE_OK) {
-        rq_put(r, q);
-        return rc;
     }
     if (n == 0) {
         q->pending = 0;
@@ -1259,6 +1304,7 @@ int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice
     sync_wait w = {false, SLUICE_OK, out};
     int rc = sl_redis_decide(r, items, n, now, sync_cb, &w);
     if (rc != SLUICE_OK) return rc;
+    sl_redis_flush(r);
     int64_t until = mono_now() + 2 * r->o.timeout_ns + 50 * SLUICE_NS_PER_MS;
     while (!w.done && mono_now() < until) sl_loop_poll(r->loop, 1);
     return w.done ? w.rc : SLUICE_ESTORE;

@@ -140,9 +140,35 @@ size_t sl_redis_key(const sl_hash_key *sk, const sluice_limiter *lim, const void
         memcpy(buf + nl + 1, &kh, sizeof(kh));
         h = sl_sip_finish(&s, buf, nl + 1 + sizeof(kh), SL_HASH_C, SL_HASH_D);
     }
-    int n = snprintf(out, SL_REDIS_KEY_MAX, "sl:{%016llx%016llx}:%u.%d", (unsigned long long)h.hi,
-                     (unsigned long long)h.lo, (unsigned)lim->spec.index, (int)lim->spec.algo);
-    return n > 0 && n < SL_REDIS_KEY_MAX ? (size_t)n : SL_REDIS_KEY_MAX - 1;
+    /* "sl:{" hi lo "}:" index "." algo, written by hand (once per item per decision) */
+    static const char hex[16] = "0123456789abcdef";
+    char *p = out;
+    memcpy(p, "sl:{", 4), p += 4;
+    for (int i = 60; i >= 0; i -= 4) *p++ = hex[(h.hi >> i) & 0xF];
+    for (int i = 60; i >= 0; i -= 4) *p++ = hex[(h.lo >> i) & 0xF];
+    memcpy(p, "}:", 2), p += 2;
+    p = sl_redis_put_u64(p, lim->spec.index);
+    *p++ = '.';
+    p = sl_redis_put_u64(p, (uint64_t)lim->spec.algo);
+    *p = '\0';
+    return (size_t)(p - out);
+}
+
+char *sl_redis_put_u64(char *p, uint64_t v) {
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0) *p++ = tmp[--n];
+    return p;
+}
+
+char *sl_redis_put_i64(char *p, int64_t v) {
+    if (v >= 0) return sl_redis_put_u64(p, (uint64_t)v);
+    *p++ = '-';
+    return sl_redis_put_u64(p, (uint64_t)0 - (uint64_t)v);
 }
 
 /* ---- parameters ------------------------------------------------------------------- */

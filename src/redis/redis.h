@@ -69,6 +69,9 @@ sl_hash_key sl_redis_secret_key(const void *secret, size_t len);
  * length (always < SL_REDIS_KEY_MAX). */
 size_t sl_redis_key(const sl_hash_key *sk, const sluice_limiter *lim, const void *key,
                     size_t key_len, char out[SL_REDIS_KEY_MAX]);
+/* Decimal digits of v at p (no NUL); returns the end. At most 20 (21 signed) bytes. */
+char *sl_redis_put_u64(char *p, uint64_t v);
+char *sl_redis_put_i64(char *p, int64_t v);
 /* The algorithm parameters the script needs (p[0..3]). SLUICE_EINVAL for an unknown
  * algorithm, SLUICE_ERANGE when a
  * parameter would exceed the scripts' exact range (values and products below 2^52). */
@@ -166,6 +169,10 @@ int sl_redis_settle(sl_redis *r, const sluice_limiter *lim, const void *key, siz
                     int64_t delta, sluice_time now, sl_redis_cb cb, void *ud);
 int sl_redis_release(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
                      uint64_t lease, sluice_time now, sl_redis_cb cb, void *ud);
+
+/* Sends the commands queued during this loop turn now (call before the loop sleeps;
+ * without it they go out on the next EPOLLOUT). */
+void sl_redis_flush(sl_redis *r);
 
 /* For tests and tools: decide and run the loop until the answer (or 2 s) arrives. */
 int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,

@@ -18,8 +18,28 @@
 static int g_port;
 static int g_srv = -1;
 
+/* CRC16/XMODEM by its definition, one bit at a time: the reference for the table. */
+static uint16_t crc16_bitwise(const unsigned char *b, size_t len) {
+    uint16_t crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (uint16_t)(b[i] << 8);
+        for (int k = 0; k < 8; k++) crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+    }
+    return crc;
+}
+
 static void test_crc16_vectors(void) {
     T_EQ_U(sl_redis_crc16("123456789", 9), 0x31C3);
+    unsigned char buf[64];
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int round = 0; round < 2000; round++) {
+        size_t len = (size_t)(round % 64);
+        for (size_t i = 0; i < len; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            buf[i] = (unsigned char)x;
+        }
+        T_EQ_U(sl_redis_crc16(buf, len), crc16_bitwise(buf, len));
+    }
     T_EQ_U(sl_redis_keyslot("somekey", 7), 11058);
     T_EQ_U(sl_redis_keyslot("foo{hash_tag}", 13), 2515);
     T_EQ_U(sl_redis_keyslot("bar{hash_tag}", 13), 2515);
