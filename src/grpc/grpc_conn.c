@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "grpc/rls.h"
+#include "redis/bridge.h"
 #include "server/server.h"
 
 static const char PREFACE[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -58,8 +59,14 @@ static void count_decision(sl_worker *w, const sl_verdict *v) {
 
 static void observe(void *ud, const sl_verdict *v, int status) {
     (void)status;
+    if (sl_redis_bridge_pending()) return; /* counted when the call is handled again */
     count_decision(ud, v);
 }
+
+/* With the Redis store a call waits for its answer without holding up the connection's
+ * other calls: the session parks it, and sl_conn_resume hands it back. */
+static const sl_h2_async redis_async = {sl_redis_bridge_enter_owned, sl_redis_bridge_leave,
+                                        sl_redis_bridge_forget};
 
 static void on_status(void *ud, int status) { sl_grpc_count_status(ud, status); }
 
@@ -95,7 +102,8 @@ static void pull_output(sl_conn *c, sl_h2 *h) {
 
 int sl_grpc_conn_feed(sl_conn *c, sl_h2 **hp) {
     if (*hp == NULL) {
-        *hp = sl_h2_create(NULL);
+        sl_h2_opts o = {.async = sl_redis_bridge_enabled() ? &redis_async : NULL, .owner = c};
+        *hp = sl_h2_create(&o);
         if (*hp == NULL) {
             c->close_after = true;
             c->rlen = 0;
@@ -112,6 +120,14 @@ int sl_grpc_conn_feed(sl_conn *c, sl_h2 **hp) {
 }
 
 void sl_grpc_conn_output(sl_conn *c, sl_h2 *h) {
+    pull_output(c, h);
+    if (!sl_h2_alive(h)) c->close_after = true;
+}
+
+void sl_grpc_conn_resume(sl_conn *c, sl_h2 *h, void *call) {
+    sl_grpc_env env;
+    env_of(c, &env);
+    sl_h2_resume(h, call, &env);
     pull_output(c, h);
     if (!sl_h2_alive(h)) c->close_after = true;
 }

@@ -25,6 +25,9 @@ int sl_grpc_preface(const char *buf, size_t len);
 int sl_grpc_conn_feed(struct sl_conn *c, sl_h2 **hp);
 /* After the write buffer drained: more of the session's queued output. */
 void sl_grpc_conn_output(struct sl_conn *c, sl_h2 *h);
+/* The shared store answered one of c's calls (`call`, a key the session gave it): the
+ * call is decided again and answered; output goes to c's write buffer. */
+void sl_grpc_conn_resume(struct sl_conn *c, sl_h2 *h, void *call);
 /* From the worker's timer tick: expire grpc-timeout deadlines that passed. */
 void sl_grpc_conn_tick(struct sl_conn *c, sl_h2 *h);
 /* Server draining: starts the two-step GOAWAY (sl_grpc_conn_tick sends the final one a

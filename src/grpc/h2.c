@@ -31,6 +31,7 @@ typedef struct h2_stream {
     size_t path_len;
     bool path_long, post, ct_ok, bad_timeout, hdr_too_big;
     bool answered, ended;
+    bool waiting;                  /* handled, its answer waits for the store (async) */
     size_t hdr_bytes;
     int64_t deadline_ns;           /* 0 = none */
     uint8_t *rbuf;                 /* framed request: prefix + message */
@@ -48,6 +49,7 @@ struct sl_h2 {
     h2_stream *active;
     size_t nactive;
     size_t ndeadlines;             /* unanswered calls with a deadline (tick is O(1) at 0) */
+    size_t nwaiting;               /* calls whose answer waits for the store */
     h2_stream *pool;
     size_t npool;
     const uint8_t *pend;           /* output chunk from nghttp2 not yet copied out */
@@ -89,7 +91,16 @@ static void stream_free_mem(h2_stream *st) {
     free(st);
 }
 
+/* The call no longer waits for the store: its record there is dropped. */
+static void stop_waiting(sl_h2 *h, h2_stream *st) {
+    if (!st->waiting) return;
+    st->waiting = false;
+    h->nwaiting--;
+    h->o.async->forget(st);
+}
+
 static void stream_release(sl_h2 *h, h2_stream *st) {
+    stop_waiting(h, st);
     if (!st->answered && st->deadline_ns != 0) h->ndeadlines--;
     if (st->unconsumed > 0) nghttp2_session_consume_connection(h->s, st->unconsumed);
     if (st->prev)
@@ -121,6 +132,7 @@ static void give_back(sl_h2 *h, int32_t id, size_t n) {
 }
 
 static void set_answered(sl_h2 *h, h2_stream *st, int status) {
+    stop_waiting(h, st);
     if (!st->answered && st->deadline_ns != 0) h->ndeadlines--;
     st->answered = true;
     give_back(h, st->id, st->unconsumed);
@@ -181,6 +193,30 @@ static void reply_message(sl_h2 *h, h2_stream *st, size_t len) {
         nghttp2_submit_rst_stream(h->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
 }
 
+/* Decides a complete call and answers it, unless its answer waits for the store (then it
+ * is run again, whole, by sl_h2_resume). */
+static void run_call(sl_h2 *h, h2_stream *st) {
+    const sl_grpc_env *env = h->env;
+    const sl_h2_async *as = h->o.async;
+    sl_grpc_reply r = {.status = SL_GRPC_OK, .buf = st->wbuf + 5, .cap = H2_REPLY_CAP - 5};
+    if (env == NULL) {
+        r.status = SL_GRPC_UNAVAILABLE;
+        snprintf(r.message, sizeof(r.message), "no decision context");
+    } else {
+        if (as != NULL) as->enter(st, h->o.owner);
+        sl_grpc_call(env, st->path, st->path_len, st->rbuf + 5, st->mlen, &h->verdict, &r);
+        if (as != NULL && as->leave(st)) {
+            if (!st->waiting) st->waiting = true, h->nwaiting++;
+            return;
+        }
+        if (st->waiting) st->waiting = false, h->nwaiting--; /* its record went with leave */
+    }
+    if (r.status == SL_GRPC_OK)
+        reply_message(h, st, r.len);
+    else
+        reply_status(h, st, 200, r.status, r.message);
+}
+
 /* The request has ended: check the message, decide, answer. */
 static void finish_call(sl_h2 *h, h2_stream *st) {
     st->ended = true;
@@ -199,17 +235,7 @@ static void finish_call(sl_h2 *h, h2_stream *st) {
         reply_status(h, st, 200, SL_GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    sl_grpc_reply r = {.status = SL_GRPC_OK, .buf = st->wbuf + 5, .cap = H2_REPLY_CAP - 5};
-    if (env == NULL) {
-        r.status = SL_GRPC_UNAVAILABLE;
-        snprintf(r.message, sizeof(r.message), "no decision context");
-    } else {
-        sl_grpc_call(env, st->path, st->path_len, st->rbuf + 5, st->mlen, &h->verdict, &r);
-    }
-    if (r.status == SL_GRPC_OK)
-        reply_message(h, st, r.len);
-    else
-        reply_status(h, st, 200, r.status, r.message);
+    run_call(h, st);
 }
 
 /* Appends DATA payload to the call's framed request, enforcing one message of at most
@@ -541,6 +567,20 @@ void sl_h2_goaway(sl_h2 *h, int64_t now_ns) {
     }
     if (now_ns - h->notice_ns >= SL_H2_GOAWAY_GRACE_NS) final_goaway(h);
 }
+
+void sl_h2_resume(sl_h2 *h, void *call, const sl_grpc_env *env) {
+    /* a call that went away was forgotten by the store, which then resumes nothing */
+    h2_stream *st = call;
+    if (h->fatal || !st->waiting || st->answered) return;
+    h->env = env;
+    if (st->deadline_ns != 0 && env->mono_ns >= st->deadline_ns)
+        reply_status(h, st, 200, SL_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
+    else
+        run_call(h, st);
+    h->env = NULL;
+}
+
+size_t sl_h2_waiting(const sl_h2 *h) { return h->nwaiting; }
 
 bool sl_h2_alive(const sl_h2 *h) {
     if (h->pend_len > 0) return true;

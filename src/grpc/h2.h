@@ -47,10 +47,22 @@ typedef struct sl_grpc_env {
     void *ud;
 } sl_grpc_env;
 
+/* A store that answers later (Redis): each call is handled between enter(call, owner)
+ * and leave(call); a true from leave means its answer waits for the store, so the call
+ * stays open (no reply, its request bytes held) and is handled again, whole, when
+ * sl_h2_resume(call) is called. forget(call) when a waiting call goes away. */
+typedef struct sl_h2_async {
+    void (*enter)(void *call, void *owner);
+    bool (*leave)(void *call);
+    void (*forget)(void *call);
+} sl_h2_async;
+
 typedef struct sl_h2_opts {
     uint32_t max_streams;      /* SETTINGS_MAX_CONCURRENT_STREAMS; 0 = 1024 */
     uint32_t max_header_list;  /* request header list bytes (RFC 7541 sizes); 0 = 8192 */
     uint32_t max_message;      /* request message bytes; 0 = 64 KiB */
+    const sl_h2_async *async;  /* NULL: every call is answered when it is handled */
+    void *owner;               /* passed to async->enter (the connection) */
 } sl_h2_opts;
 
 typedef struct sl_h2 sl_h2;
@@ -73,6 +85,11 @@ void sl_h2_tick(sl_h2 *h, const sl_grpc_env *env);
  * last stream taken; calls in flight finish. Idempotent. */
 #define SL_H2_GOAWAY_GRACE_NS (100 * SLUICE_NS_PER_MS)
 void sl_h2_goaway(sl_h2 *h, int64_t now_ns);
+/* The store answered `call` (an sl_h2_async call key of this session): handle it again
+ * and answer it (or let it wait once more). */
+void sl_h2_resume(sl_h2 *h, void *call, const sl_grpc_env *env);
+/* Calls waiting for the store. */
+size_t sl_h2_waiting(const sl_h2 *h);
 /* false once the session neither reads nor writes any more: close the connection. */
 bool sl_h2_alive(const sl_h2 *h);
 size_t sl_h2_open_calls(const sl_h2 *h);

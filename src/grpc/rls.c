@@ -346,7 +346,7 @@ int sl_rls_decide(const sl_grpc_env *env, const sl_rls_req *rq, sl_verdict *v, s
             if (over || deny_all)
                 for (size_t i = 0; i < m; i++) items[i].cost = 0;
             sluice_decision dec;
-            rc = sluice_decide(env->store, items, m, env->now, &dec);
+            rc = sl_store_decide(env->store, items, m, env->now, &dec); /* shared when Redis is */
             if (rc != SLUICE_OK) {
                 snprintf(err, errlen, "override decision failed: %s", sluice_strerror(rc));
                 return SL_GRPC_UNAVAILABLE;

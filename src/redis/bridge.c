@@ -23,7 +23,9 @@
 #define AREC_MAX 256 /* suspended requests per worker (beyond: synchronous) */
 
 typedef struct arec {
-    void *conn;      /* NULL: free (or the connection went away) */
+    void *conn;      /* the waiting request's key (a connection, or a gRPC stream);
+                        NULL: free (or it went away) */
+    void *owner;     /* the connection resumed when the answer arrives */
     bool waiting;    /* a call is in flight */
     bool ready;      /* queued for resume */
     int ncalls;      /* recorded answers */
@@ -35,7 +37,8 @@ typedef struct arec {
 typedef struct async_tl {
     sl_redis_worker *w;
     arec *recs;      /* AREC_MAX, allocated at the worker's start */
-    void *cur;       /* connection being handled (NULL: synchronous calls) */
+    void *cur;       /* request being handled (NULL: synchronous calls) */
+    void *cur_owner; /* its connection */
     arec *cur_rec;
     bool issuing;
     int nready;
@@ -147,6 +150,10 @@ void sl_redis_bridge_worker_stop(sl_redis_worker *w) {
     free(w);
 }
 
+void sl_redis_bridge_worker_flush(sl_redis_worker *w) {
+    if (w != NULL) sl_redis_flush(w->r);
+}
+
 /* Lets the connections make progress between decisions (reconnection, late replies). */
 void sl_redis_bridge_worker_tick(sl_redis_worker *w) {
     if (w != NULL) sl_loop_poll(&w->loop, 0);
@@ -248,9 +255,9 @@ int sl_redis_bridge_metrics(char *buf, size_t cap) {
  * loop), so the worker's scratch verdict is never shared by two requests.
  */
 
-static void (*g_resume)(void *conn);
+static void (*g_resume)(void *owner, void *key);
 
-void sl_redis_bridge_set_resume(void (*fn)(void *conn)) { g_resume = fn; }
+void sl_redis_bridge_set_resume(void (*fn)(void *owner, void *key)) { g_resume = fn; }
 
 static arec *arec_find(void *conn, bool create) {
     if (tl.recs == NULL) return NULL;
@@ -268,16 +275,19 @@ static arec *arec_find(void *conn, bool create) {
 }
 
 static void arec_free(arec *a) {
-    a->conn = NULL;
+    a->conn = a->owner = NULL;
     a->ncalls = a->k = 0;
 }
 
-void sl_redis_bridge_enter(void *conn) {
+void sl_redis_bridge_enter_owned(void *key, void *owner) {
     if (tl.w == NULL || g_resume == NULL) return;
-    tl.cur = conn;
-    tl.cur_rec = arec_find(conn, false);
+    tl.cur = key;
+    tl.cur_owner = owner;
+    tl.cur_rec = arec_find(key, false);
     if (tl.cur_rec) tl.cur_rec->k = 0;
 }
+
+void sl_redis_bridge_enter(void *conn) { sl_redis_bridge_enter_owned(conn, conn); }
 
 bool sl_redis_bridge_leave(void *conn) {
     (void)conn;
@@ -292,12 +302,21 @@ bool sl_redis_bridge_leave(void *conn) {
 
 bool sl_redis_bridge_pending(void) { return tl.cur_rec != NULL && tl.cur_rec->waiting; }
 
-void sl_redis_bridge_forget(void *conn) {
-    arec *a = arec_find(conn, false);
-    if (a == NULL) return;
+static void arec_forget(arec *a) {
     /* a call in flight keeps the record until its answer (then it is dropped) */
-    a->conn = NULL;
+    a->conn = a->owner = NULL;
     if (!a->waiting && !a->ready) arec_free(a);
+}
+
+void sl_redis_bridge_forget(void *key) {
+    arec *a = arec_find(key, false);
+    if (a != NULL) arec_forget(a);
+}
+
+void sl_redis_bridge_forget_owned(void *owner) {
+    if (tl.recs == NULL) return;
+    for (size_t i = 0; i < AREC_MAX; i++)
+        if (tl.recs[i].conn != NULL && tl.recs[i].owner == owner) arec_forget(&tl.recs[i]);
 }
 
 static void async_cb(void *ud, int rc, const sluice_decision *d) {
@@ -328,7 +347,7 @@ static void run_ready(void) {
             arec_free(a);
             continue;
         }
-        if (g_resume) g_resume(a->conn);
+        if (g_resume) g_resume(a->owner, a->conn);
     }
 }
 
@@ -338,8 +357,11 @@ int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, 
     if (w == NULL) return SLUICE_ESTORE;
     if (tl.cur == NULL) return sl_redis_bridge_decide(ctx, items, n, now, out);
     arec *a = tl.cur_rec;
-    if (a == NULL) a = tl.cur_rec = arec_find(tl.cur, true);
-    if (a == NULL) return sl_redis_bridge_decide(ctx, items, n, now, out); /* table full */
+    if (a == NULL) {
+        a = tl.cur_rec = arec_find(tl.cur, true);
+        if (a == NULL) return sl_redis_bridge_decide(ctx, items, n, now, out); /* table full */
+        a->owner = tl.cur_owner;
+    }
     int k = a->k++;
     if (k < a->ncalls) {
         *out = a->dec[k];

@@ -29,6 +29,8 @@ const char *sl_redis_bridge_seeds(void);
 sl_redis_worker *sl_redis_bridge_worker_start(unsigned id, sl_loop *outer);
 void sl_redis_bridge_worker_stop(sl_redis_worker *w);
 void sl_redis_bridge_worker_tick(sl_redis_worker *w);
+/* End of the worker's loop turn: sends the Redis commands the turn queued. */
+void sl_redis_bridge_worker_flush(sl_redis_worker *w);
 
 /* Store hooks (ctx = the worker's sl_redis_worker). */
 int sl_redis_bridge_decide(void *ctx, const sluice_item *items, size_t n, sluice_time now,
@@ -44,10 +46,15 @@ int sl_redis_bridge_release(void *ctx, const sluice_limiter *lim, const void *ke
  * function registered with set_resume handles it again later). forget(conn) when the
  * connection closes. The store hook returns SL_REDIS_PENDING to the engine meanwhile. */
 #define SL_REDIS_PENDING (-1000)
-void sl_redis_bridge_set_resume(void (*fn)(void *conn));
+void sl_redis_bridge_set_resume(void (*fn)(void *owner, void *key));
 void sl_redis_bridge_enter(void *conn);
 bool sl_redis_bridge_leave(void *conn);
 void sl_redis_bridge_forget(void *conn);
+/* The same for requests that are not a whole connection (a gRPC stream): `key` names
+ * the request, `owner` its connection; the resume function gets (owner, key). A
+ * connection that closes forgets everything it owns. */
+void sl_redis_bridge_enter_owned(void *key, void *owner);
+void sl_redis_bridge_forget_owned(void *owner);
 /* True inside a handler whose request now waits for the store: reply nothing, count
  * nothing (the request is handled again when the answer is there). */
 bool sl_redis_bridge_pending(void);

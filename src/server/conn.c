@@ -37,6 +37,9 @@ static void conn_io(void *ud, uint32_t events);
 static void conn_close(sl_conn *c) {
     sl_worker *w = c->w;
     sl_redis_bridge_forget(c);
+    sl_redis_bridge_forget_owned(c); /* its gRPC calls waiting for the store */
+    for (unsigned i = 0; c->flush_queued && i < w->nflushq; i++)
+        if (w->flushq[i] == c) w->flushq[i] = w->flushq[--w->nflushq], c->flush_queued = false;
     sl_loop_del(&w->loop, &c->io);
     close(c->io.fd);
     sl_dnode_disarm(&c->timer);
@@ -429,13 +432,34 @@ static bool conn_after_push(sl_conn *c) {
     return true;
 }
 
-void sl_conn_resume(void *p) {
-    sl_conn *c = p;
+void sl_conn_resume(void *owner, void *key) {
+    sl_conn *c = owner;
+    if (c->kind == SL_KIND_GRPC) { /* one call (stream) of the connection was waiting */
+        if (c->h2 == NULL) return;
+        c->w->now_ns = sl_clock_mono_ns();
+        sl_grpc_conn_resume(c, c->h2, key);
+        if (c->flush_queued) return;
+        if (c->w->nflushq == sizeof(c->w->flushq) / sizeof(c->w->flushq[0])) {
+            conn_after_push(c);
+            return;
+        }
+        c->flush_queued = true;
+        c->w->flushq[c->w->nflushq++] = c;
+        return;
+    }
     if (!c->suspended) return;
     c->suspended = false;
     c->w->now_ns = sl_clock_mono_ns();
     conn_process(c);
     conn_after_push(c);
+}
+
+void sl_worker_flush_resumed(sl_worker *w) {
+    while (w->nflushq > 0) {
+        sl_conn *c = w->flushq[--w->nflushq];
+        c->flush_queued = false;
+        conn_after_push(c);
+    }
 }
 
 void sl_worker_tick(sl_worker *w) {

@@ -342,7 +342,9 @@ static void *worker_main(void *arg) {
         sl_loop_poll(&w->loop, w->nheld > 0 ? 2 : 50); /* held replies: ~2 ms resolution */
         w->now_ns = sl_clock_mono_ns();
         refresh_date(w);
+        sl_worker_flush_resumed(w);
         sl_worker_tick(w);
+        sl_redis_bridge_worker_flush(rw); /* the turn's Redis commands leave before we sleep */
     }
     stop_listening(w);
     sl_worker_close_all(w);

@@ -136,6 +136,7 @@ typedef struct sl_conn {
     bool suspended;     /* a decision waits for the shared store: input not processed */
     bool replay;        /* the request at the head is being handled again (not recounted) */
     bool broken;        /* close without flushing */
+    bool flush_queued;  /* on its worker's flushq (answers resumed this loop turn) */
 } sl_conn;
 
 #define SL_TL_READ 0
@@ -171,6 +172,9 @@ typedef struct sl_worker {
     uint32_t seq;             /* requests handled, for latency sampling */
     size_t ngrpc;             /* GRPC connections (their deadlines are checked per tick) */
     size_t nheld;             /* connections holding a delayed reply (shaping) */
+    sl_conn *flushq[32];      /* gRPC connections with answers resumed this turn: one write
+                                 each at the end of the turn, not one per answer */
+    unsigned nflushq;
     int64_t accept_paused_until; /* out of file descriptors: listeners off until then */
     char date[40];            /* "Date: <IMF-fixdate>\r\n", refreshed once a second */
     int64_t date_at_ns;
@@ -251,8 +255,11 @@ void sl_conn_commit(sl_conn *c, const sl_wbuf *wb);
  * through a forward-auth gateway, which forwards the request when the answer arrives. */
 void sl_conn_hold(sl_conn *c, int64_t delay_ns);
 
-/* The Redis store answered a suspended connection's decision: handle it again. */
-void sl_conn_resume(void *conn);
+/* The shared store answered a request of this connection (key: the connection itself,
+ * or one of its gRPC streams): handle it again. */
+void sl_conn_resume(void *owner, void *key);
+/* End of a loop turn: writes what resumed calls queued on their connections. */
+void sl_worker_flush_resumed(sl_worker *w);
 
 /* http_api.c: handles one parsed request; the reply goes to c's output. */
 void sl_http_handle(sl_conn *c, const sl_http_req *req);

@@ -4,10 +4,14 @@ loopback ports (test clock by default), talk to it, stop it by PID.
 Environment: SLUICE_BIN (the built binary) and SLUICE_SRC (the source tree); without
 SLUICE_BIN the tests fail with a clear message rather than skipping.
 """
+import glob
+import importlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -285,3 +289,100 @@ def make_server():
         s.stop()
     for s in started:
         s.assert_clean()
+
+
+# ---- redis-server, started and stopped by the tests that need it ----
+
+class Redis:
+    def __init__(self, port=None):
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"], cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError("redis-server did not start")
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def close(self):
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def redis():
+    r = Redis()
+    yield r
+    r.close()
+
+
+# ---- gRPC: stubs generated at test time from the project's .proto files ----
+
+@pytest.fixture(scope="module")
+def pb():
+    """The stubs, generated from src/grpc/*.proto by grpc_tools into a temporary dir."""
+    out = tempfile.mkdtemp(prefix="sluice-stubs-")
+    protos = sorted(glob.glob(os.path.join(SRC, "src", "grpc", "*.proto")))
+    assert protos, "no .proto files in src/grpc"
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", os.path.join(SRC, "src", "grpc"),
+                    "--python_out", out, "--grpc_python_out", out] + protos, check=True)
+    sys.path.insert(0, out)
+    mods = {n: importlib.import_module(n) for n in
+            ("rls_pb2", "rls_pb2_grpc", "health_pb2", "health_pb2_grpc", "envoy_ratelimit_pb2",
+             "google_wkt_pb2")}
+    return type("pb", (), mods)
+
+
+class Client:
+    def __init__(self, pb, server):
+        import grpc  # only the gRPC tests load it
+        self.pb = pb
+        self.channel = grpc.insecure_channel(server.grpc)
+        self.rls = pb.rls_pb2_grpc.RateLimitServiceStub(self.channel)
+        self.health = pb.health_pb2_grpc.HealthStub(self.channel)
+
+    def request(self, domain, descriptors, hits=0):
+        D = self.pb.envoy_ratelimit_pb2.RateLimitDescriptor
+        ds = []
+        for d in descriptors:
+            if isinstance(d, dict):
+                x = D(entries=[D.Entry(key=k, value=v) for k, v in d["entries"]])
+                if "hits" in d:
+                    x.hits_addend.value = d["hits"]
+                if "limit" in d:
+                    x.limit.requests_per_unit, x.limit.unit = d["limit"]
+            else:
+                x = D(entries=[D.Entry(key=k, value=v) for k, v in d])
+            ds.append(x)
+        return self.pb.rls_pb2.RateLimitRequest(domain=domain, descriptors=ds, hits_addend=hits)
+
+    def check(self, domain, descriptors, hits=0, timeout=5):
+        return self.rls.ShouldRateLimit(self.request(domain, descriptors, hits), timeout=timeout)
+
+    def raw(self, path, payload, timeout=5, **kw):
+        call = self.channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+        return call(payload, timeout=timeout, **kw)
+
+    def serving(self, service=""):
+        r = self.health.Check(self.pb.health_pb2.HealthCheckRequest(service=service), timeout=5)
+        return r.status == self.pb.health_pb2.HealthCheckResponse.SERVING
+
+    def close(self):
+        self.channel.close()

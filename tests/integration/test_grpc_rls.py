@@ -4,80 +4,23 @@ ShouldRateLimit on the envoyproxy/ratelimit README examples (examples/envoy/), o
 per descriptor with its limit, Health/Check, gRPC errors answered with the right status
 while the server stays up, the HTTP /json endpoint, metrics, and GOAWAY on drain.
 """
-import glob
 import signal
-import importlib
 import json
 import os
 import subprocess
-import sys
-import tempfile
 import time
 import socket
-from concurrent import futures
 
 import grpc
 import pytest
 import requests
 
-from conftest import SRC
+from conftest import SRC, Client
 
 EXAMPLES = os.path.join(SRC, "examples", "envoy")
 RLS_PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 OK, OVER = 1, 2
 UINT32_MAX = 4294967295
-
-
-@pytest.fixture(scope="module")
-def pb():
-    """The stubs, generated from src/grpc/*.proto by grpc_tools into a temporary dir."""
-    out = tempfile.mkdtemp(prefix="sluice-stubs-")
-    protos = sorted(glob.glob(os.path.join(SRC, "src", "grpc", "*.proto")))
-    assert protos, "no .proto files in src/grpc"
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", os.path.join(SRC, "src", "grpc"),
-                    "--python_out", out, "--grpc_python_out", out] + protos, check=True)
-    sys.path.insert(0, out)
-    mods = {n: importlib.import_module(n) for n in
-            ("rls_pb2", "rls_pb2_grpc", "health_pb2", "health_pb2_grpc", "envoy_ratelimit_pb2",
-             "google_wkt_pb2")}
-    return type("pb", (), mods)
-
-
-class Client:
-    def __init__(self, pb, server):
-        self.pb = pb
-        self.channel = grpc.insecure_channel(server.grpc)
-        self.rls = pb.rls_pb2_grpc.RateLimitServiceStub(self.channel)
-        self.health = pb.health_pb2_grpc.HealthStub(self.channel)
-
-    def request(self, domain, descriptors, hits=0):
-        D = self.pb.envoy_ratelimit_pb2.RateLimitDescriptor
-        ds = []
-        for d in descriptors:
-            if isinstance(d, dict):
-                x = D(entries=[D.Entry(key=k, value=v) for k, v in d["entries"]])
-                if "hits" in d:
-                    x.hits_addend.value = d["hits"]
-                if "limit" in d:
-                    x.limit.requests_per_unit, x.limit.unit = d["limit"]
-            else:
-                x = D(entries=[D.Entry(key=k, value=v) for k, v in d])
-            ds.append(x)
-        return self.pb.rls_pb2.RateLimitRequest(domain=domain, descriptors=ds, hits_addend=hits)
-
-    def check(self, domain, descriptors, hits=0, timeout=5):
-        return self.rls.ShouldRateLimit(self.request(domain, descriptors, hits), timeout=timeout)
-
-    def raw(self, path, payload, timeout=5, **kw):
-        call = self.channel.unary_unary(path, request_serializer=None, response_deserializer=None)
-        return call(payload, timeout=timeout, **kw)
-
-    def serving(self, service=""):
-        r = self.health.Check(self.pb.health_pb2.HealthCheckRequest(service=service), timeout=5)
-        return r.status == self.pb.health_pb2.HealthCheckResponse.SERVING
-
-    def close(self):
-        self.channel.close()
 
 
 def start(make_server, pb, example):

@@ -1,7 +1,6 @@
 """The server's life: startup errors (one line, exit 1), reload by POST /v1/reload and
 SIGHUP under load without losing a counter, an invalid config refused with its errors
 while the old one keeps serving, and a graceful SIGTERM drain."""
-import os
 import signal
 import socket
 import subprocess

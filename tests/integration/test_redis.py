@@ -12,7 +12,6 @@ started and stopped by the tests (also on failure), real `sluice serve` instance
 - starting while Redis is down works.
 """
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,50 +19,9 @@ import tempfile
 import threading
 import time
 
-import pytest
 import requests
 
-from conftest import Server, as_dict, free_port
-
-
-class Redis:
-    def __init__(self, port=None):
-        self.port = port or free_port()
-        self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
-        self.proc = None
-        self.start()
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no"], cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
-            time.sleep(0.02)
-        raise AssertionError("redis-server did not start")
-
-    def kill(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def close(self):
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-@pytest.fixture
-def redis():
-    r = Redis()
-    yield r
-    r.close()
+from conftest import Redis, Server, as_dict, free_port
 
 
 def config(extra_policies=""):

@@ -9,7 +9,7 @@ import time
 
 import redis
 
-from conftest import Resp, RespError, as_dict
+from conftest import RespError, as_dict
 
 
 def cli(server, *args, proto3=False):

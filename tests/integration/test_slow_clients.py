@@ -4,7 +4,6 @@ oversized requests get 413/431 at once, the connection cap holds; other clients 
 served normally all along."""
 import os
 import socket
-import threading
 import time
 
 import requests

@@ -908,6 +908,102 @@ static void broken_connections(void) {
     fx_close(&f);
 }
 
+/* ---- calls whose answer waits for the store (sl_h2_async) ---- */
+
+/* A fake store that answers later: while `park` is set, every call handled is parked
+ * (leave says "waiting"); calls are recorded in the order they were first handled. */
+static struct {
+    bool park;
+    void *calls[16];
+    int ncalls;
+    void *forgotten[16];
+    int nforgotten;
+    int owner;
+} A;
+
+static void a_enter(void *call, void *owner) {
+    T_CHECK(owner == &A.owner);
+    for (int i = 0; i < A.ncalls; i++)
+        if (A.calls[i] == call) return;
+    if (A.ncalls < 16) A.calls[A.ncalls++] = call;
+}
+static bool a_leave(void *call) {
+    (void)call;
+    return A.park;
+}
+static void a_forget(void *call) {
+    if (A.nforgotten < 16) A.forgotten[A.nforgotten++] = call;
+}
+
+static void waiting_calls(void) {
+    fx f;
+    fx_open(&f);
+    out_reset();
+    memset(&A, 0, sizeof(A));
+    static const sl_h2_async as = {a_enter, a_leave, a_forget};
+    sl_h2_opts o = {.async = &as, .owner = &A.owner};
+    sl_h2 *h = sl_h2_create(&o);
+    client c;
+    client_init(&c, true);
+    uint8_t m[256];
+    const char *const d[] = {"free=x", NULL};
+    size_t ml = rls_msg(m, "rl", d, 0);
+    const char *const t5[] = {"grpc-timeout", "5m", NULL};
+    /* three calls wait for the store: nothing is answered, nothing is forgotten */
+    A.park = true;
+    for (uint32_t sid = 1; sid <= 5; sid += 2) {
+        headers(&c, sid, RLS, "application/grpc", false, sid == 5 ? t5 : NULL);
+        data(&c, sid, 0, m, ml, true, 16384);
+    }
+    T_EQ_I(exchange(h, &c, &f.env), 0);
+    T_EQ_I(A.ncalls, 3);
+    T_EQ_U(sl_h2_waiting(h), 3);
+    for (int i = 0; i < 3; i++) T_EQ_I(O.s[i].grpc, -1);
+    /* the session still answers other calls meanwhile */
+    A.park = false;
+    headers(&c, 7, HEALTH, "application/grpc", false, NULL);
+    data(&c, 7, 0, NULL, 0, true, 16384);
+    T_EQ_I(exchange(h, &c, &f.env), 0);
+    T_EQ_I(O.s[3].grpc, 0);
+    /* the store answers call 3: it is decided again and answered; its record went with
+     * the answer (leave), so it is not forgotten separately */
+    sl_h2_resume(h, A.calls[1], &f.env);
+    T_EQ_I(exchange(h, &c, &f.env), 0);
+    resp_t *r = decode_resp(&O.s[1]);
+    T_CHECK(r != NULL && r->overall_code == 1);
+    free_resp(r);
+    T_EQ_U(sl_h2_waiting(h), 2);
+    T_EQ_I(A.nforgotten, 0);
+    /* a second resume of an answered call does nothing */
+    sl_h2_resume(h, A.calls[1], &f.env);
+    T_EQ_I(exchange(h, &c, &f.env), 0);
+    /* the client cancels call 1: the store forgets it */
+    uint8_t code[4] = {0, 0, 0, 8}; /* CANCEL */
+    frame(&c.out, NGHTTP2_RST_STREAM, 0, 1, code, 4);
+    T_EQ_I(exchange(h, &c, &f.env), 0);
+    T_EQ_I(A.nforgotten, 1);
+    T_CHECK(A.forgotten[0] == A.calls[0]);
+    T_EQ_U(sl_h2_waiting(h), 1);
+    /* call 5's deadline passes while it waits: DEADLINE_EXCEEDED, forgotten */
+    f.env.mono_ns += 6 * SLUICE_NS_PER_MS;
+    sl_h2_tick(h, &f.env);
+    T_EQ_I(exchange(h, &c, &f.env), 0);
+    expect_status(&O.s[2], 200, SL_GRPC_DEADLINE_EXCEEDED);
+    T_EQ_I(A.nforgotten, 2);
+    T_CHECK(A.forgotten[1] == A.calls[2]);
+    T_EQ_U(sl_h2_waiting(h), 0);
+    /* a call still waiting when the session goes is the owner's to forget (the server
+     * forgets everything a closing connection owns): no leak */
+    A.park = true;
+    headers(&c, 9, RLS, "application/grpc", false, NULL);
+    data(&c, 9, 0, m, ml, true, 16384);
+    T_EQ_I(exchange(h, &c, &f.env), 0);
+    T_EQ_U(sl_h2_waiting(h), 1);
+    sl_h2_destroy(h);
+    client_free(&c);
+    fx_close(&f);
+}
+
 static void pct_encoding(void) {
     char out[64];
     sl_grpc_pct_encode("a%b\n\xc3\xa9 ok", out, sizeof(out));
@@ -927,6 +1023,7 @@ int main(void) {
     T_RUN(window_held_until_answered);
     T_RUN(goaway_on_drain);
     T_RUN(broken_connections);
+    T_RUN(waiting_calls);
     T_RUN(pct_encoding);
     return T_DONE();
 }
