@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "core/hash.h"
+#include "engine/limiter.h"
 #include "internal.h"
 
 /* The calling thread's store hooks (policy.h); NULL = the memory store. */
@@ -31,6 +32,20 @@ static int st_settle(sluice_store *st, const sluice_limiter *lim, const void *ke
                      uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out) {
     if (tl_hooks != NULL) return tl_hooks->settle(tl_hooks->ctx, lim, key, kl, reserved, actual, now, out);
     return sluice_settle(st, lim, key, kl, reserved, actual, now, out);
+}
+
+/* sluice_settle_at through the hooks: a refund whose window or period has passed is
+ * void (judged on the caller's clock), so a shared store never gets one either. */
+static int st_settle_at(sluice_store *st, const sluice_limiter *lim, const void *key, size_t kl,
+                        uint64_t reserved, uint64_t actual, sluice_time reserved_at, sluice_time now,
+                        sluice_result *out) {
+    if (tl_hooks == NULL) return sluice_settle_at(st, lim, key, kl, reserved, actual, reserved_at, now, out);
+    if (actual < reserved && !sl_algo_refundable(&lim->lim, reserved_at, now)) actual = reserved;
+    if (actual == reserved) { /* nothing to move: no round trip */
+        if (out != NULL) memset(out, 0, sizeof(*out));
+        return SLUICE_OK;
+    }
+    return st_settle(st, lim, key, kl, reserved, actual, now, out);
 }
 
 static int st_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t kl,
@@ -1326,8 +1341,8 @@ int sl_engine_settle(const sl_engine *e, const sl_verdict *v, uint64_t actual, s
         const sl_verdict_item *it = &v->items[i];
         if (!it->settle || it->unlimited || !it->consumed || item_win(it)->lim == NULL) continue;
         sluice_result r;
-        int rc = sluice_settle_at(e->store, item_win(it)->lim, v->keys + it->key_off,
-                                  it->key_len, it->cost, actual, v->decided_at, now, &r);
+        int rc = st_settle_at(e->store, item_win(it)->lim, v->keys + it->key_off,
+                              it->key_len, it->cost, actual, v->decided_at, now, &r);
         if (rc != SLUICE_OK && first == SLUICE_OK) first = rc;
     }
     return first;
@@ -1553,7 +1568,7 @@ static int tok_settle(const sl_engine *e, const e_win *w, const unsigned char *k
     (void)lease;
     if (!settle) return SLUICE_OK;
     sluice_result r;
-    return sluice_settle_at(e->store, w->lim, key, klen, cost, actual, reserved_at, now, &r);
+    return st_settle_at(e->store, w->lim, key, klen, cost, actual, reserved_at, now, &r);
 }
 
 static int tok_release(const sl_engine *e, const e_win *w, const unsigned char *key,

@@ -368,3 +368,50 @@ def test_redis_cluster_store():
         for r in nodes:
             r.close()
         assert code == 0, srv.output() if srv else ""
+
+
+SETTLE_POLICY = """
+  - name: tokens
+    objective: cost
+    match: { path_prefix: /ai/ }
+    key: [header.x-api-key]
+    on_missing_key: skip
+    cost: { default: 100, settle: true }
+    algorithm: token_bucket
+    limits:
+      - { rate: 1/h, burst: 1000 }
+"""
+
+
+def remaining_eventually(s, srv, key, want, policy="tokens", within=2.0):
+    """The remaining units another instance reads, polled until it is `want` (a settle is
+    sent to Redis as the answer leaves, so it lands within about a round trip)."""
+    deadline = time.time() + within
+    while True:
+        got = s.post(srv.http + "/v1/check", json={"policy": policy, "key": key, "cost": 0},
+                     timeout=5).json()["limits"][0]["remaining"]
+        if got == want or time.time() > deadline:
+            return got
+        time.sleep(0.01)
+
+
+def test_settle_reaches_redis(redis):
+    """A reservation settled later is corrected in Redis: another instance sees it."""
+    url = "redis://127.0.0.1:%d" % redis.port
+    a = Server(config_text=config(SETTLE_POLICY), test_clock=False, extra=["--store", url])
+    b = Server(config_text=config(SETTLE_POLICY), test_clock=False, extra=["--store", url])
+    try:
+        s = requests.Session()
+        j = s.post(a.http + "/v1/check", json={"policy": "tokens", "key": "u"}, timeout=5).json()
+        assert j["allowed"] and j["limits"][0]["remaining"] == 900 and j["token"]
+        r = s.post(a.http + "/v1/settle", json={"token": j["token"], "actual": 250}, timeout=5)
+        assert r.status_code == 200, r.text
+        assert remaining_eventually(s, b, "u", 750) == 750  # charged the real 250 in the shared store
+        # a refund: reserve 100, use 10
+        j = s.post(a.http + "/v1/check", json={"policy": "tokens", "key": "u"}, timeout=5).json()
+        assert j["limits"][0]["remaining"] == 650
+        assert s.post(a.http + "/v1/settle", json={"token": j["token"], "actual": 10}, timeout=5).status_code == 200
+        assert remaining_eventually(s, b, "u", 740) == 740
+    finally:
+        for srv in (a, b):
+            assert srv.stop() == 0, srv.output()
