@@ -13,6 +13,11 @@ struct sluice_limiter {
     char name[256];
     char tz_name[128];
     sl_limit lim;           /* compiled parameters used by the algorithms */
+    /* Leasing on a shared store (set by the policy engine before the limiter is used;
+     * the memory store ignores it): units per slice (0 = the store's default) and how
+     * long a slice is spent locally. */
+    uint32_t lease_slice;
+    int64_t lease_hold_ns;
 };
 
 #endif /* SL_LIMITER_H */

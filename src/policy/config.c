@@ -353,7 +353,7 @@ bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const cha
 static const char *const policy_fields[] = {
     "name", "description", "objective", "match", "key", "on_missing_key", "cost",
     "algorithm", "limits", "plan_from", "plans", "on_exceed", "mode", "on_store_error",
-    "headers", "count_rejected", NULL};
+    "headers", "count_rejected", "leasing", NULL};
 static const char *const match_fields[] = {"method", "path", "path_prefix", "host",
                                            "headers", "domain", "descriptor", NULL};
 static const char *const objectives[] = {"protection", "fairness", "security", "cost",
@@ -708,6 +708,73 @@ static void check_costs(sl__ctx *cx, const sl_ynode *cost_node, const sl_cpolicy
     }
 }
 
+#define LEASE_HOLD_DEFAULT_NS (100 * SLUICE_NS_PER_MS)
+#define LEASE_HOLD_MAX_NS (60 * SLUICE_NS_PER_S)
+
+static bool leasable_algo(sluice_algo a) {
+    return a == SLUICE_GCRA || a == SLUICE_TOKEN_BUCKET || a == SLUICE_FIXED_WINDOW ||
+           a == SLUICE_SLIDING_WINDOW;
+}
+
+/* Why only rates: a slice is units taken now and spent later, which a rate's budget
+ * allows (what is not spent goes back); a quota's period, a concurrency slot or a
+ * shaper's queue position cannot be held by an instance on another's behalf. */
+static bool lease_fits(sl__ctx *cx, const sl_ynode *at, const sl_cpolicy *p, const sl_cwindow *w,
+                       size_t nw) {
+    bool ok = true;
+    for (size_t i = 0; i < nw; i++) {
+        if (!leasable_algo(w[i].spec.algo)) {
+            sl__err(cx, at, "leasing needs rate limits, but limit '%s' is %s (expected gcra, "
+                    "token_bucket, fixed_window or sliding_window)", w[i].label,
+                    algo_str(w[i].spec.algo));
+            ok = false;
+        } else if (p->lease_slice > window_capacity(&w[i])) {
+            sl__err(cx, at, "leasing slice %u is above the capacity %llu of limit '%s' (expected "
+                    "a slice of at most %llu)", p->lease_slice,
+                    (unsigned long long)window_capacity(&w[i]), w[i].label,
+                    (unsigned long long)window_capacity(&w[i]));
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+bool sl__parse_leasing(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p) {
+    if (is_scalar(n) && strcmp(n->s, "off") == 0) {
+        p->lease_slice = 0;
+        return true;
+    }
+    static const char *const f[] = {"slice", "hold", NULL};
+    if (!sl__check_fields(cx, n, "leasing", f)) return false;
+    const sl_ynode *sn = sl__get(n, "slice"), *hn = sl__get(n, "hold");
+    uint64_t slice = 0;
+    if (sn == NULL) {
+        sl__err(cx, n, "leasing needs a slice (expected leasing: {slice: 10, hold: 100ms})");
+        return false;
+    }
+    if (!sl__get_u64(cx, sn, UINT32_MAX, &slice)) return false;
+    if (slice < 2) {
+        sl__err(cx, sn, "leasing slice %llu takes nothing ahead (expected at least 2, or "
+                "leasing: off)", (unsigned long long)slice);
+        return false;
+    }
+    int64_t hold = LEASE_HOLD_DEFAULT_NS;
+    if (hn != NULL) {
+        if (!get_duration(cx, hn, &hold)) return false;
+        if (hold <= 0 || hold > LEASE_HOLD_MAX_NS) {
+            sl__err(cx, hn, "leasing hold must be above 0 and at most 60s (expected e.g. 100ms)");
+            return false;
+        }
+    }
+    p->lease_slice = (uint32_t)slice;
+    p->lease_hold_ns = hold;
+    bool ok = lease_fits(cx, n, p, p->win, p->nwin);
+    for (size_t j = 0; j < p->n_plans; j++)
+        ok &= lease_fits(cx, n, p, p->plans[j].win, p->plans[j].nwin);
+    if (!ok) p->lease_slice = 0;
+    return ok;
+}
+
 static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
     if (!sl__check_fields(cx, n, "a policy", policy_fields)) {
         if (n == NULL || n->kind != SL_YMAP) return false;
@@ -939,6 +1006,7 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
         }
     }
     if ((x = sl__get(n, "headers")) != NULL) ok &= sl__get_bool(cx, x, &p->headers);
+    if ((x = sl__get(n, "leasing")) != NULL && ok) ok &= sl__parse_leasing(cx, x, p);
     if ((x = sl__get(n, "count_rejected")) != NULL) {
         ok &= sl__get_bool(cx, x, &p->count_rejected);
         /* Charging a rejected request moves a bucket's retry time, which the rejection
@@ -1023,7 +1091,7 @@ static void copy_str(sl__ctx *cx, const sl_ynode *n, const char *what, char *out
 
 static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     static const char *const f[] = {"type", "max_keys", "on_full", "shards", "snapshot",
-                                    "addr", "timeout", "key_secret", "max_tokens", NULL};
+                                    "addr", "timeout", "key_secret", "time", "max_tokens", NULL};
     if (!sl__check_fields(cx, n, "store", f) && n->kind != SL_YMAP) return;
     const sl_ynode *x = sl__get(n, "type");
     if (x != NULL) {
@@ -1039,7 +1107,7 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     }
     bool mem = st->store.type == SL_STORE_MEMORY;
     static const char *const memf[] = {"max_keys", "on_full", "shards", "snapshot", NULL};
-    static const char *const redf[] = {"addr", "timeout", "key_secret", NULL};
+    static const char *const redf[] = {"addr", "timeout", "key_secret", "time", NULL};
     const char *const *wrong = mem ? redf : memf;
     for (size_t i = 0; wrong[i]; i++)
         if ((x = sl__get(n, wrong[i])) != NULL)
@@ -1091,6 +1159,13 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
         if ((x = sl__get(n, "key_secret")) != NULL)
             copy_str(cx, x, "key_secret", st->store.redis_key_secret,
                      sizeof(st->store.redis_key_secret));
+        if ((x = sl__get(n, "time")) != NULL) {
+            if (is_scalar(x) && !strcmp(x->s, "local")) st->store.redis_time_local = true;
+            else if (is_scalar(x) && !strcmp(x->s, "redis")) st->store.redis_time_local = false;
+            else
+                sl__err(cx, x, "bad store time '%.40s' (expected redis, the Redis server's TIME, "
+                        "or local, this instance's clock)", is_scalar(x) ? x->s : "");
+        }
     }
 }
 

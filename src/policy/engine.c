@@ -151,6 +151,8 @@ static int make_win(sl_engine *e, e_pol *ep, e_win *w, const sl_cwindow *cw, con
     int err = 0;
     w->lim = sluice_limiter_create(&s, &err, errbuf, errlen);
     if (w->lim == NULL) return err ? err : SLUICE_EINVAL;
+    w->lim->lease_slice = cp->lease_slice;
+    w->lim->lease_hold_ns = cp->lease_hold_ns;
     err = sluice_store_register(e->store, w->lim);
     if (err != SLUICE_OK) {
         snprintf(errbuf, errlen, "registering limit '%s' with the store: %s", limname,

@@ -28,7 +28,7 @@ static const char *const desc_fields[] = {
     "value_to_metric", "share_threshold", "metadata", "descriptors", NULL};
 static const char *const rl_fields[] = {"unit", "requests_per_unit", "unlimited", "name",
                                         "replaces", "algorithm", "burst", "extra_limits",
-                                        "on_store_error", NULL};
+                                        "on_store_error", "leasing", NULL};
 
 static char *keep(sl__ctx *cx, const char *s) {
     return sl__strndup(&cx->cfg->arena, s, strlen(s));
@@ -146,7 +146,7 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
             ok = false;
         }
         static const char *const ext[] = {"algorithm", "burst", "extra_limits",
-                                          "on_store_error", NULL};
+                                          "on_store_error", "leasing", NULL};
         for (size_t i = 0; ext[i]; i++)
             if ((x = sl__get(rl, ext[i])) != NULL) {
                 sl__err(cx, x, "%s given with unlimited: true (expected none)", ext[i]);
@@ -246,6 +246,8 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
         }
         ok &= sl__validate_spec(cx, extra->v[i], e, p->name);
     }
+    /* sluice extension: hot keys on a shared store take slices of the budget */
+    if ((x = sl__get(rl, "leasing")) != NULL && ok) ok &= sl__parse_leasing(cx, x, p);
     return ok;
 }
 

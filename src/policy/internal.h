@@ -167,6 +167,8 @@ typedef struct sl_cpolicy {
     int64_t max_delay_ns;
     unsigned rollout_pct;       /* 100 = enforce, 0 = shadow */
     bool fail_closed;
+    uint32_t lease_slice;       /* leasing (shared store, hot keys): units per slice; 0 = off */
+    int64_t lease_hold_ns;      /* how long a slice is spent locally before its rest goes back */
     bool headers;               /* render RateLimit fields for this policy */
     bool count_rejected;        /* a rejected request still counts against these windows */
     /* envoy */
@@ -297,6 +299,10 @@ const char *sl__get_str(sl__ctx *cx, const sl_ynode *n, const char *what);
 /* Reads one window (a `limits:` entry) of `algo` into w; returns false on an error. */
 bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool algo_set,
                       sl_cwindow *w);
+/* `leasing: {slice: N, hold: 100ms}` (or `off`) of a policy whose windows are parsed:
+ * every window must be a rate (gcra, token_bucket, fixed_window, sliding_window) whose
+ * capacity holds a slice. */
+bool sl__parse_leasing(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p);
 /* Validates w->spec through sluice_limiter_create (reports its message at `at`). */
 bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const char *name);
 

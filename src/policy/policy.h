@@ -72,6 +72,7 @@ typedef struct sl_settings {
         char redis_addr[SL_ADDR_MAX];    /* redis: "host:port" (first seed for a cluster) */
         int64_t redis_timeout_ns;   /* redis: default 20 ms */
         char redis_key_secret[128]; /* redis: keyed-hash secret; "" = documented default */
+        bool redis_time_local;      /* redis: time: local (the instance's clock, not TIME) */
         uint64_t max_tokens;        /* outstanding settle/release tokens; 0 = SL_TOKENS_DEFAULT */
     } store;
 } sl_settings;

@@ -73,8 +73,10 @@ static bool g_on;
 static _Atomic(sl_redis *) g_clients[BR_MAX_WORKERS];
 
 int sl_redis_bridge_config(const char *url, const char *addr, bool cluster, int64_t timeout_ns,
-                           const char *secret, bool test_clock, char *err, size_t errlen) {
+                           const char *secret, bool time_local, bool test_clock, char *err,
+                           size_t errlen) {
     sl_redis_opts_default(&g_opts);
+    if (time_local) g_opts.time_mode = SL_REDIS_TIME_CALLER; /* the URL may still say */
     if (url != NULL && url[0] != '\0' && strcmp(url, "redis:") != 0) {
         if (sl_redis_parse_url(url, &g_opts) != SLUICE_OK) {
             snprintf(err, errlen, "bad store URL '%.200s' (expected redis://HOST:PORT or "
@@ -206,13 +208,14 @@ bool sl_redis_bridge_ready(void) {
 
 int sl_redis_bridge_metrics(char *buf, size_t cap) {
     if (!g_on) return 0;
-    enum { NF = 20 };
+    enum { NF = 21 };
     uint64_t sum[NF] = {0};
     static const char *const names[NF] = {
         "decisions", "calls", "local_rejects", "never_rejects", "timeouts", "errors",
         "breaker_open", "node_down", "pool_full", "refunds", "moved", "ask", "noscript",
         "tryagain", "reconnects", "topology", "mismatches", "leases", "lease_local",
-        "lease_returned"};
+        "lease_returned", "lease_lapsed"};
+    uint64_t held = 0;
     for (int i = 0; i < BR_MAX_WORKERS; i++) {
         sl_redis *r = atomic_load(&g_clients[i]);
         if (r == NULL) continue;
@@ -221,8 +224,10 @@ int sl_redis_bridge_metrics(char *buf, size_t cap) {
                                          &s->timeouts, &s->errors, &s->breaker_open, &s->node_down,
                                          &s->pool_full, &s->refunds, &s->moved, &s->ask, &s->noscript,
                                          &s->tryagain, &s->reconnects, &s->topology, &s->mismatches,
-                                         &s->leases, &s->lease_local, &s->lease_returned};
+                                         &s->leases, &s->lease_local, &s->lease_returned,
+                                         &s->lease_lapsed};
         for (int k = 0; k < NF; k++) sum[k] += atomic_load_explicit(f[k], memory_order_relaxed);
+        held += atomic_load_explicit(&s->lease_held, memory_order_relaxed);
     }
     size_t off = 0;
     int n = snprintf(buf, cap,
@@ -237,8 +242,12 @@ int sl_redis_bridge_metrics(char *buf, size_t cap) {
         if (n < 0 || (size_t)n >= cap - off) return (int)off;
         off += (size_t)n;
     }
-    n = snprintf(buf + off, cap - off, "# TYPE sluice_redis_ready gauge\nsluice_redis_ready %d\n",
-                 sl_redis_bridge_ready() ? 1 : 0);
+    n = snprintf(buf + off, cap - off,
+                 "# TYPE sluice_redis_ready gauge\nsluice_redis_ready %d\n"
+                 "# HELP sluice_redis_lease_held_units Units this instance holds in leases now: what it "
+                 "may admit beyond the shared limit at this moment.\n"
+                 "# TYPE sluice_redis_lease_held_units gauge\nsluice_redis_lease_held_units %llu\n",
+                 sl_redis_bridge_ready() ? 1 : 0, (unsigned long long)held);
     if (n > 0 && (size_t)n < cap - off) off += (size_t)n;
     return (int)off;
 }

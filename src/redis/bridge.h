@@ -15,10 +15,12 @@
 typedef struct sl_redis_worker sl_redis_worker;
 
 /* url: "redis://h:p[?time=local&timeout_ms=N&lease=N]", "redis-cluster://h:p,h:p" or
- * "" / "redis:" to use addr + cluster from the config file; test_clock forces caller
- * time (the scripts then follow the test clock). Returns SLUICE_OK or SLUICE_EINVAL. */
+ * "" / "redis:" to use addr + cluster from the config file; time_local is the config's
+ * `store.time: local` (a URL's ?time= overrides it); test_clock forces caller time (the
+ * scripts then follow the test clock). Returns SLUICE_OK or SLUICE_EINVAL. */
 int sl_redis_bridge_config(const char *url, const char *addr, bool cluster, int64_t timeout_ns,
-                           const char *secret, bool test_clock, char *err, size_t errlen);
+                           const char *secret, bool time_local, bool test_clock, char *err,
+                           size_t errlen);
 bool sl_redis_bridge_enabled(void);
 bool sl_redis_bridge_default_secret(void);
 const char *sl_redis_bridge_seeds(void);

@@ -68,9 +68,14 @@ typedef struct rq_item {
     char key[SL_REDIS_KEY_MAX];
     uint8_t klen;
     uint16_t slot;
-    int8_t group;
+    int8_t group;        /* -1: not sent (served from a held slice) */
     int8_t prev; /* earlier item with the same key, or -1 */
+    uint8_t lease;       /* LEASE_NONE, LEASE_TAKE (cost is a slice), LEASE_LOCAL */
+    int64_t want;        /* the units the caller asked (LEASE_TAKE, LEASE_LOCAL) */
+    uint32_t lent;       /* LEASE_LOCAL: the lease entry the units came from */
 } rq_item;
+
+enum { LEASE_NONE = 0, LEASE_TAKE = 1, LEASE_LOCAL = 2 };
 
 typedef struct rq_group {
     uint16_t slot;
@@ -95,18 +100,21 @@ typedef struct rq {
     bool got_time;
     sluice_time rnow; /* the time the script used */
     sluice_decision dec;
-    bool lease_acquire; /* this call takes a slice; `want` is what the caller asked */
-    int64_t want;
+    bool leasing; /* some item takes a slice or is served from one */
     struct rq *next_free;
 } rq;
 
 typedef struct lease_ent {
     uint64_t fp;
     const sluice_limiter *lim;
-    int64_t expires; /* caller monotonic ns */
-    uint64_t left;   /* units held */
-    rq_item it;      /* to return them */
+    int64_t expires;    /* caller monotonic ns: spent locally until then */
+    int64_t sweep_at;   /* the same instant on the process's CLOCK_MONOTONIC (the timer's) */
+    uint64_t left;      /* units held */
+    sluice_time taken;  /* when the slice was taken (its window, for giving back) */
+    rq_item it;         /* to return them */
 } lease_ent;
+
+#define LEASE_SLOTS 1024
 
 typedef struct cache_ent {
     uint64_t fp;
@@ -137,8 +145,9 @@ struct sl_redis {
     unsigned npool;
     cache_ent *cache;
     unsigned cache_mask;
-    lease_ent *leases;
-    unsigned lease_mask;
+    lease_ent *leases;       /* LEASE_SLOTS, by key fingerprint */
+    uint64_t held;           /* units held in leases */
+    int64_t lease_sweep_at;  /* earliest sweep_at of a held lease (0: none) */
     sluice_decision lease_scratch;
     rq scratch; /* submit(): the items being prepared (not in the pool) */
     _Alignas(8) unsigned char big[2][2][BIG_STATE]; /* sliding-log scratch (decode_group) */
@@ -494,7 +503,7 @@ static rq *rq_get(sl_redis *r) {
     q->gen++;
     q->failed = false;
     q->got_time = false;
-    q->lease_acquire = false;
+    q->leasing = false;
     sl_dnode_init(&q->dl);
     return q;
 }
@@ -683,33 +692,25 @@ static void send_refunds(sl_redis *r, rq *q);
 
 /* Every group answered (or the request failed): refund what must be, answer, recycle. */
 static void launch(sl_redis *r, rq *q);
-static void lease_taken(sl_redis *r, rq *q);
+static void regroup(const sl_redis *r, rq *q);
+static bool lease_retry(sl_redis *r, rq *q);
+static void lease_settle(sl_redis *r, rq *q, bool admitted);
 
 static void finish(sl_redis *r, rq *q, int rc) {
-    if (q->op == 'd' && q->lease_acquire && !q->failed) {
-        if (q->g[0].all_ok) {
-            lease_taken(r, q);
-        } else if (q->it[0].cost > q->want) {
-            /* the slice does not fit: decide exactly what was asked (second call) */
-            q->lease_acquire = false;
-            q->it[0].cost = q->want;
-            memset(&q->g[0], 0, sizeof(q->g[0]));
-            q->g[0].slot = q->it[0].slot;
-            q->g[0].n = 1;
-            launch(r, q);
-            return;
-        }
-    }
     if (q->op == 'd') {
         bool all = !q->failed;
         for (int g = 0; g < q->ngroups && all; g++)
             if (!q->g[g].all_ok) all = false;
+        /* a slice that did not fit: refund what the groups took, decide what was asked */
+        if (!all && !q->failed && q->leasing && lease_retry(r, q)) return;
         if (!all && q->ngroups > 1) send_refunds(r, q);
+        if (q->leasing) lease_settle(r, q, all);
         if (!q->failed) {
             q->dec.allowed = all ? 1 : 0;
             q->dec.deciding = q->n ? sl_decision_deciding(&q->dec) : -1;
             sluice_time t = q->now;
-            for (int i = 0; i < q->n; i++) cache_put(r, &q->it[i], &q->dec.results[i], t);
+            for (int i = 0; i < q->n; i++)
+                if (q->it[i].lease != LEASE_LOCAL) cache_put(r, &q->it[i], &q->dec.results[i], t);
         }
     }
     sl_redis_cb cb = q->cb;
@@ -823,9 +824,27 @@ static int build(sl_redis *r, rq *q, const sluice_item *items, size_t n, sluice_
         it->klen = (uint8_t)sl_redis_key(&r->sk, it->lim, items[i].key != NULL ? items[i].key : "",
                                          items[i].key_len, it->key);
         it->slot = (uint16_t)sl_redis_keyslot(it->key, it->klen);
+        it->lease = LEASE_NONE;
+        it->want = it->cost;
+    }
+    regroup(r, q);
+    return SLUICE_OK;
+}
+
+/* One group per cluster slot over the items that go to Redis (not those served from a
+ * held slice), in item order. A single node has no slots to respect: one group, one
+ * call, every limit of the decision in one atomic script. */
+static void regroup(const sl_redis *r, rq *q) {
+    q->ngroups = 0;
+    for (int i = 0; i < q->n; i++) {
+        rq_item *it = &q->it[i];
+        if (it->lease == LEASE_LOCAL) {
+            it->group = -1;
+            continue;
+        }
         int g = -1;
         for (int k = 0; k < q->ngroups; k++)
-            if (q->g[k].slot == it->slot) g = k;
+            if (q->g[k].slot == it->slot || !(r->o.cluster || r->o.per_slot)) g = k;
         if (g < 0) {
             g = q->ngroups++;
             memset(&q->g[g], 0, sizeof(q->g[g]));
@@ -834,32 +853,20 @@ static int build(sl_redis *r, rq *q, const sluice_item *items, size_t n, sluice_
         it->group = (int8_t)g;
         q->g[g].idx[q->g[g].n++] = (uint8_t)i;
     }
-    return SLUICE_OK;
 }
 
-/* Gives `units` of `it` back (settle with a negative delta), fire and forget. */
-static void give_back(sl_redis *r, const rq_item *it, uint64_t units, sluice_time now) {
-    if (units == 0) return;
-    rq *f = rq_get(r);
-    if (f == NULL) return;
-    f->op = 's';
-    f->cb = NULL;
-    f->lease_acquire = false;
-    f->n = 1;
-    f->ngroups = 1;
-    f->now = now;
-    f->it[0] = *it;
-    f->it[0].cost = -(int64_t)units;
-    memset(&f->g[0], 0, sizeof(f->g[0]));
-    f->g[0].slot = it->slot;
-    f->g[0].n = 1;
-    f->dec.n = 1;
-    for (int i = 0; i < 1; i++) f->g[0].idx[i] = 0;
-    atomic_store_explicit(&r->st.lease_returned,
-                          atomic_load_explicit(&r->st.lease_returned, memory_order_relaxed) + units,
-                          memory_order_relaxed);
-    launch(r, f);
-}
+/* ---- leasing (hot keys) -------------------------------------------------------------
+ * A rate limit with a lease slice S (the policy's `leasing`, else the store URL's
+ * ?lease=S) takes S units in one call instead of the cost asked, and spends the rest
+ * from this client's lease table for up to its hold time, without a round trip; what is
+ * not spent goes back (a settle with a negative delta) when the slice expires, unless
+ * its window has passed. In a decision of several limits, items covered by a held slice
+ * are reserved here and the others go to Redis; the reservations stand only if Redis
+ * admits the rest (all-or-nothing). Overshoot bound: every client (one per worker and
+ * instance) holds at most one slice per key, so at most clients x S units beyond the
+ * limit can be admitted (units taken near a window's end and spent after it); held
+ * slices can as well make the others under-admit by as much.
+ */
 
 static bool leasable(const sluice_limiter *l) {
     sluice_algo a = l->spec.algo;
@@ -867,45 +874,194 @@ static bool leasable(const sluice_limiter *l) {
            a == SLUICE_SLIDING_WINDOW;
 }
 
-/* A slice was admitted: the caller's units are spent, the rest is held locally. */
-static void lease_taken(sl_redis *r, rq *q) {
-    rq_item *it = &q->it[0];
-    uint64_t fp = fp_of(it);
-    lease_ent *e = &r->leases[fp & r->lease_mask];
-    if (e->left > 0 && e->fp != fp) give_back(r, &e->it, e->left, q->now); /* evicted */
-    e->fp = fp;
-    e->lim = it->lim;
-    e->expires = q->now.mono_ns + r->o.lease_ns;
-    e->left = (uint64_t)(it->cost - q->want);
-    e->it = *it;
-    inc(&r->st.leases);
-    /* the caller sees what it would have seen plus what this instance holds */
-    q->dec.results[0].remaining += e->left;
+/* The slice of l's leases (0: none) and their hold time. */
+static uint32_t slice_of(const sl_redis *r, const sluice_limiter *l, int64_t *hold) {
+    if (!leasable(l)) return 0;
+    *hold = l->lease_hold_ns > 0 ? l->lease_hold_ns : r->o.lease_ns;
+    return l->lease_slice ? l->lease_slice : r->o.lease_slice;
 }
 
-/* Answers from a held slice when it covers the cost; returns an expired or too small
- * slice's rest; otherwise tells the caller to take a new slice. */
-static bool lease_try(sl_redis *r, const sluice_item *item, sluice_time now, rq_item *it,
-                      sluice_decision *d) {
-    uint64_t fp = fp_of(it);
-    lease_ent *e = &r->leases[fp & r->lease_mask];
-    if (e->fp != fp || e->lim != item->limiter) return false;
-    if (now.mono_ns < e->expires && e->left >= item->cost) {
-        e->left -= item->cost;
-        d->n = 1;
-        d->allowed = 1;
-        d->deciding = 0;
-        memset(&d->results[0], 0, sizeof(d->results[0]));
-        d->results[0].allowed = 1;
-        d->results[0].limit = sluice_limiter_capacity(item->limiter);
-        d->results[0].remaining = e->left;
-        inc(&r->st.lease_local);
-        return true;
+static void held_add(sl_redis *r, int64_t units) {
+    r->held = (uint64_t)((int64_t)r->held + units);
+    atomic_store_explicit(&r->st.lease_held, r->held, memory_order_relaxed);
+}
+
+/* Gives `units` of `it` back (settle with a negative delta), fire and forget; nothing
+ * when the window or period that counted them has passed (`taken`: when they were). */
+static void give_back(sl_redis *r, const rq_item *it, uint64_t units, sluice_time taken, sluice_time now) {
+    if (units == 0) return;
+    if (!sl_algo_refundable(&it->lim->lim, taken, now)) {
+        atomic_store_explicit(&r->st.lease_lapsed,
+                              atomic_load_explicit(&r->st.lease_lapsed, memory_order_relaxed) + units,
+                              memory_order_relaxed);
+        return;
     }
-    if (e->left > 0) give_back(r, &e->it, e->left, now);
+    rq *f = rq_get(r);
+    if (f == NULL) return;
+    f->op = 's';
+    f->cb = NULL;
+    f->n = 1;
+    f->now = now;
+    f->it[0] = *it;
+    f->it[0].cost = -(int64_t)units;
+    f->it[0].lease = LEASE_NONE;
+    f->dec.n = 1;
+    regroup(r, f);
+    atomic_store_explicit(&r->st.lease_returned,
+                          atomic_load_explicit(&r->st.lease_returned, memory_order_relaxed) + units,
+                          memory_order_relaxed);
+    launch(r, f);
+}
+
+/* Ends a lease: its unspent units go back. */
+static void lease_end(sl_redis *r, lease_ent *e, sluice_time now) {
+    uint64_t left = e->left;
     e->left = 0;
     e->fp = 0;
-    return false;
+    e->lim = NULL;
+    held_add(r, -(int64_t)left);
+    give_back(r, &e->it, left, e->taken, now);
+}
+
+/* The live lease of `it` (same key and limiter, not expired), or NULL; an expired one
+ * found on the way is ended. */
+static lease_ent *lease_find(sl_redis *r, const rq_item *it, sluice_time now) {
+    lease_ent *e = &r->leases[fp_of(it) & (LEASE_SLOTS - 1)];
+    if (e->fp != fp_of(it) || e->lim != it->lim) return NULL;
+    if (now.mono_ns < e->expires) return e;
+    lease_end(r, e, now);
+    return NULL;
+}
+
+/* Before a decision goes out: items a held slice covers are reserved from it (and not
+ * sent); leasable items without one ask for a slice instead of their cost. Returns true
+ * when every item was covered (the decision is admitted without a round trip). */
+static bool lease_plan(sl_redis *r, rq *q) {
+    bool all_local = q->n > 0;
+    for (int i = 0; i < q->n; i++) {
+        rq_item *it = &q->it[i];
+        int64_t hold = 0;
+        uint32_t slice = slice_of(r, it->lim, &hold);
+        if (slice == 0 || it->cost <= 0) {
+            all_local = false;
+            continue;
+        }
+        lease_ent *e = lease_find(r, it, q->now);
+        if (e != NULL && e->left >= (uint64_t)it->cost) {
+            e->left -= (uint64_t)it->cost;
+            held_add(r, -it->cost);
+            it->lease = LEASE_LOCAL;
+            it->lent = (uint32_t)(e - r->leases);
+            q->leasing = true;
+            continue;
+        }
+        all_local = false;
+        if (e != NULL) lease_end(r, e, q->now); /* too small: give the rest back, take anew */
+        if ((uint64_t)slice > (uint64_t)it->cost && slice <= sluice_limiter_capacity(it->lim)) {
+            it->lease = LEASE_TAKE;
+            it->cost = slice;
+            q->leasing = true;
+        }
+    }
+    if (q->leasing) regroup(r, q);
+    return all_local;
+}
+
+/* A rejected decision that asked for slices: when every rejected item was a slice
+ * larger than its cost, refund what the other groups took and decide the costs asked
+ * (a second round trip, only on the way to a rejection; later ones are answered from
+ * the over-limit cache). Returns true when the decision went out again. */
+static bool lease_retry(sl_redis *r, rq *q) {
+    bool any = false;
+    for (int i = 0; i < q->n; i++) {
+        const rq_item *it = &q->it[i];
+        if (it->lease == LEASE_LOCAL || q->dec.results[i].allowed) continue;
+        if (it->lease != LEASE_TAKE || it->cost <= it->want) return false; /* a real rejection */
+        any = true;
+    }
+    if (!any) return false;
+    if (q->ngroups > 1) send_refunds(r, q);
+    for (int i = 0; i < q->n; i++) {
+        rq_item *it = &q->it[i];
+        if (it->lease != LEASE_TAKE) continue;
+        it->lease = LEASE_NONE;
+        it->cost = it->want;
+    }
+    regroup(r, q);
+    launch(r, q);
+    return true;
+}
+
+/* The decision is over: on admission the slices taken go to the lease table and items
+ * served locally report what their lease holds; otherwise the local reservations go
+ * back to their leases. */
+static void lease_settle(sl_redis *r, rq *q, bool admitted) {
+    for (int i = 0; i < q->n; i++) {
+        rq_item *it = &q->it[i];
+        sluice_result *o = &q->dec.results[i];
+        if (it->lease == LEASE_LOCAL) {
+            lease_ent *e = &r->leases[it->lent];
+            bool same = e->lim == it->lim && e->fp == fp_of(it);
+            if (!admitted) {
+                if (same) e->left += (uint64_t)it->cost, held_add(r, it->cost);
+                else give_back(r, it, (uint64_t)it->cost, q->now, q->now); /* its lease ended meanwhile */
+            } else {
+                inc(&r->st.lease_local);
+            }
+            memset(o, 0, sizeof(*o));
+            o->allowed = 1;
+            o->limit = sluice_limiter_capacity(it->lim);
+            o->remaining = same ? e->left : 0;
+            continue;
+        }
+        if (it->lease != LEASE_TAKE || !admitted) continue;
+        int64_t hold = 0;
+        slice_of(r, it->lim, &hold);
+        uint64_t fp = fp_of(it), extra = (uint64_t)(it->cost - it->want);
+        lease_ent *e = &r->leases[fp & (LEASE_SLOTS - 1)];
+        if (e->fp == fp && e->lim == it->lim) {
+            e->left += extra; /* the same key twice in one decision */
+        } else {
+            if (e->left > 0) lease_end(r, e, q->now); /* another key held this slot */
+            e->fp = fp;
+            e->lim = it->lim;
+            e->left = extra;
+            e->it = *it;
+            e->it.lease = LEASE_NONE;
+        }
+        e->taken = q->now;
+        e->expires = q->now.mono_ns + hold;
+        e->sweep_at = mono_now() + hold;
+        held_add(r, (int64_t)extra);
+        if (r->lease_sweep_at == 0 || e->sweep_at < r->lease_sweep_at) {
+            r->lease_sweep_at = e->sweep_at;
+            arm(r, e->sweep_at);
+        }
+        inc(&r->st.leases);
+        /* the caller sees what it would have seen plus what this client holds */
+        o->remaining += e->left;
+    }
+}
+
+/* From the timer: ends the leases whose hold has passed (a key that went quiet gives its
+ * units back within its hold time, not when it is next decided). */
+static void lease_sweep(sl_redis *r, int64_t t) {
+    if (r->lease_sweep_at == 0 || t < r->lease_sweep_at) return;
+    int64_t next = 0;
+    for (unsigned i = 0; i < LEASE_SLOTS; i++) {
+        lease_ent *e = &r->leases[i];
+        if (e->lim == NULL) continue;
+        if (t >= e->sweep_at) {
+            /* the caller's time now, for the give-back's window check */
+            int64_t el = t - (e->sweep_at - (e->expires - e->taken.mono_ns));
+            sluice_time at = {.mono_ns = e->taken.mono_ns + el, .wall_ns = e->taken.wall_ns + el};
+            lease_end(r, e, at);
+        } else if (next == 0 || e->sweep_at < next) {
+            next = e->sweep_at;
+        }
+    }
+    r->lease_sweep_at = next;
+    if (next) arm(r, next);
 }
 
 static void send_refunds(sl_redis *r, rq *q) {
@@ -949,6 +1105,7 @@ static void on_timer(void *ud, uint32_t ev) {
     }
     r->armed = 0;
     int64_t t = mono_now();
+    lease_sweep(r, t);
     sl_dnode *d;
     while ((d = sl_dlist_expired(&r->deadlines, t)) != NULL) {
         rq *q = (rq *)((char *)d - offsetof(rq, dl));
@@ -978,6 +1135,7 @@ static void on_timer(void *ud, uint32_t ev) {
     sl_dnode *h = r->deadlines.head.next;
     if (h != &r->deadlines.head && (next == 0 || h->deadline_ns < next)) next = h->deadline_ns;
     if (r->open_until && (next == 0 || r->open_until < next) && r->open_until > t) next = r->open_until;
+    if (r->lease_sweep_at && (next == 0 || r->lease_sweep_at < next)) next = r->lease_sweep_at;
     if (next) arm(r, next);
 }
 
@@ -1032,14 +1190,11 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
         }
         r->cache_mask = cs - 1;
     }
-    if (r->o.lease_slice > 0) {
-        if (r->o.lease_ns <= 0) r->o.lease_ns = 100 * SLUICE_NS_PER_MS;
-        r->leases = calloc(1024, sizeof(lease_ent));
-        if (r->leases == NULL) {
-            e = SLUICE_ENOMEM;
-            goto fail;
-        }
-        r->lease_mask = 1023;
+    if (r->o.lease_ns <= 0) r->o.lease_ns = 100 * SLUICE_NS_PER_MS;
+    r->leases = calloc(LEASE_SLOTS, sizeof(lease_ent)); /* policies may lease on their own */
+    if (r->leases == NULL) {
+        e = SLUICE_ENOMEM;
+        goto fail;
     }
     memset(r->slotmap, 0xFF, sizeof(r->slotmap));
     sl_dlist_init(&r->deadlines, 0, r->o.timeout_ns);
@@ -1218,17 +1373,17 @@ static int submit(sl_redis *r, char op, const sluice_item *items, size_t n, slui
     q->cb = cb;
     q->ud = ud;
     rq_take_built(q, b);
-    if (op == 'd' && r->leases != NULL && n == 1 && items[0].cost > 0 && leasable(items[0].limiter)) {
-        if (lease_try(r, &items[0], now, &q->it[0], &r->lease_scratch)) {
-            rq_put(r, q);
-            if (cb) cb(ud, SLUICE_OK, &r->lease_scratch);
-            return SLUICE_OK;
-        }
-        if (r->o.lease_slice > items[0].cost && r->o.lease_slice <= sluice_limiter_capacity(items[0].limiter)) {
-            q->lease_acquire = true;
-            q->want = (int64_t)items[0].cost;
-            q->it[0].cost = (int64_t)r->o.lease_slice;
-        }
+    if (op == 'd' && lease_plan(r, q)) {
+        /* every item spent from a held slice: admitted here, no round trip */
+        lease_settle(r, q, true);
+        sluice_decision *d = &r->lease_scratch;
+        memcpy(d->results, q->dec.results, n * sizeof(d->results[0]));
+        d->n = n;
+        d->allowed = 1;
+        d->deciding = sl_decision_deciding(d);
+        rq_put(r, q);
+        if (cb) cb(ud, SLUICE_OK, d);
+        return SLUICE_OK;
     }
     if (op == 'l') {
         /* release: cost = the lease's bucket number (mod 2^40), p[3] = its slots */

@@ -91,6 +91,9 @@ typedef enum sl_redis_time {
 typedef struct sl_redis_opts {
     char seeds[512];          /* "host:port" or, for a cluster, "h:p,h:p,..." */
     bool cluster;
+    bool per_slot;            /* a single node: still one call per cluster slot, as a
+                                 cluster needs (default: every limit of a decision in one
+                                 call); tests use it to reach the cross-slot path */
     sl_redis_time time_mode;
     int64_t timeout_ns;       /* per decision; 0 = 20 ms */
     const void *secret;       /* key hashing secret; NULL/0 = the documented default */
@@ -104,13 +107,14 @@ typedef struct sl_redis_opts {
     int64_t backoff_min_ns;   /* reconnection backoff; 0 = 20 ms */
     int64_t backoff_max_ns;   /* 0 = 320 ms (a restarted Redis is found within a second) */
     unsigned max_pending;     /* decisions in flight per client; 0 = 1024 */
-    /* Leasing (hot keys): a single-item decision on a rate limit (gcra, token bucket,
-     * fixed or sliding window) takes `lease_slice` units in one call and spends them
-     * locally for up to `lease_ns`; the unused rest is returned (refunded) when the key
-     * is next decided here after the lease ended. 0 = off (strict: one call per
-     * decision). Overshoot bound: instances x lease_slice units per window (units taken
-     * near the end of a window or bucket period and spent after it); in any case never
-     * more than the limit is taken from Redis at any moment. */
+    /* Leasing (hot keys), the default for limiters that set none (a policy's `leasing`
+     * sets its limiters' own): a rate limit (gcra, token bucket, fixed or sliding
+     * window) takes `lease_slice` units in one call and spends them locally for up to
+     * `lease_ns`; the unused rest is given back when the lease ends (unless its window
+     * has passed). 0 = off (strict: one call per decision). Overshoot bound: clients
+     * (instances x workers) x slice units per window (units taken near the end of a
+     * window or bucket period and spent after it); never more than the limit is taken
+     * from Redis at any moment. See client.c, "leasing". */
     unsigned lease_slice;
     int64_t lease_ns;         /* 0 = 100 ms */
 } sl_redis_opts;
@@ -141,6 +145,9 @@ typedef struct sl_redis_stats {
     _Atomic uint64_t leases;       /* slices taken */
     _Atomic uint64_t lease_local;  /* decisions admitted from a held slice (no round trip) */
     _Atomic uint64_t lease_returned; /* units given back */
+    _Atomic uint64_t lease_lapsed; /* units not given back: their window had passed */
+    _Atomic uint64_t lease_held;   /* units held in leases now (a gauge): this client's
+                                      share of the overshoot bound at this moment */
 } sl_redis_stats;
 
 typedef struct sl_redis sl_redis;

@@ -412,7 +412,8 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
     if (strncmp(url, "redis://", 8) == 0 || strncmp(url, "redis-cluster://", 16) == 0 ||
         strcmp(url, "redis:") == 0) {
         if (sl_redis_bridge_config(url, st->store.redis_addr, st->store.type == SL_STORE_REDIS_CLUSTER,
-                                   st->store.redis_timeout_ns, st->store.redis_key_secret, s->opt.test_clock,
+                                   st->store.redis_timeout_ns, st->store.redis_key_secret,
+                                   st->store.redis_time_local, s->opt.test_clock,
                                    err, errlen) != 0)
             return -1;
         if (sl_redis_bridge_default_secret())

@@ -12,6 +12,7 @@ started and stopped by the tests (also on failure), real `sluice serve` instance
 - starting while Redis is down works.
 """
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,7 +25,7 @@ import requests
 from conftest import Redis, Server, as_dict, free_port
 
 
-def config(extra_policies=""):
+def config(extra_policies="", hot_leasing=""):
     return """
 workers: 2
 store:
@@ -46,7 +47,7 @@ policies:
     algorithm: gcra
     limits:
       - { rate: 300/h, burst: 300 }
-  - name: open
+""" + hot_leasing + """  - name: open
     objective: fairness
     match: { path_prefix: /open/ }
     key: [header.x-api-key]
@@ -122,9 +123,12 @@ def test_validation_plan_on_redis(redis):
         assert srv.stop() == 0, srv.output()
 
 
-def hot_key_three_instances(redis, lease):
-    extra = "?lease=%d" % lease if lease else ""
-    servers = [Server(config_text=config(), test_clock=False, workers=2,
+def hot_key_three_instances(redis, lease, how="url"):
+    """`lease` units per slice, set by the store URL (?lease=N) or by the policy's
+    `leasing` (how="policy"); 0 = strict. Returns (admitted, metrics of each instance)."""
+    extra = "?lease=%d" % lease if lease and how == "url" else ""
+    hot = "    leasing: { slice: %d, hold: 100ms }\n" % lease if lease and how == "policy" else ""
+    servers = [Server(config_text=config(hot_leasing=hot), test_clock=False, workers=2,
                       extra=["--store", "redis://127.0.0.1:%d%s" % (redis.port, extra)]) for _ in range(3)]
     try:
         limit, sent_per = 300, 300
@@ -144,9 +148,10 @@ def hot_key_three_instances(redis, lease):
             t.join(120)
         total = sum(admitted)
         print("three instances, one hot key, %s, limit %d, sent %d: admitted %d (%s), overshoot %d (%.2f%%)"
-              % ("lease %d" % lease if lease else "strict", limit, 3 * sent_per, total, admitted, total - limit,
-                 100.0 * (total - limit) / limit))
-        return total
+              % ("lease %d (%s)" % (lease, how) if lease else "strict", limit, 3 * sent_per, total, admitted,
+                 total - limit, 100.0 * (total - limit) / limit))
+        metrics = [requests.get(srv.admin + "/metrics", timeout=5).text for srv in servers]
+        return total, metrics
     finally:
         for s in servers:
             assert s.stop() == 0, s.output()
@@ -213,14 +218,34 @@ def test_clients_leave_while_redis_is_stopped(redis):
         assert srv.stop() == 0, srv.output()
 
 
+def redis_event(metrics, event):
+    m = re.search(r'sluice_redis_events_total\{event="%s"\} (\d+)' % event, metrics)
+    return int(m.group(1)) if m else None
+
+
 def test_three_instances_one_hot_key_strict(redis):
-    assert hot_key_three_instances(redis, 0) == 300  # exactly the limit
+    total, metrics = hot_key_three_instances(redis, 0)
+    assert total == 300  # exactly the limit
+    assert all(redis_event(m, "lease_local") == 0 for m in metrics)
 
 
 def test_three_instances_one_hot_key_lease(redis):
     # each of 3 instances x 2 workers may hold a slice of 10: within 300 +- 60
-    total = hot_key_three_instances(redis, 10)
+    total, metrics = hot_key_three_instances(redis, 10)
     assert 300 - 60 <= total <= 300 + 60
+    assert sum(redis_event(m, "lease_local") for m in metrics) > 100
+
+
+def test_three_instances_one_hot_key_lease_set_by_the_policy(redis):
+    # the same bound, with leasing in the policy instead of the store URL; the other
+    # policies (not leasing) still decide every request in Redis
+    total, metrics = hot_key_three_instances(redis, 10, how="policy")
+    assert 300 - 60 <= total <= 300 + 60
+    local = sum(redis_event(m, "lease_local") for m in metrics)
+    assert local > 100, local
+    for m in metrics:
+        held = int(re.search(r"sluice_redis_lease_held_units (\d+)", m).group(1))
+        assert 0 <= held <= 2 * 10  # at most one slice per worker
 
 
 def test_redis_killed_and_restarted(redis):

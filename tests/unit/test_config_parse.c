@@ -245,10 +245,74 @@ static void redis_store(void) {
     T_EQ_S(s->store.redis_addr, "10.0.0.1:7000");
     T_EQ_I(s->store.redis_timeout_ns, 50 * MS);
     T_EQ_S(s->store.redis_key_secret, "abc");
+    T_CHECK(!s->store.redis_time_local); /* Redis TIME by default */
     sl_config_destroy(cfg);
+    cfg = load_ok("store: { type: redis, addr: r:6379, time: local }\npolicies: []\n");
+    if (cfg != NULL) T_CHECK(sl_config_settings(cfg)->store.redis_time_local);
+    sl_config_destroy(cfg);
+    load_err("store: { type: redis, addr: r:1, time: ntp }\npolicies: []\n", "1:40: bad store time 'ntp'");
+    load_err("store: { time: local }\npolicies: []\n", "field 'time' does not apply to a memory store");
     load_err("store: { type: redis }\npolicies: []\n", "1:8: a redis store needs addr");
     load_err("store: { type: redis, addr: r:1, max_keys: 5 }\npolicies: []\n",
              "field 'max_keys' does not apply to a redis store");
+}
+
+/* leasing: per policy (sluice format) and per rule (Envoy format), on rates only, a
+ * slice that fits every window of the policy, plans included. */
+static void leasing(void) {
+    sl_config *cfg = load_ok("policies:\n"
+                             "  - name: hot\n    objective: protection\n    key: []\n"
+                             "    algorithm: token_bucket\n"
+                             "    limits: [{rate: 1000/s, burst: 2000}, {rate: 50000/min, algorithm: fixed_window}]\n"
+                             "    leasing: { slice: 20, hold: 250ms }\n"
+                             "  - name: cold\n    objective: fairness\n    key: [client_ip]\n"
+                             "    algorithm: gcra\n    limits: [{rate: 10/s}]\n"
+                             "    leasing: off\n");
+    if (cfg != NULL) {
+        T_EQ_U(cfg->pol[0].lease_slice, 20);
+        T_EQ_I(cfg->pol[0].lease_hold_ns, 250 * MS);
+        T_EQ_U(cfg->pol[1].lease_slice, 0);
+        sl_config_destroy(cfg);
+    }
+    cfg = load_ok("domain: rl\ndescriptors:\n  - key: k\n"
+                  "    rate_limit: { unit: second, requests_per_unit: 500, leasing: { slice: 25 } }\n");
+    if (cfg != NULL) {
+        T_EQ_U(cfg->pol[0].lease_slice, 25);
+        T_EQ_I(cfg->pol[0].lease_hold_ns, 100 * MS); /* the default hold */
+        sl_config_destroy(cfg);
+    }
+    const char *head = "policies:\n  - name: a\n    objective: fairness\n    key: []\n";
+    char buf[1024];
+    static const struct {
+        const char *extra, *want;
+    } c[] = {
+        {"    algorithm: gcra\n    limits: [{rate: 100/s}]\n    leasing: { slice: 1 }\n",
+         "7:23: leasing slice 1 takes nothing ahead"},
+        {"    algorithm: gcra\n    limits: [{rate: 100/s}]\n    leasing: { slize: 5 }\n",
+         "unknown field 'slize' in leasing"},
+        {"    algorithm: gcra\n    limits: [{rate: 100/s}]\n    leasing: { hold: 1s }\n",
+         "leasing needs a slice"},
+        {"    algorithm: gcra\n    limits: [{rate: 100/s}]\n    leasing: { slice: 5, hold: 2m }\n",
+         "leasing hold must be above 0 and at most 60s"},
+        {"    algorithm: gcra\n    limits: [{rate: 100/s}]\n    leasing: on\n",
+         "leasing must be a mapping"},
+        {"    algorithm: gcra\n    limits: [{rate: 100/s, burst: 10}]\n    leasing: { slice: 50 }\n",
+         "leasing slice 50 is above the capacity 10 of limit 'a'"},
+        {"    algorithm: quota\n    limits: [{quota: 1000/day}]\n    leasing: { slice: 5 }\n",
+         "leasing needs rate limits, but limit 'a' is quota"},
+        {"    algorithm: concurrency\n    limits: [{max: 100}]\n    leasing: { slice: 5 }\n",
+         "leasing needs rate limits, but limit 'a' is concurrency"},
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        snprintf(buf, sizeof(buf), "%s%s", head, c[i].extra);
+        load_err(buf, c[i].want);
+    }
+    load_err("domain: rl\ndescriptors:\n  - key: k\n"
+             "    rate_limit: { unit: second, requests_per_unit: 5, leasing: { slice: 10 } }\n",
+             "leasing slice 10 is above the capacity 5");
+    load_err("domain: rl\ndescriptors:\n  - key: k\n"
+             "    rate_limit: { unlimited: true, leasing: { slice: 10 } }\n",
+             "leasing given with unlimited: true");
 }
 
 static void both_formats_in_one_file(void) {
@@ -434,6 +498,7 @@ int main(void) {
     T_RUN(every_field);
     T_RUN(defaults);
     T_RUN(redis_store);
+    T_RUN(leasing);
     T_RUN(both_formats_in_one_file);
     T_RUN(nothing_ignored);
     T_RUN(diagnostics_are_bounded);
