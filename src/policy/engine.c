@@ -28,6 +28,16 @@ int sl_store_decide(sluice_store *st, const sluice_item *items, size_t n, sluice
     return sluice_decide(st, items, n, now, out);
 }
 
+int sl_store_reset(sluice_store *st, const sluice_item *items, size_t n, sluice_time now) {
+    if (tl_hooks != NULL && tl_hooks->reset != NULL) return tl_hooks->reset(tl_hooks->ctx, items, n, now);
+    int first = SLUICE_OK;
+    for (size_t i = 0; i < n; i++) {
+        int rc = sluice_reset(st, items[i].limiter, items[i].key, items[i].key_len);
+        if (rc != SLUICE_OK && rc != SLUICE_ENOTFOUND && first == SLUICE_OK) first = rc;
+    }
+    return first;
+}
+
 static int st_settle(sluice_store *st, const sluice_limiter *lim, const void *key, size_t kl,
                      uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out) {
     if (tl_hooks != NULL) return tl_hooks->settle(tl_hooks->ctx, lim, key, kl, reserved, actual, now, out);

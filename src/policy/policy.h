@@ -288,11 +288,16 @@ typedef struct sl_store_hooks {
                   uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out);
     int (*release)(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
                    uint64_t lease, sluice_time now);
+    /* forgets the items' state (costs ignored); may be NULL: the memory store's */
+    int (*reset)(void *ctx, const sluice_item *items, size_t n, sluice_time now);
 } sl_store_hooks;
 void sl_engine_thread_hooks(const sl_store_hooks *h);
 /* sluice_decide through this thread's hooks (for callers outside the engine). */
 int sl_store_decide(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
                     sluice_decision *out);
+/* sluice_reset of every item through this thread's hooks; returns SLUICE_OK, or the
+ * first error (SLUICE_ENOTFOUND, a key that held no state, is not one). */
+int sl_store_reset(sluice_store *st, const sluice_item *items, size_t n, sluice_time now);
 
 /* Explicit form (SL.CHECK, /v1/check with a policy name): the named policy's windows on
  * `key` (bytes, its own key namespace) with `cost` (has_cost false = the policy's

@@ -169,6 +169,8 @@ int sl_redis_bridge_decide(void *ctx, const sluice_item *items, size_t n, sluice
     return sl_redis_decide_sync(w->r, items, n, shared_time(now), out);
 }
 
+
+
 int sl_redis_bridge_settle(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
                            uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out) {
     sl_redis_worker *w = ctx;
@@ -360,15 +362,17 @@ static void run_ready(void) {
     }
 }
 
-int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, sluice_time now,
-                                 sluice_decision *out) {
-    sl_redis_worker *w = ctx;
+/* One store call of the request being handled (tl.cur): its recorded answer when the
+ * request is being handled again, else the call goes out and SL_REDIS_PENDING comes back
+ * (synchronous outside a request, or when the records are full). */
+static int async_call(sl_redis_worker *w, sl_redis_call_fn fn, const sluice_item *items, size_t n,
+                      sluice_time now, sluice_decision *out) {
     if (w == NULL) return SLUICE_ESTORE;
-    if (tl.cur == NULL) return sl_redis_bridge_decide(ctx, items, n, now, out);
+    if (tl.cur == NULL) goto sync;
     arec *a = tl.cur_rec;
     if (a == NULL) {
         a = tl.cur_rec = arec_find(tl.cur, true);
-        if (a == NULL) return sl_redis_bridge_decide(ctx, items, n, now, out); /* table full */
+        if (a == NULL) goto sync; /* table full */
         a->owner = tl.cur_owner;
     }
     int k = a->k++;
@@ -377,10 +381,10 @@ int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, 
         return a->rc[k];
     }
     if (a->waiting) return SL_REDIS_PENDING; /* one call in flight per pass: the rest next pass */
-    if (k >= AREC_CALLS) return sl_redis_bridge_decide(ctx, items, n, now, out);
+    if (k >= AREC_CALLS) goto sync;
     a->waiting = true;
     tl.issuing = true;
-    int rc = sl_redis_decide(w->r, items, n, shared_time(now), async_cb, a);
+    int rc = fn(w->r, items, n, shared_time(now), async_cb, a);
     tl.issuing = false;
     if (rc != SLUICE_OK) {
         a->waiting = false;
@@ -391,4 +395,17 @@ int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, 
         return a->rc[k];
     }
     return SL_REDIS_PENDING;
+sync:
+    sl_loop_poll(&w->loop, 0);
+    return sl_redis_wait(w->r, fn, items, n, shared_time(now), out);
+}
+
+int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, sluice_time now,
+                                 sluice_decision *out) {
+    return async_call(ctx, sl_redis_decide, items, n, now, out);
+}
+
+int sl_redis_bridge_reset_async(void *ctx, const sluice_item *items, size_t n, sluice_time now) {
+    sluice_decision d;
+    return async_call(ctx, sl_redis_reset, items, n, now, &d);
 }

@@ -62,6 +62,7 @@ void sl_redis_bridge_forget_owned(void *owner);
 bool sl_redis_bridge_pending(void);
 int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, sluice_time now,
                                  sluice_decision *out);
+int sl_redis_bridge_reset_async(void *ctx, const sluice_item *items, size_t n, sluice_time now);
 
 /* Every worker's client connected with its breaker closed (true when not Redis). */
 bool sl_redis_bridge_ready(void);

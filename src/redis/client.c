@@ -88,7 +88,7 @@ typedef struct rq_group {
 typedef struct rq {
     uint32_t gen;
     bool busy;
-    char op; /* 'd', 's', 'l' */
+    char op; /* 'd' decide, 's' settle, 'l' release, 'x' reset */
     uint8_t n, ngroups, pending;
     rq_item it[SLUICE_MAX_ITEMS];
     rq_group g[SLUICE_MAX_ITEMS];
@@ -118,7 +118,10 @@ typedef struct lease_ent {
 
 typedef struct cache_ent {
     uint64_t fp;
-    int64_t until;    /* caller monotonic ns: rejected until then */
+    uint64_t epoch;   /* g_cache_epoch when cached: a reset anywhere in the process voids it */
+    int64_t until;    /* caller monotonic ns: rejected until then (the retry time) */
+    int64_t trust;    /* caller monotonic ns: answered from here until then (at most
+                         cache_max_ns: a reset or refund elsewhere is seen that soon) */
     int64_t reset_at;
     uint64_t min_cost;
     uint64_t limit;
@@ -475,10 +478,16 @@ static bool cacheable(sluice_algo a) {
            a == SLUICE_SLIDING_WINDOW || a == SLUICE_QUOTA;
 }
 
+/* Bumped by every reset (SL.RESET) in this process: the over-limit answers every client
+ * cached before it are void (a reset is rare; the caches refill with the next rejection).
+ * Other instances keep theirs until the retry time they cached. */
+static _Atomic uint64_t g_cache_epoch;
+
 static cache_ent *cache_get(sl_redis *r, uint64_t fp) {
     if (r->cache == NULL) return NULL;
     cache_ent *e = &r->cache[fp & r->cache_mask];
-    return e->fp == fp ? e : NULL;
+    if (e->fp != fp || e->epoch != atomic_load_explicit(&g_cache_epoch, memory_order_relaxed)) return NULL;
+    return e;
 }
 
 static void cache_put(sl_redis *r, const rq_item *it, const sluice_result *res, sluice_time now) {
@@ -487,7 +496,9 @@ static void cache_put(sl_redis *r, const rq_item *it, const sluice_result *res, 
     uint64_t fp = fp_of(it);
     cache_ent *e = &r->cache[fp & r->cache_mask];
     e->fp = fp;
+    e->epoch = atomic_load_explicit(&g_cache_epoch, memory_order_relaxed);
     e->until = now.mono_ns + res->retry_after_ns;
+    e->trust = now.mono_ns + (res->retry_after_ns < r->o.cache_max_ns ? res->retry_after_ns : r->o.cache_max_ns);
     e->reset_at = now.mono_ns + res->reset_after_ns;
     e->min_cost = (uint64_t)it->cost;
     e->limit = res->limit;
@@ -579,7 +590,7 @@ static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking
         rq_item *it = &q->it[gr->idx[k]];
         p = put_bulk(p, it->key, it->klen);
     }
-    p = put_bulk(p, q->op == 'd' ? "d" : q->op == 's' ? "s" : "l", 1);
+    p = put_bulk(p, &q->op, 1); /* 'd', 's', 'l' or 'x' */
     p = put_bulk(p, r->o.time_mode == SL_REDIS_TIME_SERVER ? "r" : "c", 1);
     int64_t ms, mn, ws, wn;
     split_ns(q->now.mono_ns, &ms, &mn);
@@ -664,7 +675,7 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
         if (q->op == 's') {
             sl_algo_settle(l, has[k] ? srcp[k] : NULL, dstp[k], now, it->cost, &res);
             changed[k] = true;
-        } else if (q->op == 'l') {
+        } else if (q->op == 'l' || q->op == 'x') {
             memset(&res, 0, sizeof(res));
             res.allowed = script_ok;
             changed[k] = false;
@@ -1159,6 +1170,7 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
     if (r->o.backoff_min_ns <= 0) r->o.backoff_min_ns = 20 * SLUICE_NS_PER_MS;
     if (r->o.backoff_max_ns <= 0) r->o.backoff_max_ns = 320 * SLUICE_NS_PER_MS;
     if (r->o.max_pending == 0) r->o.max_pending = 1024;
+    if (r->o.cache_max_ns <= 0) r->o.cache_max_ns = SLUICE_NS_PER_S;
     unsigned cs = r->o.cache_slots ? r->o.cache_slots : 4096;
     r->o.secret = NULL; /* not kept: only the derived key */
     r->sk = sl_redis_secret_key(o->secret, o->secret_len);
@@ -1305,7 +1317,7 @@ static bool answer_locally(sl_redis *r, const sluice_item *items, size_t n, cons
         }
         if (b == NULL || r->cache == NULL || !cacheable(items[i].limiter->spec.algo)) continue;
         cache_ent *e = cache_get(r, fp_of(&b->it[i]));
-        if (e != NULL && now.mono_ns < e->until && items[i].cost >= e->min_cost && items[i].cost > 0) {
+        if (e != NULL && now.mono_ns < e->trust && items[i].cost >= e->min_cost && items[i].cost > 0) {
             hit = (int)i, retry = e->until - now.mono_ns;
             reset = e->reset_at > now.mono_ns ? e->reset_at - now.mono_ns : 0;
             inc(&r->st.local_rejects);
@@ -1434,6 +1446,27 @@ int sl_redis_settle(sl_redis *r, const sluice_limiter *lim, const void *key, siz
     return SLUICE_OK;
 }
 
+int sl_redis_reset(sl_redis *r, const sluice_item *items, size_t n, sluice_time now, sl_redis_cb cb,
+                   void *ud) {
+    if (r == NULL || n > SLUICE_MAX_ITEMS || (items == NULL && n > 0)) return SLUICE_EINVAL;
+    atomic_fetch_add_explicit(&g_cache_epoch, 1, memory_order_relaxed);
+    /* this client's slices of those keys are dropped, not given back (nothing to give
+     * back to: the state is gone) */
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].limiter == NULL) return SLUICE_EINVAL;
+        rq_item it;
+        it.lim = items[i].limiter;
+        it.klen = (uint8_t)sl_redis_key(&r->sk, it.lim, items[i].key ? items[i].key : "", items[i].key_len,
+                                        it.key);
+        lease_ent *e = &r->leases[fp_of(&it) & (LEASE_SLOTS - 1)];
+        if (e->fp == fp_of(&it) && e->lim == it.lim) {
+            held_add(r, -(int64_t)e->left);
+            e->left = 0, e->fp = 0, e->lim = NULL;
+        }
+    }
+    return submit(r, 'x', items, n, now, cb, ud, 0);
+}
+
 int sl_redis_release(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
                      uint64_t lease, sluice_time now, sl_redis_cb cb, void *ud) {
     if (lim == NULL || lim->spec.algo != SLUICE_CONCURRENCY) return SLUICE_EINVAL;
@@ -1456,8 +1489,13 @@ static void sync_cb(void *ud, int rc, const sluice_decision *d) {
 
 int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
                          sluice_decision *out) {
+    return sl_redis_wait(r, sl_redis_decide, items, n, now, out);
+}
+
+int sl_redis_wait(sl_redis *r, sl_redis_call_fn fn, const sluice_item *items, size_t n,
+                  sluice_time now, sluice_decision *out) {
     sync_wait w = {false, SLUICE_OK, out};
-    int rc = sl_redis_decide(r, items, n, now, sync_cb, &w);
+    int rc = fn(r, items, n, now, sync_cb, &w);
     if (rc != SLUICE_OK) return rc;
     sl_redis_flush(r);
     int64_t until = mono_now() + 2 * r->o.timeout_ns + 50 * SLUICE_NS_PER_MS;

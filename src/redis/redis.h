@@ -100,6 +100,9 @@ typedef struct sl_redis_opts {
     size_t secret_len;
     int64_t expiry_slack_ms;  /* keys live this long past fresh; 0 = 1 s (server time)
                                  or 1 h (caller time: its clock may not follow Redis's) */
+    int64_t cache_max_ns;     /* an over-limit answer is reused for at most this long
+                                 (then Redis is asked again: another instance may have
+                                 reset the key or refunded units); 0 = 1 s */
     unsigned cache_slots;     /* local over-limit cache entries (power of two); 0 = 4096;
                                  1 disables the cache */
     unsigned breaker_failures;/* consecutive failures that open the breaker; 0 = 5 */
@@ -176,6 +179,11 @@ int sl_redis_settle(sl_redis *r, const sluice_limiter *lim, const void *key, siz
                     int64_t delta, sluice_time now, sl_redis_cb cb, void *ud);
 int sl_redis_release(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
                      uint64_t lease, sluice_time now, sl_redis_cb cb, void *ud);
+/* Deletes the state of every item (limiter and key; costs ignored): SL.RESET. This
+ * process's over-limit caches and this client's slices of those keys are dropped; other
+ * instances may answer from theirs until the retry time they cached. */
+int sl_redis_reset(sl_redis *r, const sluice_item *items, size_t n, sluice_time now, sl_redis_cb cb,
+                   void *ud);
 
 /* Sends the commands queued during this loop turn now (call before the loop sleeps;
  * without it they go out on the next EPOLLOUT). */
@@ -184,6 +192,12 @@ void sl_redis_flush(sl_redis *r);
 /* For tests and tools: decide and run the loop until the answer (or 2 s) arrives. */
 int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
                          sluice_decision *out);
+/* The same for any call of that shape (sl_redis_decide, sl_redis_reset): the answer or,
+ * after twice the timeout, SLUICE_ESTORE. */
+typedef int (*sl_redis_call_fn)(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
+                                sl_redis_cb cb, void *ud);
+int sl_redis_wait(sl_redis *r, sl_redis_call_fn fn, const sluice_item *items, size_t n,
+                  sluice_time now, sluice_decision *out);
 /* Runs the loop for up to `ms` milliseconds (tests: let connections settle). */
 void sl_redis_run(sl_redis *r, int ms);
 

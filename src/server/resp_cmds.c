@@ -273,14 +273,22 @@ static void cmd_reset(resp_ctx *x) {
         verdict_reply(x, rc, v, policy);
         return;
     }
-    int64_t n = 0;
-    for (size_t i = 0; i < v->n; i++) {
+    sluice_item items[SLUICE_MAX_ITEMS];
+    size_t n = 0;
+    for (size_t i = 0; i < v->n && n < SLUICE_MAX_ITEMS; i++) {
         const sl_verdict_item *it = &v->items[i];
         if (it->info == NULL || it->info->limiter == NULL) continue;
-        int r = sluice_reset(w->srv->store, it->info->limiter, v->keys + it->key_off, it->key_len);
-        if (r == 0 || r == SLUICE_ENOTFOUND) n++;
+        items[n++] = (sluice_item){it->info->limiter, v->keys + it->key_off, it->key_len, 0};
     }
-    sl_resp_int(&x->wb, n);
+    /* through the store hooks: with the Redis store the keys are deleted there */
+    rc = sl_store_reset(w->srv->store, items, n, sl_worker_now(w));
+    if (sl_redis_bridge_pending()) return; /* answered when the store replies */
+    if (rc != SLUICE_OK) {
+        sl_resp_error(&x->wb, rc == SLUICE_ESTORE ? "ERR the shared store is unreachable"
+                                                  : "ERR reset failed");
+        return;
+    }
+    sl_resp_int(&x->wb, (int64_t)n);
 }
 
 static void cmd_clock(resp_ctx *x) {

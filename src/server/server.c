@@ -324,7 +324,8 @@ static void *worker_main(void *arg) {
     int64_t drain_deadline = 0;
     /* Redis store: this worker's client; the engine's store calls go through it */
     sl_redis_worker *rw = sl_redis_bridge_worker_start(w->id, &w->loop);
-    sl_store_hooks hooks = {rw, sl_redis_bridge_decide_async, sl_redis_bridge_settle, sl_redis_bridge_release};
+    sl_store_hooks hooks = {rw, sl_redis_bridge_decide_async, sl_redis_bridge_settle, sl_redis_bridge_release,
+                            sl_redis_bridge_reset_async};
     sl_redis_bridge_set_resume(sl_conn_resume);
     if (sl_redis_bridge_enabled()) sl_engine_thread_hooks(&hooks);
     for (;;) {

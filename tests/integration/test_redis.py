@@ -440,3 +440,49 @@ def test_settle_reaches_redis(redis):
     finally:
         for srv in (a, b):
             assert srv.stop() == 0, srv.output()
+
+
+SMALL_POLICY = """
+  - name: small
+    objective: fairness
+    match: { path_prefix: /small/ }
+    key: [header.x-api-key]
+    on_missing_key: skip
+    algorithm: gcra
+    limits:
+      - { rate: 3/h, burst: 3 }
+      - { rate: 100/day, algorithm: fixed_window }
+"""
+
+
+def test_sl_reset_clears_the_shared_state(redis):
+    """SL.RESET on one instance deletes the key's state in Redis: every instance sees a
+    fresh budget, and the over-limit answer cached by the resetting instance is gone."""
+    url = "redis://127.0.0.1:%d" % redis.port
+    a = Server(config_text=config(SMALL_POLICY), test_clock=False, extra=["--store", url])
+    b = Server(config_text=config(SMALL_POLICY), test_clock=False, extra=["--store", url])
+    try:
+        ra, rb = a.resp(), b.resp()
+        got = [as_dict(ra.command("SL.CHECK", "small", "k"))["allowed"] for _ in range(5)]
+        assert got == [1, 1, 1, 0, 0], got  # the last one answered from the local cache
+        assert as_dict(rb.command("SL.CHECK", "small", "k"))["allowed"] == 0
+        assert ra.command("SL.RESET", "small", "k") == 2  # both windows
+        # the resetting instance's own over-limit answer is gone at once
+        assert as_dict(ra.command("SL.CHECK", "small", "k"))["remaining"] == 2
+        # the other one trusts its cached rejection for at most a second
+        t0 = time.time()
+        while True:
+            after = as_dict(rb.command("SL.CHECK", "small", "k"))
+            if after["allowed"] or time.time() - t0 > 3:
+                break
+            time.sleep(0.05)
+        assert after["allowed"] == 1 and after["remaining"] == 1, after
+        assert time.time() - t0 < 3
+        # a key that never held state: still its windows, nothing else touched
+        assert ra.command("SL.RESET", "small", "other") == 2
+        assert as_dict(rb.command("SL.CHECK", "small", "k"))["remaining"] == 0
+        ra.close()
+        rb.close()
+    finally:
+        for srv in (a, b):
+            assert srv.stop() == 0, srv.output()

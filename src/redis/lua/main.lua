@@ -2,7 +2,8 @@
 -- KEYS[i]: the Redis key of item i (all in one slot; the same key may repeat: later
 --   items see the earlier ones' new state, as in the memory store).
 -- ARGV[1] op: 'd' decide (check all, then write all only if all admit), 's' settle
---   (cost = signed delta, always written), 'l' release (concurrency).
+--   (cost = signed delta, always written), 'l' release (concurrency), 'x' reset (the
+--   keys are deleted: SL.RESET).
 -- ARGV[2] time: 'r' = redis.call('TIME') (needs effects replication, the default since
 --   Redis 5), 'c' = the caller's ARGV[3..6]: mono_s mono_n wall_s wall_n.
 -- ARGV[7] extra ms of expiry beyond the moment a key is back to fresh.
@@ -22,6 +23,15 @@ else
 end
 local slack = tonumber(ARGV[7])
 local n = #KEYS
+if op == 'x' then
+  local out = {1, now.ms, now.mn}
+  for i = 1, n do
+    redis.call('DEL', KEYS[i])
+    out[3 + i] = 1
+    out[3 + n + i] = ''
+  end
+  return out
+end
 local cache, dirty, order = {}, {}, {}
 local all = 1
 local out = {0, now.ms, now.mn}
