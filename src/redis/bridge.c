@@ -210,13 +210,13 @@ bool sl_redis_bridge_ready(void) {
 
 int sl_redis_bridge_metrics(char *buf, size_t cap) {
     if (!g_on) return 0;
-    enum { NF = 21 };
+    enum { NF = 23 };
     uint64_t sum[NF] = {0};
     static const char *const names[NF] = {
         "decisions", "calls", "local_rejects", "never_rejects", "timeouts", "errors",
         "breaker_open", "node_down", "pool_full", "refunds", "moved", "ask", "noscript",
         "tryagain", "reconnects", "topology", "mismatches", "leases", "lease_local",
-        "lease_returned", "lease_lapsed"};
+        "lease_returned", "lease_lapsed", "late_refunds", "late_unknown"};
     uint64_t held = 0;
     for (int i = 0; i < BR_MAX_WORKERS; i++) {
         sl_redis *r = atomic_load(&g_clients[i]);
@@ -227,7 +227,7 @@ int sl_redis_bridge_metrics(char *buf, size_t cap) {
                                          &s->pool_full, &s->refunds, &s->moved, &s->ask, &s->noscript,
                                          &s->tryagain, &s->reconnects, &s->topology, &s->mismatches,
                                          &s->leases, &s->lease_local, &s->lease_returned,
-                                         &s->lease_lapsed};
+                                         &s->lease_lapsed, &s->late_refunds, &s->late_unknown};
         for (int k = 0; k < NF; k++) sum[k] += atomic_load_explicit(f[k], memory_order_relaxed);
         held += atomic_load_explicit(&s->lease_held, memory_order_relaxed);
     }

@@ -36,6 +36,9 @@
 #define MAX_NODES 64
 #define MAX_REDIRECTS 5
 #define MAX_RANGES 4096
+/* A decision that timed out waits this long for the replies still in flight, to undo
+ * what Redis applied after the caller had its answer; beyond it they are forgotten. */
+#define ORPHAN_NS (10 * SLUICE_NS_PER_S)
 #define EXACT_COST_MAX (INT64_C(1) << 40) /* costs and deltas the scripts take */
 #define BIG_STATE (sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX)
 /* An EVALSHA of SLUICE_MAX_ITEMS items: every argument is at most a 63-byte key or a
@@ -82,6 +85,9 @@ typedef struct rq_group {
     uint8_t n;
     uint8_t idx[SLUICE_MAX_ITEMS];
     bool done, failed, all_ok;
+    bool sent;  /* handed to a connection at least once */
+    bool late;  /* its decision timed out while it was in flight: the reply is awaited
+                   only to undo what it applied (see late_reply) */
     int redirects;
 } rq_group;
 
@@ -101,6 +107,7 @@ typedef struct rq {
     sluice_time rnow; /* the time the script used */
     sluice_decision dec;
     bool leasing; /* some item takes a slice or is served from one */
+    uint8_t orphans; /* groups still in flight after a timeout (the rq stays busy) */
     struct rq *next_free;
 } rq;
 
@@ -143,6 +150,7 @@ struct sl_redis {
     int tfd;
     int64_t armed;
     sl_dlist deadlines;
+    sl_dlist orphans;        /* timed-out decisions awaiting their late replies */
     rq *pool;
     rq *free;
     unsigned npool;
@@ -170,9 +178,11 @@ static void update_ready(sl_redis *r) {
     atomic_store_explicit(&r->ready, ok, memory_order_relaxed);
 }
 
-static void inc(_Atomic uint64_t *c) {
-    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
+static void add(_Atomic uint64_t *c, uint64_t v) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v, memory_order_relaxed);
 }
+
+static void inc(_Atomic uint64_t *c) { add(c, 1); }
 
 static int64_t mono_now(void) {
     struct timespec ts;
@@ -515,6 +525,7 @@ static rq *rq_get(sl_redis *r) {
     q->failed = false;
     q->got_time = false;
     q->leasing = false;
+    q->orphans = 0;
     sl_dnode_init(&q->dl);
     return q;
 }
@@ -543,6 +554,7 @@ static rq *rq_of(sl_redis *r, void *priv, int *g) {
 }
 
 static void on_group_reply(redisAsyncContext *ac, void *reply, void *priv);
+static void late_reply(sl_redis *r, rq *q, int g, const redisReply *rep);
 
 static sl_redis_node *route(sl_redis *r, unsigned slot) {
     unsigned idx = r->o.cluster ? r->slotmap[slot] : 0;
@@ -610,6 +622,7 @@ static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking
     if (redisAsyncFormattedCommand(nd->ac, on_group_reply, priv_of(r, q, g), r->cmd, (size_t)(p - r->cmd)) !=
         REDIS_OK)
         return false;
+    gr->sent = true;
     inc(&r->st.calls);
     return true;
 }
@@ -731,6 +744,12 @@ static void finish(sl_redis *r, rq *q, int rc) {
     /* the callback may start new decisions: keep q out of the free list until it returns */
     sl_dnode_disarm(&q->dl);
     if (cb) cb(ud, rc, rc == SLUICE_OK ? d : NULL);
+    if (q->orphans > 0) { /* answered; what is still in flight may yet be applied */
+        q->cb = NULL;
+        sl_dlist_arm(&r->orphans, &q->dl, mono_now());
+        arm(r, q->dl.deadline_ns);
+        return;
+    }
     rq_put(r, q);
 }
 
@@ -748,6 +767,10 @@ static void on_group_reply(redisAsyncContext *ac, void *reply, void *priv) {
     sl_redis *r = nd->r;
     int g;
     rq *q = rq_of(r, priv, &g);
+    if (q != NULL && g < q->ngroups && q->g[g].late) {
+        late_reply(r, q, g, reply);
+        return;
+    }
     if (q == NULL || g >= q->ngroups || q->g[g].done) return; /* timed out already */
     redisReply *rep = reply;
     rq_group *gr = &q->g[g];
@@ -1075,35 +1098,57 @@ static void lease_sweep(sl_redis *r, int64_t t) {
     if (next) arm(r, next);
 }
 
+/* Gives back what group g of q consumed (a settle of -cost per item), fire and forget. */
+static void refund_group(sl_redis *r, rq *q, int g) {
+    rq_group *gr = &q->g[g];
+    rq *f = rq_get(r);
+    if (f == NULL) return;
+    f->op = 's';
+    f->cb = NULL;
+    f->n = 0;
+    f->ngroups = 1;
+    f->now = q->got_time ? q->rnow : q->now;
+    memset(&f->g[0], 0, sizeof(f->g[0]));
+    f->g[0].slot = gr->slot;
+    for (int k = 0; k < gr->n; k++) {
+        rq_item *it = &q->it[gr->idx[k]];
+        if (it->cost == 0) continue;
+        f->it[f->n] = *it;
+        f->it[f->n].cost = -it->cost;
+        f->g[0].idx[f->g[0].n++] = f->n;
+        f->n++;
+    }
+    f->dec.n = f->n;
+    if (f->n == 0) {
+        rq_put(r, f);
+        return;
+    }
+    launch(r, f);
+}
+
 static void send_refunds(sl_redis *r, rq *q) {
     for (int g = 0; g < q->ngroups; g++) {
         rq_group *gr = &q->g[g];
         if (!gr->done || gr->failed || !gr->all_ok) continue;
-        rq *f = rq_get(r);
-        if (f == NULL) return;
-        f->op = 's';
-        f->cb = NULL;
-        f->n = 0;
-        f->ngroups = 1;
-        f->now = q->got_time ? q->rnow : q->now;
-        memset(&f->g[0], 0, sizeof(f->g[0]));
-        f->g[0].slot = gr->slot;
-        for (int k = 0; k < gr->n; k++) {
-            rq_item *it = &q->it[gr->idx[k]];
-            if (it->cost == 0) continue;
-            f->it[f->n] = *it;
-            f->it[f->n].cost = -it->cost;
-            f->g[0].idx[f->g[0].n++] = f->n;
-            f->n++;
-        }
-        f->dec.n = f->n;
-        if (f->n == 0) {
-            rq_put(r, f);
-            continue;
-        }
         inc(&r->st.refunds);
-        launch(r, f);
+        refund_group(r, q, g);
     }
+}
+
+/* The reply of a group whose decision timed out: the caller was answered as if nothing
+ * had been applied (its failure mode), so what the script did apply is given back. A
+ * reply that is not an admission (a rejection, an error, a redirection) applied
+ * nothing; a lost connection leaves the outcome unknown (counted). */
+static void late_reply(sl_redis *r, rq *q, int g, const redisReply *rep) {
+    q->g[g].late = false;
+    if (rep == NULL) {
+        inc(&r->st.late_unknown);
+    } else if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+               rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[0]->integer == 1) {
+        inc(&r->st.late_refunds);
+        refund_group(r, q, g);
+    }
+    if (--q->orphans == 0) rq_put(r, q);
 }
 
 /* ---- timer: deadlines, reconnection, connect timeouts ------------------------------- */
@@ -1118,14 +1163,24 @@ static void on_timer(void *ud, uint32_t ev) {
     int64_t t = mono_now();
     lease_sweep(r, t);
     sl_dnode *d;
+    while ((d = sl_dlist_expired(&r->orphans, t)) != NULL) {
+        rq *q = (rq *)((char *)d - offsetof(rq, dl));
+        add(&r->st.late_unknown, q->orphans); /* no reply within ORPHAN_NS */
+        q->orphans = 0;
+        rq_put(r, q);
+    }
     while ((d = sl_dlist_expired(&r->deadlines, t)) != NULL) {
         rq *q = (rq *)((char *)d - offsetof(rq, dl));
         sl_dnode_disarm(d);
         if (q->cb != NULL) inc(&r->st.timeouts);
         note_fail(r);
         q->failed = true;
-        for (int g = 0; g < q->ngroups; g++)
-            if (!q->g[g].done) q->g[g].done = q->g[g].failed = true;
+        for (int g = 0; g < q->ngroups; g++) {
+            rq_group *gr = &q->g[g];
+            if (gr->done) continue;
+            gr->done = gr->failed = true;
+            if (q->op == 'd' && gr->sent) gr->late = true, q->orphans++;
+        }
         q->pending = 0;
         finish(r, q, SLUICE_ESTORE);
     }
@@ -1145,6 +1200,8 @@ static void on_timer(void *ud, uint32_t ev) {
     }
     sl_dnode *h = r->deadlines.head.next;
     if (h != &r->deadlines.head && (next == 0 || h->deadline_ns < next)) next = h->deadline_ns;
+    h = r->orphans.head.next;
+    if (h != &r->orphans.head && (next == 0 || h->deadline_ns < next)) next = h->deadline_ns;
     if (r->open_until && (next == 0 || r->open_until < next) && r->open_until > t) next = r->open_until;
     if (r->lease_sweep_at && (next == 0 || r->lease_sweep_at < next)) next = r->lease_sweep_at;
     if (next) arm(r, next);
@@ -1210,6 +1267,7 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
     }
     memset(r->slotmap, 0xFF, sizeof(r->slotmap));
     sl_dlist_init(&r->deadlines, 0, r->o.timeout_ns);
+    sl_dlist_init(&r->orphans, 1, ORPHAN_NS);
     r->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (r->tfd < 0) {
         e = SLUICE_EIO;

@@ -149,6 +149,8 @@ typedef struct sl_redis_stats {
     _Atomic uint64_t lease_local;  /* decisions admitted from a held slice (no round trip) */
     _Atomic uint64_t lease_returned; /* units given back */
     _Atomic uint64_t lease_lapsed; /* units not given back: their window had passed */
+    _Atomic uint64_t late_refunds; /* timed-out decisions Redis applied later: given back */
+    _Atomic uint64_t late_unknown; /* timed-out decisions whose outcome never came back */
     _Atomic uint64_t lease_held;   /* units held in leases now (a gauge): this client's
                                       share of the overshoot bound at this moment */
 } sl_redis_stats;
