@@ -486,3 +486,41 @@ def test_sl_reset_clears_the_shared_state(redis):
     finally:
         for srv in (a, b):
             assert srv.stop() == 0, srv.output()
+
+
+WINDOW_POLICY = """
+  - name: win
+    objective: fairness
+    match: { path_prefix: /win/ }
+    key: [header.x-api-key]
+    on_missing_key: skip
+    algorithm: fixed_window
+    limits:
+      - { rate: %d/min }
+"""
+
+
+def test_reload_reinterprets_the_shared_state(redis):
+    """A reload that changes a limit keeps the state stored in Redis and reads it under
+    the new limit (docs/redis.md): the count used so far stands, so an instance still on
+    the old config and one on the new agree on it during a rolling deploy."""
+    srv = Server(config_text=config(WINDOW_POLICY % 10), test_clock=True,
+                 extra=["--store", "redis://127.0.0.1:%d" % redis.port])
+    try:
+        srv.clock_set(1764000000000)  # the start of a minute
+        c = srv.resp()
+        assert [as_dict(c.command("SL.CHECK", "win", "k"))["remaining"] for _ in range(6)] == [9, 8, 7, 6, 5, 4]
+        for limit, want in ((20, 13), (5, None)):
+            with open(srv.config_path, "w") as f:
+                f.write(config(WINDOW_POLICY % limit))
+            assert requests.post(srv.admin + "/v1/reload", timeout=5).status_code == 200
+            d = as_dict(c.command("SL.CHECK", "win", "k"))
+            if want is None:  # lowered below the 7 used: limited until the window ends
+                assert d["allowed"] == 0 and d["remaining"] == 0, d
+            else:  # raised: the 6 used still count, nothing is forgiven or added
+                assert d["allowed"] == 1 and d["remaining"] == want and d["limit"] == limit, d
+        srv.clock_advance(60_000)  # the next window under the new limit
+        assert as_dict(c.command("SL.CHECK", "win", "k"))["remaining"] == 4
+        c.close()
+    finally:
+        assert srv.stop() == 0, srv.output()
