@@ -61,6 +61,35 @@ done
 naive=$(redis-benchmark -p "$port" -c 32 -P 1 -n "$((n / 2))" -r 10000 -q EVAL "$body" "${args[@]}" | rb_rate)
 echo "naive: one EVAL with the script body per request (32 conns, no pipelining): $naive req/s"
 python3 -c "o=float('$best_ours'); c=float('$best_rb'); v=float('$naive'); print(f'best of each: sluice {o:.0f} / redis-benchmark {c:.0f} = {o/c:.2f}x the EVALSHA ceiling; sluice / naive EVAL = {o/v:.2f}x')"
+# ---- the server end to end: `sluice serve` (1 worker) on the same Redis, redis-benchmark
+# sending SL.CHECK to it (50 connections, pipeline 32, 100k keys): decisions/s, and the
+# EVALSHA calls Redis counted per decision. Three processes share the 2 cores here.
+sbin="$build/sluice"
+if [ -x "$sbin" ]; then
+  fp() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+  sresp=$(fp) shttp=$(fp) sadmin=$(fp)
+  cat >"$work/sluice.yaml" <<CONF
+workers: 1
+listen: { http: 127.0.0.1:$shttp, resp: 127.0.0.1:$sresp, grpc: off, admin: 127.0.0.1:$sadmin }
+store: { type: redis, addr: 127.0.0.1:$port, key_secret: bench }
+policies:
+  - name: bench
+    objective: protection
+    key: []
+    algorithm: gcra
+    limits: [{ rate: 1000000000/s }]
+CONF
+  "$sbin" serve -c "$work/sluice.yaml" >"$work/sluice.log" 2>&1 &
+  spid=$!
+  for _ in $(seq 100); do redis-cli -p "$sresp" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  sn=$(python3 -c "print(int(150000*$secs/3))")
+  redis-benchmark -p "$sresp" -c 50 -P 32 -n 20000 -r 100000 -q SL.CHECK bench k:__rand_int__ >/dev/null  # warm-up
+  redis-cli -p "$port" config resetstat >/dev/null
+  srate=$(redis-benchmark -p "$sresp" -c 50 -P 32 -n "$sn" -r 100000 -q SL.CHECK bench k:__rand_int__ | rb_rate)
+  calls=$(redis-cli -p "$port" info commandstats | tr -d '\r' | grep '^cmdstat_evalsha:' | sed 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/')
+  kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+  python3 -c "r=float('$srate'); c=float('${calls:-0}'); n=float('$sn'); b=float('$best_rb'); print(f'server: sluice serve SL.CHECK on the Redis store: {r:.0f} decisions/s ({r/b:.2f}x the EVALSHA ceiling, 3 processes on the cores), {c/n:.3f} EVALSHA per decision')"
+fi
 redis-cli -p "$port" config resetstat >/dev/null
 "$work/redis_bench" "$port" 1 32 reject
 echo "redis commands seen during the reject run: $(redis-cli -p "$port" info commandstats | grep -c evalsha || true) evalsha lines; $(redis-cli -p "$port" info stats | grep total_commands_processed | tr -d '\r')"
