@@ -8,6 +8,7 @@
  * timeout), so decisions of different connections on one worker are not pipelined
  * together on this path; sl_redis_decide (client.c) is the asynchronous form.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,13 +31,20 @@ typedef struct arec {
     bool ready;      /* queued for resume */
     int ncalls;      /* recorded answers */
     int k;           /* next call index in the current pass */
+    int16_t next;    /* the chain of its index bucket, or of the free list; -1 ends */
+    bool indexed;    /* in the index (conn != NULL) */
+    bool is_free;    /* on the free list */
     int rc[AREC_CALLS];
     sluice_decision dec[AREC_CALLS];
 } arec;
 
+#define AREC_BUCKETS 512 /* index by key: chains stay about one record long */
+
 typedef struct async_tl {
     sl_redis_worker *w;
     arec *recs;      /* AREC_MAX, allocated at the worker's start */
+    int16_t bucket[AREC_BUCKETS]; /* key -> first record of its chain, -1 none */
+    int16_t free_head;            /* first free record, -1 none */
     void *cur;       /* request being handled (NULL: synchronous calls) */
     void *cur_owner; /* its connection */
     arec *cur_rec;
@@ -134,6 +142,13 @@ sl_redis_worker *sl_redis_bridge_worker_start(unsigned id, sl_loop *outer) {
     atomic_store(&g_clients[w->slot], w->r);
     tl.w = w;
     tl.recs = calloc(AREC_MAX, sizeof(*tl.recs));
+    for (int i = 0; i < AREC_BUCKETS; i++) tl.bucket[i] = -1;
+    tl.free_head = -1;
+    for (int i = AREC_MAX - 1; tl.recs != NULL && i >= 0; i--) {
+        tl.recs[i].next = tl.free_head;
+        tl.recs[i].is_free = true;
+        tl.free_head = (int16_t)i;
+    }
     /* connect now, so that the first decision finds the connection up */
     sl_loop_poll(&w->loop, 0);
     return w;
@@ -270,24 +285,48 @@ static void (*g_resume)(void *owner, void *key);
 
 void sl_redis_bridge_set_resume(void (*fn)(void *owner, void *key)) { g_resume = fn; }
 
-static arec *arec_find(void *conn, bool create) {
-    if (tl.recs == NULL) return NULL;
-    size_t h = ((uintptr_t)conn >> 4) % AREC_MAX;
-    for (size_t i = 0; i < AREC_MAX; i++) {
-        arec *a = &tl.recs[(h + i) % AREC_MAX];
-        if (a->conn == conn) return a;
-        if (create && a->conn == NULL && !a->waiting && !a->ready) {
-            memset(a, 0, sizeof(*a) - sizeof(a->dec));
-            a->conn = conn;
-            return a;
-        }
-    }
-    return NULL;
+/* Records are found by key through a chained index (every request's enter looks its
+ * key up: this must not scan the table), and allocated from a free list. */
+static size_t key_bucket(const void *key) {
+    uintptr_t v = (uintptr_t)key >> 4;
+    return (size_t)((v ^ (v >> 9) ^ (v >> 18)) % AREC_BUCKETS);
 }
 
+static void index_del(arec *a) {
+    if (!a->indexed) return;
+    int16_t *p = &tl.bucket[key_bucket(a->conn)];
+    int16_t me = (int16_t)(a - tl.recs);
+    while (*p != -1 && *p != me) p = &tl.recs[*p].next;
+    if (*p == me) *p = a->next;
+    a->indexed = false;
+}
+
+static arec *arec_find(void *conn, bool create) {
+    if (tl.recs == NULL) return NULL;
+    size_t b = key_bucket(conn);
+    for (int16_t i = tl.bucket[b]; i != -1; i = tl.recs[i].next)
+        if (tl.recs[i].conn == conn) return &tl.recs[i];
+    if (!create || tl.free_head == -1) return NULL;
+    arec *a = &tl.recs[tl.free_head];
+    tl.free_head = a->next;
+    memset(a, 0, offsetof(arec, dec));
+    a->conn = conn;
+    a->indexed = true;
+    a->next = tl.bucket[b];
+    tl.bucket[b] = (int16_t)(a - tl.recs);
+    return a;
+}
+
+/* Unindexes a record; when nothing refers to it any more (no call in flight, not queued
+ * for resume) it goes back to the free list. */
 static void arec_free(arec *a) {
+    index_del(a);
     a->conn = a->owner = NULL;
     a->ncalls = a->k = 0;
+    if (a->waiting || a->ready || a->is_free) return;
+    a->is_free = true;
+    a->next = tl.free_head;
+    tl.free_head = (int16_t)(a - tl.recs);
 }
 
 void sl_redis_bridge_enter_owned(void *key, void *owner) {
@@ -315,6 +354,7 @@ bool sl_redis_bridge_pending(void) { return tl.cur_rec != NULL && tl.cur_rec->wa
 
 static void arec_forget(arec *a) {
     /* a call in flight keeps the record until its answer (then it is dropped) */
+    index_del(a);
     a->conn = a->owner = NULL;
     if (!a->waiting && !a->ready) arec_free(a);
 }

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 int sl_loop_init(sl_loop *l) {
+    l->on_wake = NULL;
+    l->wake_ud = NULL;
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     return l->epfd < 0 ? -errno : 0;
 }
@@ -38,6 +40,7 @@ int sl_loop_poll(sl_loop *l, int timeout_ms) {
     struct epoll_event evs[64];
     int n = epoll_wait(l->epfd, evs, 64, timeout_ms);
     if (n < 0) return errno == EINTR ? 0 : -errno;
+    if (l->on_wake != NULL && n > 0) l->on_wake(l->wake_ud);
     for (int i = 0; i < n; i++) {
         sl_io *io = evs[i].data.ptr;
         io->cb(io->ud, evs[i].events);

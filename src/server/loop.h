@@ -20,6 +20,9 @@ typedef struct sl_io {
 
 typedef struct sl_loop {
     int epfd;
+    /* called after every wait, before the ready entries' callbacks (may be NULL) */
+    void (*on_wake)(void *ud);
+    void *wake_ud;
 } sl_loop;
 
 int sl_loop_init(sl_loop *l);

@@ -318,8 +318,14 @@ static void refresh_date(sl_worker *w) {
     w->date_at_ns = w->now_ns;
 }
 
+/* Why pin on waking too: a reload answered while this worker slept must apply to the
+ * requests that wake it (a client that saw "reloaded" sends the next one). */
+static void pin_on_wake(void *ud) { sl_worker_pin(ud); }
+
 static void *worker_main(void *arg) {
     sl_worker *w = arg;
+    w->loop.on_wake = pin_on_wake;
+    w->loop.wake_ud = w;
     sl_server *s = w->srv;
     int64_t drain_deadline = 0;
     /* Redis store: this worker's client; the engine's store calls go through it */
