@@ -55,7 +55,21 @@ static void conn_close(sl_conn *c) {
     atomic_fetch_sub(&w->srv->nconns, 1);
     free(c->rbuf);
     free(c->wbuf);
-    free(c);
+    c->rbuf = c->wbuf = NULL;
+    c->h2 = NULL;
+    /* Why not free(c) now: this loop turn's batch of events may still hold c (a resumed
+     * or another connection's callback closed it); it is freed when the turn ends. */
+    c->closed = true;
+    c->next_dead = w->dead;
+    w->dead = c;
+}
+
+void sl_worker_reap(sl_worker *w) {
+    while (w->dead != NULL) {
+        sl_conn *c = w->dead;
+        w->dead = c->next_dead;
+        free(c);
+    }
 }
 
 void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
@@ -360,6 +374,7 @@ static void conn_settle_state(sl_conn *c) {
 
 static void conn_io(void *ud, uint32_t events) {
     sl_conn *c = ud;
+    if (c->closed) return; /* an event of this turn's batch for a connection closed in it */
     bool eof = false;
     if ((events & EPOLLERR) ||
         ((c->hold_until_ns || c->suspended) && (events & (EPOLLHUP | EPOLLRDHUP)))) {
@@ -434,6 +449,7 @@ static bool conn_after_push(sl_conn *c) {
 
 void sl_conn_resume(void *owner, void *key) {
     sl_conn *c = owner;
+    if (c->closed) return;
     if (c->kind == SL_KIND_GRPC) { /* one call (stream) of the connection was waiting */
         if (c->h2 == NULL) return;
         c->w->now_ns = sl_clock_mono_ns();
@@ -530,4 +546,5 @@ void sl_worker_drain(sl_worker *w) {
 
 void sl_worker_close_all(sl_worker *w) {
     while (w->conns) conn_close(w->conns);
+    sl_worker_reap(w);
 }

@@ -352,6 +352,7 @@ static void *worker_main(void *arg) {
         sl_worker_flush_resumed(w);
         sl_worker_tick(w);
         sl_redis_bridge_worker_flush(rw); /* the turn's Redis commands leave before we sleep */
+        sl_worker_reap(w);
     }
     stop_listening(w);
     sl_worker_close_all(w);

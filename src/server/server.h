@@ -137,6 +137,8 @@ typedef struct sl_conn {
     bool replay;        /* the request at the head is being handled again (not recounted) */
     bool broken;        /* close without flushing */
     bool flush_queued;  /* on its worker's flushq (answers resumed this loop turn) */
+    bool closed;        /* closed during this loop turn, freed at its end (w->dead) */
+    struct sl_conn *next_dead;
 } sl_conn;
 
 #define SL_TL_READ 0
@@ -175,6 +177,7 @@ typedef struct sl_worker {
     sl_conn *flushq[32];      /* gRPC connections with answers resumed this turn: one write
                                  each at the end of the turn, not one per answer */
     unsigned nflushq;
+    sl_conn *dead;            /* connections closed this turn, freed by sl_worker_reap */
     int64_t accept_paused_until; /* out of file descriptors: listeners off until then */
     char date[40];            /* "Date: <IMF-fixdate>\r\n", refreshed once a second */
     int64_t date_at_ns;
@@ -260,6 +263,8 @@ void sl_conn_hold(sl_conn *c, int64_t delay_ns);
 void sl_conn_resume(void *owner, void *key);
 /* End of a loop turn: writes what resumed calls queued on their connections. */
 void sl_worker_flush_resumed(sl_worker *w);
+/* End of a loop turn: frees the connections closed during it. */
+void sl_worker_reap(sl_worker *w);
 
 /* http_api.c: handles one parsed request; the reply goes to c's output. */
 void sl_http_handle(sl_conn *c, const sl_http_req *req);
