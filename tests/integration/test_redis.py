@@ -11,6 +11,7 @@ started and stopped by the tests (also on failure), real `sluice serve` instance
   within a second;
 - starting while Redis is down works.
 """
+import contextlib
 import os
 import re
 import signal
@@ -76,6 +77,21 @@ def start(redis_port, test_clock, time_local, workers=2):
                   extra=["--store", url])
 
 
+@contextlib.contextmanager
+def instances(redis, n=2, extra_policies="", hot_leasing="", query="", **kw):
+    """n `sluice serve` instances sharing `redis` (server time), stopped cleanly after."""
+    url = "redis://127.0.0.1:%d%s" % (redis.port, query)
+    servers = []
+    try:
+        for _ in range(n):
+            servers.append(Server(config_text=config(extra_policies, hot_leasing), test_clock=False,
+                                  extra=["--store", url], **kw))
+        yield servers
+    finally:
+        for srv in servers:
+            assert srv.stop() == 0, srv.output()
+
+
 def check(s, server, key, policy="api"):
     r = s.post(server.http + "/v1/check", json={"policy": policy, "key": key}, timeout=5)
     j = r.json()
@@ -126,11 +142,9 @@ def test_validation_plan_on_redis(redis):
 def hot_key_three_instances(redis, lease, how="url"):
     """`lease` units per slice, set by the store URL (?lease=N) or by the policy's
     `leasing` (how="policy"); 0 = strict. Returns (admitted, metrics of each instance)."""
-    extra = "?lease=%d" % lease if lease and how == "url" else ""
+    query = "?lease=%d" % lease if lease and how == "url" else ""
     hot = "    leasing: { slice: %d, hold: 100ms }\n" % lease if lease and how == "policy" else ""
-    servers = [Server(config_text=config(hot_leasing=hot), test_clock=False, workers=2,
-                      extra=["--store", "redis://127.0.0.1:%d%s" % (redis.port, extra)]) for _ in range(3)]
-    try:
+    with instances(redis, 3, hot_leasing=hot, query=query, workers=2) as servers:
         limit, sent_per = 300, 300
         admitted = [0, 0, 0]
 
@@ -152,9 +166,6 @@ def hot_key_three_instances(redis, lease, how="url"):
                  total - limit, 100.0 * (total - limit) / limit))
         metrics = [requests.get(srv.admin + "/metrics", timeout=5).text for srv in servers]
         return total, metrics
-    finally:
-        for s in servers:
-            assert s.stop() == 0, s.output()
 
 
 def test_resp_pipeline_and_many_connections(redis):
@@ -429,10 +440,7 @@ def remaining_eventually(s, srv, key, want, policy="tokens", within=2.0):
 
 def test_settle_reaches_redis(redis):
     """A reservation settled later is corrected in Redis: another instance sees it."""
-    url = "redis://127.0.0.1:%d" % redis.port
-    a = Server(config_text=config(SETTLE_POLICY), test_clock=False, extra=["--store", url])
-    b = Server(config_text=config(SETTLE_POLICY), test_clock=False, extra=["--store", url])
-    try:
+    with instances(redis, extra_policies=SETTLE_POLICY) as (a, b):
         s = requests.Session()
         j = s.post(a.http + "/v1/check", json={"policy": "tokens", "key": "u"}, timeout=5).json()
         assert j["allowed"] and j["limits"][0]["remaining"] == 900 and j["token"]
@@ -444,9 +452,6 @@ def test_settle_reaches_redis(redis):
         assert j["limits"][0]["remaining"] == 650
         assert s.post(a.http + "/v1/settle", json={"token": j["token"], "actual": 10}, timeout=5).status_code == 200
         assert remaining_eventually(s, b, "u", 740) == 740
-    finally:
-        for srv in (a, b):
-            assert srv.stop() == 0, srv.output()
 
 
 SMALL_POLICY = """
@@ -465,10 +470,7 @@ SMALL_POLICY = """
 def test_sl_reset_clears_the_shared_state(redis):
     """SL.RESET on one instance deletes the key's state in Redis: every instance sees a
     fresh budget, and the over-limit answer cached by the resetting instance is gone."""
-    url = "redis://127.0.0.1:%d" % redis.port
-    a = Server(config_text=config(SMALL_POLICY), test_clock=False, extra=["--store", url])
-    b = Server(config_text=config(SMALL_POLICY), test_clock=False, extra=["--store", url])
-    try:
+    with instances(redis, extra_policies=SMALL_POLICY) as (a, b):
         ra, rb = a.resp(), b.resp()
         got = [as_dict(ra.command("SL.CHECK", "small", "k"))["allowed"] for _ in range(5)]
         assert got == [1, 1, 1, 0, 0], got  # the last one answered from the local cache
@@ -490,9 +492,6 @@ def test_sl_reset_clears_the_shared_state(redis):
         assert as_dict(rb.command("SL.CHECK", "small", "k"))["remaining"] == 0
         ra.close()
         rb.close()
-    finally:
-        for srv in (a, b):
-            assert srv.stop() == 0, srv.output()
 
 
 WINDOW_POLICY = """

@@ -15,6 +15,7 @@ import re
 import signal
 import time
 
+import pytest
 import requests
 
 from conftest import Client, Server
@@ -39,6 +40,19 @@ def start(redis, query="", workers=2):
                   extra=["--store", "redis://127.0.0.1:%d%s" % (redis.port, query)])
 
 
+@pytest.fixture
+def two(redis, pb):
+    """Two instances on one Redis, a gRPC client each: (a, b, client a, client b)."""
+    a, b = start(redis), start(redis)
+    ca, cb = Client(pb, a), Client(pb, b)
+    yield a, b, ca, cb
+    ca.close()
+    cb.close()
+    for s in (a, b):
+        s.stop()
+        s.assert_clean()
+
+
 def metric_sum(srv, name, label_filter=""):
     text = requests.get(srv.admin + "/metrics", timeout=5).text
     total = 0
@@ -48,47 +62,31 @@ def metric_sum(srv, name, label_filter=""):
     return total
 
 
-def test_two_instances_share_one_budget_over_grpc(redis, pb):
-    a, b = start(redis), start(redis)
-    ca, cb = Client(pb, a), Client(pb, b)
-    try:
-        req = ca.request("rl", [[("user", "alice")]])
-        # 150 calls in flight at once, 75 on each instance's connection
-        fs = [c.rls.ShouldRateLimit.future(req, timeout=10) for _ in range(75) for c in (ca, cb)]
-        got = [f.result() for f in fs]
-        codes = [r.overall_code for r in got]
-        assert codes.count(OK) == 60 and codes.count(OVER) == 90, codes.count(OK)
-        # every answer names the limit, and the admitted ones count down to 0 together
-        assert all(r.statuses[0].current_limit.requests_per_unit == 60 for r in got)
-        left = sorted(r.statuses[0].limit_remaining for r in got if r.overall_code == OK)
-        assert left == list(range(60)), left
-        # another identity is untouched by alice's use
-        assert cb.check("rl", [[("user", "bob")]]).overall_code == OK
-        # each call counted once by the instance that answered it
-        calls = metric_sum(a, "sluice_grpc_calls_total") + metric_sum(b, "sluice_grpc_calls_total")
-        decisions = metric_sum(a, "sluice_decisions_total") + metric_sum(b, "sluice_decisions_total")
-        assert calls == 151 and decisions == 151, (calls, decisions)
-    finally:
-        ca.close()
-        cb.close()
-        for s in (a, b):
-            s.stop()
-            s.assert_clean()
+def test_two_instances_share_one_budget_over_grpc(two):
+    a, b, ca, cb = two
+    req = ca.request("rl", [[("user", "alice")]])
+    # 150 calls in flight at once, 75 on each instance's connection
+    fs = [c.rls.ShouldRateLimit.future(req, timeout=10) for _ in range(75) for c in (ca, cb)]
+    got = [f.result() for f in fs]
+    codes = [r.overall_code for r in got]
+    assert codes.count(OK) == 60 and codes.count(OVER) == 90, codes.count(OK)
+    # every answer names the limit, and the admitted ones count down to 0 together
+    assert all(r.statuses[0].current_limit.requests_per_unit == 60 for r in got)
+    left = sorted(r.statuses[0].limit_remaining for r in got if r.overall_code == OK)
+    assert left == list(range(60)), left
+    # another identity is untouched by alice's use
+    assert cb.check("rl", [[("user", "bob")]]).overall_code == OK
+    # each call counted once by the instance that answered it
+    calls = metric_sum(a, "sluice_grpc_calls_total") + metric_sum(b, "sluice_grpc_calls_total")
+    decisions = metric_sum(a, "sluice_decisions_total") + metric_sum(b, "sluice_decisions_total")
+    assert calls == 151 and decisions == 151, (calls, decisions)
 
 
-def test_limit_overrides_are_shared_too(redis, pb):
-    a, b = start(redis), start(redis)
-    ca, cb = Client(pb, a), Client(pb, b)
-    try:
-        d = {"entries": [("user", "carol")], "limit": (5, MINUTE)}
-        codes = [c.check("rl", [d]).overall_code for _ in range(5) for c in (ca, cb)]
-        assert codes.count(OK) == 5 and codes.count(OVER) == 5, codes
-    finally:
-        ca.close()
-        cb.close()
-        for s in (a, b):
-            s.stop()
-            s.assert_clean()
+def test_limit_overrides_are_shared_too(two):
+    _, _, ca, cb = two
+    d = {"entries": [("user", "carol")], "limit": (5, MINUTE)}
+    codes = [c.check("rl", [d]).overall_code for _ in range(5) for c in (ca, cb)]
+    assert codes.count(OK) == 5 and codes.count(OVER) == 5, codes
 
 
 def test_a_call_waiting_for_redis_does_not_block_the_worker(redis, pb):
