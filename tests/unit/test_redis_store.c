@@ -468,26 +468,14 @@ static void test_hot_key_strict_and_lease(void) {
 
 /* A second client on the same Redis, no leasing: what Redis itself holds for `it`. */
 static uint64_t redis_remaining(pair *p, const sluice_item *it) {
-    sl_loop loop;
-    sl_loop_init(&loop);
-    sl_redis_opts o;
-    sl_redis_opts_default(&o);
-    snprintf(o.seeds, sizeof(o.seeds), "127.0.0.1:%d", g_port);
-    o.time_mode = SL_REDIS_TIME_CALLER;
-    o.timeout_ns = 2 * SLUICE_NS_PER_S;
-    o.secret = "test secret";
-    o.secret_len = 11;
-    int err = 0;
-    sl_redis *rd = sl_redis_create(&loop, &o, &err);
+    pair q;
     uint64_t left = UINT64_MAX;
-    for (int i = 0; rd && i < 300 && !sl_redis_ready(rd); i++) sl_redis_run(rd, 5);
     sluice_item peek = *it;
     peek.cost = 0;
     sluice_decision d;
-    if (rd && sl_redis_decide_sync(rd, &peek, 1, sluice_clock_now(p->clk), &d) == SLUICE_OK)
+    if (pair_open(&q, 1) && sl_redis_decide_sync(q.rd, &peek, 1, sluice_clock_now(p->clk), &d) == SLUICE_OK)
         left = d.results[0].remaining;
-    sl_redis_destroy(rd);
-    sl_loop_deinit(&loop);
+    pair_close(&q);
     return left;
 }
 
