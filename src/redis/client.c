@@ -40,7 +40,10 @@
  * what Redis applied after the caller had its answer; beyond it they are forgotten. */
 #define ORPHAN_NS (10 * SLUICE_NS_PER_S)
 #define EXACT_COST_MAX (INT64_C(1) << 40) /* costs and deltas the scripts take */
-#define BIG_STATE (sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX)
+/* Sliding-log states of one call, carved by size from one arena per direction: the same
+ * bound the config checks per decision (src/policy/config.c, LOG_ARENA_BYTES). */
+#define BIG_ARENA (2 * (sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX))
+#define SMALL_STATE 32 /* inline per item; larger states come from the arena */
 /* An EVALSHA of SLUICE_MAX_ITEMS items: every argument is at most a 63-byte key or a
  * 21-byte number plus 8 bytes of RESP framing, the array header 8 more. */
 #define CMD_ARGS (3 + SLUICE_MAX_ITEMS + SL_REDIS_HEAD_ARGS + SLUICE_MAX_ITEMS * SL_REDIS_ITEM_ARGS)
@@ -161,7 +164,7 @@ struct sl_redis {
     int64_t lease_sweep_at;  /* earliest sweep_at of a held lease (0: none) */
     sluice_decision lease_scratch;
     rq scratch; /* submit(): the items being prepared (not in the pool) */
-    _Alignas(8) unsigned char big[2][2][BIG_STATE]; /* sliding-log scratch (decode_group) */
+    _Alignas(8) unsigned char big[2][BIG_ARENA]; /* sliding-log scratch (decode_group) */
     char cmd[CMD_MAX]; /* one EVALSHA being formatted (send_group) */
     unsigned fails;
     int64_t open_until; /* breaker: refusing until then (0 = closed) */
@@ -644,22 +647,22 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
     }
     gr->all_ok = rep->element[0]->integer == 1;
     /* scratch: the state each item decided on (src) and its next state (dst); small
-     * states inline, sliding logs in the client's two big buffers (a group with more
-     * than two logs is refused: reported as an error, like the memory store's arena) */
-    uint64_t small_src[SLUICE_MAX_ITEMS][4], small_dst[SLUICE_MAX_ITEMS][4];
+     * states inline, larger ones (sliding logs) carved from the client's two arenas (more
+     * than the config allows per decision is refused: an error, like the memory store) */
+    uint64_t small_src[SLUICE_MAX_ITEMS][SMALL_STATE / 8], small_dst[SLUICE_MAX_ITEMS][SMALL_STATE / 8];
     void *srcp[SLUICE_MAX_ITEMS], *dstp[SLUICE_MAX_ITEMS];
     bool has[SLUICE_MAX_ITEMS], changed[SLUICE_MAX_ITEMS];
-    int nbig = 0;
+    size_t used = 0;
     for (int k = 0; k < gr->n; k++) {
-        const sl_limit *l = &q->it[gr->idx[k]].lim->lim;
-        if (l->state_size <= sizeof(small_src[0])) {
+        size_t ss = q->it[gr->idx[k]].lim->lim.state_size;
+        if (ss <= SMALL_STATE) {
             srcp[k] = small_src[k], dstp[k] = small_dst[k];
-        } else if (nbig < 2 && l->state_size <= BIG_STATE) {
-            srcp[k] = r->big[nbig][0], dstp[k] = r->big[nbig][1];
-            nbig++;
-        } else {
-            return false;
+            continue;
         }
+        ss = (ss + 7) & ~(size_t)7;
+        if (ss > BIG_ARENA - used) return false;
+        srcp[k] = r->big[0] + used, dstp[k] = r->big[1] + used;
+        used += ss;
     }
     for (int k = 0; k < gr->n; k++) {
         int i = gr->idx[k];

@@ -341,6 +341,14 @@ static void test_equiv_sliding_log(void) {
         mk(SPEC(.algo = SLUICE_SLIDING_LOG, .name = "sl2", .limit = 3, .period_ns = 700 * SLUICE_NS_PER_MS))};
     run_equiv("sliding_log", l, 2, 600, 1, t_seed() + 8);
     for (int i = 0; i < 2; i++) sluice_limiter_destroy(l[i]);
+    /* several logs in one call (one node: every limit of a decision in one script) */
+    sluice_limiter *m[4] = {
+        mk(SPEC(.algo = SLUICE_SLIDING_LOG, .name = "la", .limit = 8, .period_ns = SLUICE_NS_PER_S)),
+        mk(SPEC(.algo = SLUICE_SLIDING_LOG, .name = "lb", .limit = 12, .period_ns = 2 * SLUICE_NS_PER_S)),
+        mk(SPEC(.algo = SLUICE_SLIDING_LOG, .name = "lc", .limit = 5, .period_ns = 700 * SLUICE_NS_PER_MS)),
+        mk(SPEC(.algo = SLUICE_GCRA, .name = "lg", .limit = 10, .period_ns = SLUICE_NS_PER_S))};
+    run_equiv("sliding_log x3 in one call", m, 4, 400, 4, t_seed() + 9);
+    for (int i = 0; i < 4; i++) sluice_limiter_destroy(m[i]);
 }
 
 /* Windows of one rule share a slot (one call, all-or-nothing in the script); other rules
