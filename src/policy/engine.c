@@ -1031,6 +1031,29 @@ static void recompute_retry(const sl_engine *e, sl_verdict *v, const size_t *enf
 /* Records the single-use token id of an admitted verdict that holds something to settle
  * or release, alive until the longest of its windows (a reservation can be settled while
  * the window or period that counted it lasts) and leases. */
+/* Tokens shared between instances (sl_engine_tokens_shared): set once, before workers. */
+static bool g_tokens_shared;
+
+/* How long a token's operation on window w stays valid after the decision: the window or
+ * calendar period (a charge may still come in the next one), the lease, or the time a
+ * bucket takes to refill whole. */
+static int64_t item_life(const e_win *w, bool settle, bool lease) {
+    const sluice_limit_spec *sp = &w->cw->spec;
+    int64_t life = SLUICE_NS_PER_S;
+    if (settle) {
+        if (sp->period_ns > life) life = sp->period_ns;
+        if (w->info.window_s > 0 && w->info.window_s * SLUICE_NS_PER_S > life)
+            life = w->info.window_s * SLUICE_NS_PER_S;
+        uint64_t cap = sluice_limiter_capacity(w->lim);
+        if (sp->limit > 0 && cap > sp->limit) {
+            unsigned __int128 refill = (unsigned __int128)cap * (uint64_t)sp->period_ns / sp->limit;
+            if (refill > (unsigned __int128)life) life = refill > INT64_MAX ? INT64_MAX : (int64_t)refill;
+        }
+    }
+    if (lease && sp->lease_ns > life) life = sp->lease_ns;
+    return life;
+}
+
 static void issue_token(const sl_engine *e, sl_verdict *v, sluice_time now) {
     unsigned pending = 0;
     int64_t life = SLUICE_NS_PER_S;
@@ -1038,23 +1061,33 @@ static void issue_token(const sl_engine *e, sl_verdict *v, sluice_time now) {
         const sl_verdict_item *it = &v->items[i];
         const e_win *w = item_win(it);
         if (it->unlimited || !it->consumed || w->lim == NULL) continue;
-        const sluice_limit_spec *sp = &w->cw->spec;
-        if (it->settle) {
-            pending |= SL_TOK_SETTLE;
-            if (it->result.reset_after_ns > life) life = it->result.reset_after_ns;
-            if (sp->period_ns > life) life = sp->period_ns;
-            /* calendar quotas: a charge may still come in the next period */
-            if (w->info.window_s > 0 && w->info.window_s * SLUICE_NS_PER_S > life)
-                life = w->info.window_s * SLUICE_NS_PER_S;
-        }
-        if (it->result.lease != 0) {
-            pending |= SL_TOK_RELEASE;
-            if (sp->lease_ns > life) life = sp->lease_ns;
-        }
+        if (it->settle) pending |= SL_TOK_SETTLE;
+        if (it->result.lease != 0) pending |= SL_TOK_RELEASE;
+        if (it->settle && it->result.reset_after_ns > life) life = it->result.reset_after_ns;
+        int64_t l = item_life(w, it->settle, it->result.lease != 0);
+        if (l > life) life = l;
     }
     if (pending == 0) return;
+    if (g_tokens_shared) { /* single use is claimed in the shared store */
+        v->token_id = sl__token_id(e->tokens);
+        return;
+    }
     int64_t exp = now.mono_ns > INT64_MAX - life ? INT64_MAX : now.mono_ns + life;
     v->token_id = sl__token_issue(e->tokens, pending, exp, now.mono_ns);
+}
+
+/* The single use of operation `op` of token `id` (decided at `at`, valid for `life`):
+ * this process's table, or, with shared tokens, a claim in the shared store (which may
+ * answer later: SL_REDIS_PENDING-like codes pass through). */
+static int take_token(const sl_engine *e, uint64_t id, unsigned op, sluice_time at, int64_t life,
+                      sluice_time now) {
+    if (!g_tokens_shared || tl_hooks == NULL || tl_hooks->claim == NULL)
+        return sl__token_take(e->tokens, id, op, now.mono_ns) ? SLUICE_OK : SLUICE_ENOTFOUND;
+    /* instances share only the wall clock */
+    int64_t age = now.wall_ns - at.wall_ns;
+    if (age > life) return SLUICE_ENOTFOUND; /* expired */
+    if (age < 0) age = 0;
+    return tl_hooks->claim(tl_hooks->ctx, id, op, life - age + SLUICE_NS_PER_S, now);
 }
 
 static int decide(const sl_engine *e, sl_verdict *v, sluice_time now) {
@@ -1319,6 +1352,17 @@ static bool admitted(const sl_verdict *v) {
     return (v->action == SL_ALLOW || (v->action == SL_DELAY && !v->recheck)) && !v->store_error;
 }
 
+static int64_t verdict_life(const sl_verdict *v) {
+    int64_t life = SLUICE_NS_PER_S;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (it->unlimited || !it->consumed || item_win(it)->lim == NULL) continue;
+        int64_t l = item_life(item_win(it), it->settle, it->result.lease != 0);
+        if (l > life) life = l;
+    }
+    return life;
+}
+
 int sl_engine_release(const sl_engine *e, const sl_verdict *v, sluice_time now) {
     if (e == NULL || v == NULL) return SLUICE_EINVAL;
     if (!admitted(v)) return SLUICE_OK;
@@ -1326,8 +1370,8 @@ int sl_engine_release(const sl_engine *e, const sl_verdict *v, sluice_time now) 
     for (size_t i = 0; i < v->n; i++)
         any |= v->items[i].result.lease != 0 && !v->items[i].unlimited && v->items[i].consumed;
     if (!any) return SLUICE_OK;
-    if (!sl__token_take(e->tokens, v->token_id, SL_TOK_RELEASE, now.mono_ns))
-        return SLUICE_ENOTFOUND; /* released already (or its token was) */
+    int tk = take_token(e, v->token_id, SL_TOK_RELEASE, v->decided_at, verdict_life(v), now);
+    if (tk != SLUICE_OK) return tk; /* released already (or its token was) */
     int first = SLUICE_OK;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
@@ -1346,8 +1390,8 @@ int sl_engine_settle(const sl_engine *e, const sl_verdict *v, uint64_t actual, s
     for (size_t i = 0; i < v->n; i++)
         any |= v->items[i].settle && !v->items[i].unlimited && v->items[i].consumed;
     if (!any) return SLUICE_EINVAL;
-    if (!sl__token_take(e->tokens, v->token_id, SL_TOK_SETTLE, now.mono_ns))
-        return SLUICE_ENOTFOUND; /* settled already (or its token was) */
+    int tk = take_token(e, v->token_id, SL_TOK_SETTLE, v->decided_at, verdict_life(v), now);
+    if (tk != SLUICE_OK) return tk; /* settled already (or its token was) */
     int first = SLUICE_OK;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
@@ -1389,6 +1433,16 @@ static sl_hash_key token_key;
 static int token_key_ok;
 static pthread_once_t token_once = PTHREAD_ONCE_INIT;
 static void token_key_init(void) { token_key_ok = sl_hash_random_key(&token_key) == 0; }
+
+void sl_engine_tokens_shared(const void *secret, size_t len) {
+    pthread_once(&token_once, token_key_init);
+    /* domain-separated from the store's key hashing, which uses the same secret */
+    static const sl_hash_key tokens = {UINT64_C(0x736c75696365746f), UINT64_C(0x6b656e73206b6579)};
+    sl_hash128 h = sl_siphash128(&tokens, secret, len, 2, 4);
+    token_key = (sl_hash_key){h.lo, h.hi};
+    token_key_ok = 1;
+    g_tokens_shared = true;
+}
 
 static sl_hash128 token_mac(const char *p, size_t n) {
     pthread_once(&token_once, token_key_init);
@@ -1497,7 +1551,8 @@ static size_t token_head(const char *t, size_t len, uint64_t *id, sluice_time *a
 /* Authenticates token t and walks its items; with fn NULL only checks them (syntax, every
  * limiter known) and reports in *ops which operations the token holds. */
 static int walk_items(const sl_engine *e, const char *t, size_t len, uint64_t actual,
-                      sluice_time now, token_fn fn, uint64_t *id, unsigned *ops) {
+                      sluice_time now, token_fn fn, uint64_t *id, unsigned *ops, sluice_time *at,
+                      int64_t *life) {
     if (e == NULL || t == NULL || len < 2 + 33 || t[0] != 't' || t[1] != '2') return SLUICE_EINVAL;
     /* authenticate before interpreting anything */
     size_t body = len - 33;
@@ -1516,6 +1571,8 @@ static int walk_items(const sl_engine *e, const char *t, size_t len, uint64_t ac
     sluice_time reserved_at;
     size_t i = token_head(t, len, id, &reserved_at);
     if (i == 0) return SLUICE_EINVAL;
+    if (at != NULL) *at = reserved_at;
+    if (life != NULL) *life = SLUICE_NS_PER_S;
     *ops = 0;
     int first = SLUICE_OK;
     while (i < len) {
@@ -1551,6 +1608,10 @@ static int walk_items(const sl_engine *e, const char *t, size_t len, uint64_t ac
         }
         if (settle) *ops |= SL_TOK_SETTLE;
         if (lease) *ops |= SL_TOK_RELEASE;
+        if (life != NULL && win != NULL) {
+            int64_t l = item_life(win, settle != 0, lease != 0);
+            if (l > *life) *life = l;
+        }
         if (fn == NULL) continue;
         int rc = win ? fn(e, win, key, kl, cost, lease, settle != 0, actual, reserved_at, now)
                      : SLUICE_ENOTFOUND;
@@ -1567,11 +1628,16 @@ static int walk_token(const sl_engine *e, const char *t, size_t len, uint64_t ac
                       sluice_time now, token_fn fn, unsigned op) {
     uint64_t id = 0;
     unsigned ops = 0;
-    int rc = walk_items(e, t, len, actual, now, NULL, &id, &ops);
+    sluice_time at;
+    int64_t life;
+    int rc = walk_items(e, t, len, actual, now, NULL, &id, &ops, &at, &life);
     if (rc != SLUICE_OK) return rc;
     if ((ops & op) == 0) return SLUICE_OK;
-    if (!sl__token_take(e->tokens, id, op, now.mono_ns)) return SLUICE_ENOTFOUND;
-    return walk_items(e, t, len, actual, now, fn, &id, &ops);
+    rc = take_token(e, id, op, at, life, now);
+    if (rc != SLUICE_OK) return rc;
+    /* shared tokens come from any instance: only the wall clocks compare */
+    if (g_tokens_shared) now.mono_ns = now.wall_ns;
+    return walk_items(e, t, len, actual, now, fn, &id, &ops, NULL, NULL);
 }
 
 static int tok_settle(const sl_engine *e, const e_win *w, const unsigned char *key, size_t klen,

@@ -239,6 +239,9 @@ static inline const sl__ewin *sl__item_win(const sl_verdict_item *it) {
 /* A new live id with `pending` operations until `expires` (monotonic ns); 0 when none
  * could be recorded (table bucket full of live ids). */
 uint64_t sl__token_issue(sl_token_table *t, unsigned pending, int64_t expires, int64_t now);
+/* A fresh id, not recorded (tokens shared between instances: their single use is
+ * claimed in the shared store instead). */
+uint64_t sl__token_id(sl_token_table *t);
 /* Operation `op` of `id`, once: false when unknown, expired or already taken. */
 bool sl__token_take(sl_token_table *t, uint64_t id, unsigned op, int64_t now);
 

@@ -290,8 +290,17 @@ typedef struct sl_store_hooks {
                    uint64_t lease, sluice_time now);
     /* forgets the items' state (costs ignored); may be NULL: the memory store's */
     int (*reset)(void *ctx, const sluice_item *items, size_t n, sluice_time now);
+    /* claims operation `op` (SL_TOK_*) of token `id` for ttl_ns in the shared store:
+     * SLUICE_OK the first time anywhere, SLUICE_ENOTFOUND after; used once tokens are
+     * shared (sl_engine_tokens_shared); may be NULL */
+    int (*claim)(void *ctx, uint64_t id, unsigned op, int64_t ttl_ns, sluice_time now);
 } sl_store_hooks;
 void sl_engine_thread_hooks(const sl_store_hooks *h);
+/* Settle/release tokens valid on every instance sharing a store: authenticated with a key
+ * derived from `secret` (the store's key_secret, the same on every instance) instead of a
+ * per-process one, and made single-use by a claim in the shared store (hooks' claim)
+ * instead of this process's table. Call once, before any token is issued. */
+void sl_engine_tokens_shared(const void *secret, size_t len);
 /* sluice_decide through this thread's hooks (for callers outside the engine). */
 int sl_store_decide(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
                     sluice_decision *out);

@@ -82,11 +82,16 @@ static tok_slot *bucket(sl_token_table *t, uint64_t id, tok_shard **sh) {
 /* Why refuse rather than evict when a bucket is full of live ids: evicting would make a
  * legitimate holder's settle fail anyway; refusing leaves the reservation charged and the
  * lease to expire on its own, both of which err on the side of limiting. */
-uint64_t sl__token_issue(sl_token_table *t, unsigned pending, int64_t expires, int64_t now) {
-    if (t == NULL || pending == 0) return 0;
+uint64_t sl__token_id(sl_token_table *t) {
+    if (t == NULL) return 0;
     uint64_t n = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
     sl_hash128 h = sl_siphash128(&t->key, &n, sizeof(n), 2, 4);
-    uint64_t id = h.lo ? h.lo : 1;
+    return h.lo ? h.lo : 1;
+}
+
+uint64_t sl__token_issue(sl_token_table *t, unsigned pending, int64_t expires, int64_t now) {
+    if (t == NULL || pending == 0) return 0;
+    uint64_t id = sl__token_id(t);
     tok_shard *sh;
     tok_slot *b = bucket(t, id, &sh);
     uint64_t got = 0;

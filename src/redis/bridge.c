@@ -405,8 +405,7 @@ static void run_ready(void) {
 /* One store call of the request being handled (tl.cur): its recorded answer when the
  * request is being handled again, else the call goes out and SL_REDIS_PENDING comes back
  * (synchronous outside a request, or when the records are full). */
-static int async_call(sl_redis_worker *w, sl_redis_call_fn fn, const sluice_item *items, size_t n,
-                      sluice_time now, sluice_decision *out) {
+static int async_call(sl_redis_worker *w, const sl_redis_args *args, sluice_time now, sluice_decision *out) {
     if (w == NULL) return SLUICE_ESTORE;
     if (tl.cur == NULL) goto sync;
     arec *a = tl.cur_rec;
@@ -424,7 +423,7 @@ static int async_call(sl_redis_worker *w, sl_redis_call_fn fn, const sluice_item
     if (k >= AREC_CALLS) goto sync;
     a->waiting = true;
     tl.issuing = true;
-    int rc = fn(w->r, items, n, shared_time(now), async_cb, a);
+    int rc = sl_redis_issue(w->r, args, shared_time(now), async_cb, a);
     tl.issuing = false;
     if (rc != SLUICE_OK) {
         a->waiting = false;
@@ -437,15 +436,25 @@ static int async_call(sl_redis_worker *w, sl_redis_call_fn fn, const sluice_item
     return SL_REDIS_PENDING;
 sync:
     sl_loop_poll(&w->loop, 0);
-    return sl_redis_wait(w->r, fn, items, n, shared_time(now), out);
+    return sl_redis_wait(w->r, sl_redis_issue, args, shared_time(now), out);
 }
 
 int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, sluice_time now,
                                  sluice_decision *out) {
-    return async_call(ctx, sl_redis_decide, items, n, now, out);
+    sl_redis_args a = {.op = 'd', .items = items, .n = n};
+    return async_call(ctx, &a, now, out);
 }
 
 int sl_redis_bridge_reset_async(void *ctx, const sluice_item *items, size_t n, sluice_time now) {
     sluice_decision d;
-    return async_call(ctx, sl_redis_reset, items, n, now, &d);
+    sl_redis_args a = {.op = 'x', .items = items, .n = n};
+    return async_call(ctx, &a, now, &d);
+}
+
+int sl_redis_bridge_claim_async(void *ctx, uint64_t id, unsigned bit, int64_t ttl_ns, sluice_time now) {
+    sluice_decision d;
+    sl_redis_args a = {.op = 'c', .id = id, .bit = bit, .ttl_ns = ttl_ns};
+    int rc = async_call(ctx, &a, now, &d);
+    if (rc != SLUICE_OK) return rc;
+    return d.results[0].allowed ? SLUICE_OK : SLUICE_ENOTFOUND;
 }

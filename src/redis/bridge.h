@@ -63,6 +63,9 @@ bool sl_redis_bridge_pending(void);
 int sl_redis_bridge_decide_async(void *ctx, const sluice_item *items, size_t n, sluice_time now,
                                  sluice_decision *out);
 int sl_redis_bridge_reset_async(void *ctx, const sluice_item *items, size_t n, sluice_time now);
+/* Claims operation `bit` of token `id` in Redis: SLUICE_OK the first time anywhere,
+ * SLUICE_ENOTFOUND after, SL_REDIS_PENDING while the answer is on its way. */
+int sl_redis_bridge_claim_async(void *ctx, uint64_t id, unsigned bit, int64_t ttl_ns, sluice_time now);
 
 /* Every worker's client connected with its breaker closed (true when not Redis). */
 bool sl_redis_bridge_ready(void);

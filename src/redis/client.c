@@ -97,7 +97,7 @@ typedef struct rq_group {
 typedef struct rq {
     uint32_t gen;
     bool busy;
-    char op; /* 'd' decide, 's' settle, 'l' release, 'x' reset */
+    char op; /* 'd' decide, 's' settle, 'l' release, 'x' reset, 'c' claim (no limiter) */
     uint8_t n, ngroups, pending;
     rq_item it[SLUICE_MAX_ITEMS];
     rq_group g[SLUICE_MAX_ITEMS];
@@ -617,7 +617,7 @@ static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking
     p = put_bulk_i(p, r->o.expiry_slack_ms);
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
-        p = put_bulk_i(p, it->lim->spec.algo);
+        p = put_bulk_i(p, it->lim != NULL ? it->lim->spec.algo : 0);
         p = put_bulk_i(p, it->cost);
         for (int j = 0; j < 4; j++) p = put_bulk_i(p, it->p[j]);
     }
@@ -646,6 +646,11 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
         q->got_time = true;
     }
     gr->all_ok = rep->element[0]->integer == 1;
+    if (q->op == 'c') { /* a claim: no state, no limiter */
+        memset(&q->dec.results[0], 0, sizeof(q->dec.results[0]));
+        q->dec.results[0].allowed = gr->all_ok;
+        return true;
+    }
     /* scratch: the state each item decided on (src) and its next state (dst); small
      * states inline, larger ones (sliding logs) carved from the client's two arenas (more
      * than the config allows per decision is refused: an error, like the memory store) */
@@ -1528,6 +1533,47 @@ int sl_redis_reset(sl_redis *r, const sluice_item *items, size_t n, sluice_time 
     return submit(r, 'x', items, n, now, cb, ud, 0);
 }
 
+int sl_redis_claim(sl_redis *r, uint64_t id, unsigned op, int64_t ttl_ns, sluice_time now, sl_redis_cb cb,
+                   void *ud) {
+    if (r == NULL || id == 0 || ttl_ns <= 0) return SLUICE_EINVAL;
+    if (!breaker_allows(r)) {
+        inc(&r->st.breaker_open);
+        if (cb) cb(ud, SLUICE_ESTORE, NULL);
+        return SLUICE_OK;
+    }
+    rq *q = rq_get(r);
+    if (q == NULL) {
+        inc(&r->st.pool_full);
+        if (cb) cb(ud, SLUICE_ESTORE, NULL);
+        return SLUICE_OK;
+    }
+    q->op = 'c';
+    q->cb = cb;
+    q->ud = ud;
+    q->n = 1;
+    q->now = now;
+    q->dec.n = 1;
+    q->dec.allowed = 0;
+    q->dec.deciding = 0;
+    rq_item *it = &q->it[0];
+    memset(it, 0, sizeof(*it));
+    /* "sl:{t<id>}:<op>": its own slot; the hash tag keeps the name cluster-safe */
+    static const char hex[16] = "0123456789abcdef";
+    char *p = it->key;
+    memcpy(p, "sl:{t", 5), p += 5;
+    for (int i = 60; i >= 0; i -= 4) *p++ = hex[(id >> i) & 0xF];
+    memcpy(p, "}:", 2), p += 2;
+    p = sl_redis_put_u64(p, op);
+    it->klen = (uint8_t)(p - it->key);
+    it->slot = (uint16_t)sl_redis_keyslot(it->key, it->klen);
+    int64_t ms = (ttl_ns + SLUICE_NS_PER_MS - 1) / SLUICE_NS_PER_MS;
+    it->cost = ms > EXACT_COST_MAX ? EXACT_COST_MAX : ms;
+    it->want = it->cost;
+    regroup(r, q);
+    launch(r, q);
+    return SLUICE_OK;
+}
+
 int sl_redis_release(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
                      uint64_t lease, sluice_time now, sl_redis_cb cb, void *ud) {
     if (lim == NULL || lim->spec.algo != SLUICE_CONCURRENCY) return SLUICE_EINVAL;
@@ -1550,13 +1596,24 @@ static void sync_cb(void *ud, int rc, const sluice_decision *d) {
 
 int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
                          sluice_decision *out) {
-    return sl_redis_wait(r, sl_redis_decide, items, n, now, out);
+    sl_redis_args a = {.op = 'd', .items = items, .n = n};
+    return sl_redis_wait(r, sl_redis_issue, &a, now, out);
 }
 
-int sl_redis_wait(sl_redis *r, sl_redis_call_fn fn, const sluice_item *items, size_t n,
-                  sluice_time now, sluice_decision *out) {
+int sl_redis_issue(sl_redis *r, const void *args, sluice_time now, sl_redis_cb cb, void *ud) {
+    const sl_redis_args *a = args;
+    switch (a->op) {
+    case 'd': return sl_redis_decide(r, a->items, a->n, now, cb, ud);
+    case 'x': return sl_redis_reset(r, a->items, a->n, now, cb, ud);
+    case 'c': return sl_redis_claim(r, a->id, a->bit, a->ttl_ns, now, cb, ud);
+    default: return SLUICE_EINVAL;
+    }
+}
+
+int sl_redis_wait(sl_redis *r, sl_redis_issue_fn issue, const void *arg, sluice_time now,
+                  sluice_decision *out) {
     sync_wait w = {false, SLUICE_OK, out};
-    int rc = fn(r, items, n, now, sync_cb, &w);
+    int rc = issue(r, arg, now, sync_cb, &w);
     if (rc != SLUICE_OK) return rc;
     sl_redis_flush(r);
     int64_t until = mono_now() + 2 * r->o.timeout_ns + 50 * SLUICE_NS_PER_MS;

@@ -181,6 +181,11 @@ int sl_redis_settle(sl_redis *r, const sluice_limiter *lim, const void *key, siz
                     int64_t delta, sluice_time now, sl_redis_cb cb, void *ud);
 int sl_redis_release(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
                      uint64_t lease, sluice_time now, sl_redis_cb cb, void *ud);
+/* Claims operation `op` (a bit) of settle/release token `id` for `ttl_ns`: the callback's
+ * d->results[0].allowed is 1 for the first claim anywhere, 0 when it was claimed already
+ * (by any instance sharing this Redis). */
+int sl_redis_claim(sl_redis *r, uint64_t id, unsigned op, int64_t ttl_ns, sluice_time now, sl_redis_cb cb,
+                   void *ud);
 /* Deletes the state of every item (limiter and key; costs ignored): SL.RESET. This
  * process's over-limit caches and this client's slices of those keys are dropped; other
  * instances may answer from theirs until the retry time they cached. */
@@ -194,12 +199,22 @@ void sl_redis_flush(sl_redis *r);
 /* For tests and tools: decide and run the loop until the answer (or 2 s) arrives. */
 int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
                          sluice_decision *out);
-/* The same for any call of that shape (sl_redis_decide, sl_redis_reset): the answer or,
- * after twice the timeout, SLUICE_ESTORE. */
-typedef int (*sl_redis_call_fn)(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
-                                sl_redis_cb cb, void *ud);
-int sl_redis_wait(sl_redis *r, sl_redis_call_fn fn, const sluice_item *items, size_t n,
-                  sluice_time now, sluice_decision *out);
+/* The same for any call: `issue` starts it (arguments in `arg`, answer to cb/ud); the
+ * answer, or after twice the timeout SLUICE_ESTORE. */
+typedef int (*sl_redis_issue_fn)(sl_redis *r, const void *arg, sluice_time now, sl_redis_cb cb, void *ud);
+int sl_redis_wait(sl_redis *r, sl_redis_issue_fn issue, const void *arg, sluice_time now,
+                  sluice_decision *out);
+/* The arguments of the calls above, for sl_redis_issue: items (decide 'd', reset 'x') or
+ * a token claim ('c'). */
+typedef struct sl_redis_args {
+    char op;
+    const sluice_item *items;
+    size_t n;
+    uint64_t id;    /* claim */
+    unsigned bit;   /* claim */
+    int64_t ttl_ns; /* claim */
+} sl_redis_args;
+int sl_redis_issue(sl_redis *r, const void *args, sluice_time now, sl_redis_cb cb, void *ud);
 /* Runs the loop for up to `ms` milliseconds (tests: let connections settle). */
 void sl_redis_run(sl_redis *r, int ms);
 

@@ -406,6 +406,7 @@ static void handle_token(http_ctx *x, int settle) {
     int rc = settle ? sl_engine_settle_token(w->gen->engine, tok, tl, actual, now)
                     : sl_engine_release_token(w->gen->engine, tok, tl, now);
     json_decref(j);
+    if (sl_redis_bridge_pending()) return; /* the token's claim is on its way: handled again */
     if (rc == 0) {
         const char *b = settle ? "{\"settled\":true}" : "{\"released\":true}";
         reply_json(x, 200, NULL, b, strlen(b));

@@ -222,6 +222,7 @@ static void cmd_token(resp_ctx *x, int settle) {
     sluice_time now = sl_worker_now(w);
     int rc = settle ? sl_engine_settle_token(w->gen->engine, cmd->argv[1], cmd->argl[1], (uint64_t)actual, now)
                     : sl_engine_release_token(w->gen->engine, cmd->argv[1], cmd->argl[1], now);
+    if (sl_redis_bridge_pending()) return; /* the token's claim is on its way: handled again */
     if (rc == 0)
         sl_resp_simple(&x->wb, "OK");
     else if (rc == SLUICE_ENOTFOUND)

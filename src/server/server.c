@@ -331,7 +331,7 @@ static void *worker_main(void *arg) {
     /* Redis store: this worker's client; the engine's store calls go through it */
     sl_redis_worker *rw = sl_redis_bridge_worker_start(w->id, &w->loop);
     sl_store_hooks hooks = {rw, sl_redis_bridge_decide_async, sl_redis_bridge_settle, sl_redis_bridge_release,
-                            sl_redis_bridge_reset_async};
+                            sl_redis_bridge_reset_async, sl_redis_bridge_claim_async};
     sl_redis_bridge_set_resume(sl_conn_resume);
     if (sl_redis_bridge_enabled()) sl_engine_thread_hooks(&hooks);
     for (;;) {
@@ -426,7 +426,10 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
             return -1;
         if (sl_redis_bridge_default_secret())
             fprintf(stderr, "sluice serve: warning: no store.key_secret: Redis keys use the documented "
-                            "default secret (set one shared by every instance)\n");
+                            "default secret, and settle/release tokens are valid only on the instance "
+                            "that issued them (set one secret shared by every instance)\n");
+        else /* tokens any instance can verify, single use claimed in Redis */
+            sl_engine_tokens_shared(st->store.redis_key_secret, strlen(st->store.redis_key_secret));
         fprintf(stderr, "sluice serve: redis store %s\n", sl_redis_bridge_seeds());
         /* the memory store still holds the limiter registry; decisions go to Redis */
         int e = 0;

@@ -554,3 +554,54 @@ def test_clients_leave_while_answers_arrive(redis):
         c.close()
     finally:
         assert srv.stop() == 0, srv.output()
+
+
+def test_tokens_settle_on_any_instance_once(redis):
+    """With a key_secret shared by the instances, a settle or release token from one
+    instance is accepted by any other, and once only across all of them (claimed in
+    Redis); without one, tokens stay with the instance that issued them."""
+    extra = SETTLE_POLICY + """
+  - name: slots
+    objective: protection
+    match: { path_prefix: /slots/ }
+    key: [header.x-tenant]
+    on_missing_key: skip
+    algorithm: concurrency
+    limits:
+      - { max: 2, lease: 30s }
+"""
+    text = config(extra).replace("store:\n  type: memory\n", "store:\n  type: redis\n  addr: 127.0.0.1:%d\n"
+                                 "  key_secret: shared-by-all\n" % redis.port)
+    a = Server(config_text=text, test_clock=False)
+    b = Server(config_text=text, test_clock=False)
+    try:
+        s = requests.Session()
+        j = s.post(a.http + "/v1/check", json={"policy": "tokens", "key": "t"}, timeout=5).json()
+        assert j["allowed"] and j["token"]
+        r = s.post(b.http + "/v1/settle", json={"token": j["token"], "actual": 40}, timeout=5)
+        assert r.status_code == 200, r.text
+        for srv in (a, b):  # a replay, on either instance, is refused
+            r = s.post(srv.http + "/v1/settle", json={"token": j["token"], "actual": 0}, timeout=5)
+            assert r.status_code == 404, r.text
+        assert remaining_eventually(s, a, "t", 960) == 960
+        # a concurrency slot acquired on one instance, released on the other (RESP)
+        ra, rb = a.resp(), b.resp()
+        held = [as_dict(ra.command("SL.ACQUIRE", "slots", "ten")) for _ in range(2)]
+        assert all(h["allowed"] == 1 for h in held)
+        assert as_dict(rb.command("SL.ACQUIRE", "slots", "ten"))["allowed"] == 0
+        assert rb.command("SL.RELEASE", held[0]["token"]) == "OK"
+        assert ra.command("SL.RELEASE", held[0]["token"]).startswith("ERR token already used")
+        assert as_dict(rb.command("SL.ACQUIRE", "slots", "ten"))["allowed"] == 1
+        ra.close()
+        rb.close()
+        m = requests.get(a.admin + "/metrics", timeout=5).text
+        assert 'sluice_redis_events_total{event="mismatches"} 0' in m
+    finally:
+        for srv in (a, b):
+            assert srv.stop() == 0, srv.output()
+    # the default secret: a token is the issuing instance's own
+    with instances(redis, extra_policies=SETTLE_POLICY) as (c, d):
+        s = requests.Session()
+        j = s.post(c.http + "/v1/check", json={"policy": "tokens", "key": "t2"}, timeout=5).json()
+        assert s.post(d.http + "/v1/settle", json={"token": j["token"], "actual": 1}, timeout=5).status_code == 400
+        assert s.post(c.http + "/v1/settle", json={"token": j["token"], "actual": 1}, timeout=5).status_code == 200

@@ -3,7 +3,8 @@
 --   items see the earlier ones' new state, as in the memory store).
 -- ARGV[1] op: 'd' decide (check all, then write all only if all admit), 's' settle
 --   (cost = signed delta, always written), 'l' release (concurrency), 'x' reset (the
---   keys are deleted: SL.RESET).
+--   keys are deleted: SL.RESET), 'c' claim (KEYS[1] is a settle/release token's claim,
+--   set if absent for item 1's cost in ms: the token's single use across instances).
 -- ARGV[2] time: 'r' = redis.call('TIME') (needs effects replication, the default since
 --   Redis 5), 'c' = the caller's ARGV[3..6]: mono_s mono_n wall_s wall_n.
 -- ARGV[7] extra ms of expiry beyond the moment a key is back to fresh.
@@ -23,6 +24,10 @@ else
 end
 local slack = tonumber(ARGV[7])
 local n = #KEYS
+if op == 'c' then
+  local ok = redis.call('SET', KEYS[1], '1', 'NX', 'PX', tonumber(ARGV[9])) and 1 or 0
+  return {ok, now.ms, now.mn, ok, ''}
+end
 if op == 'x' then
   local out = {1, now.ms, now.mn}
   for i = 1, n do
