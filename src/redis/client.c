@@ -383,6 +383,7 @@ static void node_connect(sl_redis_node *nd) {
         node_down(nd);
         return;
     }
+    sl_redis_reader_guard(ac->c.reader);
     nd->ac = ac;
     ac->data = nd;
     ac->ev.data = nd;

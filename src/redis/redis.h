@@ -45,6 +45,12 @@ typedef struct sl_redis_range {
 int sl_redis_parse_topology(const struct redisReply *rep, bool shards, sl_redis_range *out,
                             int cap);
 
+/* Makes a hiredis reader refuse arrays of more than SL_REDIS_MAX_ELEMENTS (its read
+ * then fails) instead of allocating what the peer announces. Every reader gets it. */
+#define SL_REDIS_MAX_ELEMENTS (1 << 20)
+struct redisReader;
+void sl_redis_reader_guard(struct redisReader *rd);
+
 /* Parses "MOVED 3999 host:port" / "ASK 3999 host:port" (error reply text). Returns 1 for
  * MOVED, 2 for ASK, 0 for anything else; host "" means the same host. */
 int sl_redis_parse_redirect(const char *s, size_t len, unsigned *slot, char *host,

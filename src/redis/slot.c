@@ -4,6 +4,7 @@
  * bytes and hiredis reply trees: no I/O, no allocation, never trusts the shape of a reply.
  */
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,6 +67,36 @@ unsigned sl_redis_keyslot(const void *key, size_t len) {
             return sl_redis_crc16(k + from, (size_t)(close - (k + from))) & 0x3FFF;
     }
     return sl_redis_crc16(k, len) & 0x3FFF;
+}
+
+/* ---- reader guard -------------------------------------------------------------------
+ * hiredis 0.14 allocates an array's element table as soon as it reads the header, so a
+ * broken or hostile peer announcing "*2000000000" would make us allocate gigabytes. The
+ * guard refuses arrays above SL_REDIS_MAX_ELEMENTS: the reader fails (the connection is
+ * dropped and reopened, its decisions fail as store errors) instead. The largest reply we
+ * read legitimately is a topology of 16384 slot ranges. */
+static redisReplyObjectFunctions guarded_fns;
+static void *(*default_create_array)(const redisReadTask *, int);
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+static const redisReplyObjectFunctions *guard_from;
+
+static void *guarded_array(const redisReadTask *t, int n) {
+    if (n < 0 || n > SL_REDIS_MAX_ELEMENTS) return NULL; /* the reader reports an error */
+    return default_create_array(t, n);
+}
+
+static void guard_init(void) {
+    guarded_fns = *guard_from;
+    default_create_array = guard_from->createArray;
+    guarded_fns.createArray = guarded_array;
+}
+
+void sl_redis_reader_guard(redisReader *rd) {
+    if (rd == NULL || rd->fn == NULL) return;
+    if (rd->fn == &guarded_fns) return;
+    guard_from = rd->fn;
+    pthread_once(&guard_once, guard_init);
+    if (default_create_array != NULL) rd->fn = &guarded_fns;
 }
 
 static bool is_str(const redisReply *r) {

@@ -52,6 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     redisReader *rd = redisReaderCreate();
     if (rd == NULL) return 0;
+    sl_redis_reader_guard(rd); /* as every client connection's reader */
     if (redisReaderFeed(rd, (const char *)data + 1, size - 1) == REDIS_OK) {
         for (int k = 0; k < 16; k++) {
             void *rep = NULL;
