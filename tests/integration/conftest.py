@@ -196,32 +196,52 @@ class Server:
             with open(config_path, "w") as f:
                 f.write(config_text if config_text is not None else TEST_CONFIG)
         self.config_path = config_path
-        self.http_port, self.resp_port, self.admin_port = free_port(), free_port(), free_port()
-        self.grpc_port = free_port()
-        args = [BIN, "serve", "-c", config_path,
-                "--http", "127.0.0.1:%d" % self.http_port,
-                "--resp", "127.0.0.1:%d" % self.resp_port,
-                "--admin", "127.0.0.1:%d" % self.admin_port,
-                "--grpc", "127.0.0.1:%d" % self.grpc_port,
-                "--workers", str(workers)]
-        if test_clock:
-            args.append("--test-clock")
-        args += list(extra)
         assert os.access(BIN, os.X_OK), "SLUICE_BIN=%s is not an executable (build first)" % BIN
         self.log_path = os.path.join(self.dir, "server.log")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(args, cwd=self.dir, stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=preexec_fn)
-        try:
-            for p in (self.http_port, self.resp_port, self.admin_port, self.grpc_port):
-                wait_port(p)
-        except AssertionError:
+        # A free port can be taken by another test between free_port() and the server's
+        # bind (ctest runs test files in parallel): then the server says so and exits, and
+        # it is started again on other ports (a bounded number of times).
+        for attempt in range(5):
+            self.http_port, self.resp_port, self.admin_port = free_port(), free_port(), free_port()
+            self.grpc_port = free_port()
+            args = [BIN, "serve", "-c", config_path,
+                    "--http", "127.0.0.1:%d" % self.http_port,
+                    "--resp", "127.0.0.1:%d" % self.resp_port,
+                    "--admin", "127.0.0.1:%d" % self.admin_port,
+                    "--grpc", "127.0.0.1:%d" % self.grpc_port,
+                    "--workers", str(workers)]
+            if test_clock:
+                args.append("--test-clock")
+            args += list(extra)
+            self.log = open(self.log_path, "w")
+            self.proc = subprocess.Popen(args, cwd=self.dir, stdout=self.log, stderr=subprocess.STDOUT,
+                                         preexec_fn=preexec_fn)
+            if self._await_ports():
+                break
             out = self.output()
             self.stop()
+            if "address already in use" in out and attempt < 4:
+                continue
             raise AssertionError("server did not start: " + out)
         self.http = "http://127.0.0.1:%d" % self.http_port
         self.admin = "http://127.0.0.1:%d" % self.admin_port
         self.grpc = "127.0.0.1:%d" % self.grpc_port  # host:port, as grpc channels take it
+
+    def _await_ports(self, timeout=10.0):
+        """True once every listener accepts, while this server runs; False if it exits."""
+        deadline = time.time() + timeout
+        for p in (self.http_port, self.resp_port, self.admin_port, self.grpc_port):
+            while True:
+                if self.proc.poll() is not None:
+                    return False
+                try:
+                    with socket.create_connection(("127.0.0.1", p), timeout=0.2):
+                        break
+                except OSError:
+                    if time.time() > deadline:
+                        return False
+                    time.sleep(0.05)
+        return self.proc.poll() is None
 
     def output(self):
         self.log.flush()
@@ -295,26 +315,32 @@ def make_server():
 
 class Redis:
     def __init__(self, port=None):
-        self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
         self.proc = None
-        self.start()
+        # a port taken by another test in the meantime: try another (when ours to pick)
+        for attempt in range(5):
+            self.port = port or free_port()
+            if self.start(raise_on_failure=port is not None or attempt == 4):
+                break
 
-    def start(self):
+    def start(self, raise_on_failure=True):
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no"], cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 10
-        while time.time() < deadline:
+        while time.time() < deadline and self.proc.poll() is None:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
                     if s.recv(16).startswith(b"+PONG"):
-                        return
+                        return True
             except OSError:
                 pass
             time.sleep(0.02)
-        raise AssertionError("redis-server did not start")
+        self.kill()
+        if raise_on_failure:
+            raise AssertionError("redis-server did not start on port %d" % self.port)
+        return False
 
     def kill(self):
         if self.proc and self.proc.poll() is None:
