@@ -1,12 +1,13 @@
 /*
  * bridge.c -- the Redis store as the server's workers use it: one client per worker
- * thread on a private sl_loop, answered synchronously within the decision timeout (the
- * policy engine's store calls are synchronous), plus the server-wide pieces: the
- * settings (URL, timeout, secret, time mode), readiness over every worker's client and
+ * thread on a private sl_loop (which the worker's loop watches), the policy engine's
+ * store hooks (decide, settle, release, reset, token claims), and the server-wide pieces:
+ * the settings (URL, timeout, secret, time mode), readiness over every worker's client and
  * the degraded-decision counters for /metrics.
- * Trade-off: a worker waits for its own round trip (~0.1 ms on loopback, at most the
- * timeout), so decisions of different connections on one worker are not pipelined
- * together on this path; sl_redis_decide (client.c) is the asynchronous form.
+ * Requests handled inside enter/leave (HTTP, RESP, gRPC calls) never wait: their store
+ * call goes out and they are handled again when it is answered (see the end of this
+ * file). Outside a request (or with every record in use) a call waits for its answer,
+ * bounded by the timeout. Settles and releases are sent and not waited for.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -183,8 +184,6 @@ int sl_redis_bridge_decide(void *ctx, const sluice_item *items, size_t n, sluice
     sl_loop_poll(&w->loop, 0);
     return sl_redis_decide_sync(w->r, items, n, shared_time(now), out);
 }
-
-
 
 int sl_redis_bridge_settle(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
                            uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out) {

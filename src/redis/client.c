@@ -494,7 +494,7 @@ static bool cacheable(sluice_algo a) {
 
 /* Bumped by every reset (SL.RESET) in this process: the over-limit answers every client
  * cached before it are void (a reset is rare; the caches refill with the next rejection).
- * Other instances keep theirs until the retry time they cached. */
+ * Other instances trust theirs for at most cache_max_ns. */
 static _Atomic uint64_t g_cache_epoch;
 
 static cache_ent *cache_get(sl_redis *r, uint64_t fp) {
