@@ -1408,6 +1408,27 @@ static bool answer_locally(sl_redis *r, const sluice_item *items, size_t n, cons
     return true;
 }
 
+/* A pooled request for a call of `op` that may go to Redis now, or NULL when it may not
+ * (the breaker is open, or max_pending calls are in flight): then the callback has
+ * already been told (SLUICE_ESTORE) and the degraded call counted. */
+static rq *rq_start(sl_redis *r, char op, sl_redis_cb cb, void *ud) {
+    if (!breaker_allows(r)) {
+        inc(&r->st.breaker_open);
+        if (cb) cb(ud, SLUICE_ESTORE, NULL);
+        return NULL;
+    }
+    rq *q = rq_get(r);
+    if (q == NULL) {
+        inc(&r->st.pool_full);
+        if (cb) cb(ud, SLUICE_ESTORE, NULL);
+        return NULL;
+    }
+    q->op = op;
+    q->cb = cb;
+    q->ud = ud;
+    return q;
+}
+
 /* Copies what build() prepared in the scratch request into a pooled one. */
 static void rq_take_built(rq *q, const rq *b) {
     q->n = b->n;
@@ -1437,20 +1458,8 @@ static int submit(sl_redis *r, char op, const sluice_item *items, size_t n, slui
         }
     }
     if (rc != SLUICE_OK) return rc;
-    if (!breaker_allows(r)) {
-        inc(&r->st.breaker_open);
-        if (cb) cb(ud, SLUICE_ESTORE, NULL);
-        return SLUICE_OK;
-    }
-    rq *q = rq_get(r);
-    if (q == NULL) {
-        inc(&r->st.pool_full);
-        if (cb) cb(ud, SLUICE_ESTORE, NULL);
-        return SLUICE_OK;
-    }
-    q->op = op;
-    q->cb = cb;
-    q->ud = ud;
+    rq *q = rq_start(r, op, cb, ud);
+    if (q == NULL) return SLUICE_OK;
     rq_take_built(q, b);
     if (op == 'd' && lease_plan(r, q)) {
         /* every item spent from a held slice: admitted here, no round trip */
@@ -1489,20 +1498,8 @@ int sl_redis_settle(sl_redis *r, const sluice_limiter *lim, const void *key, siz
     sluice_item it = {lim, key, key_len, 0};
     /* build() copies cost from the item; a signed delta is patched in after */
     if (r == NULL || lim == NULL) return SLUICE_EINVAL;
-    if (!breaker_allows(r)) {
-        inc(&r->st.breaker_open);
-        if (cb) cb(ud, SLUICE_ESTORE, NULL);
-        return SLUICE_OK;
-    }
-    rq *q = rq_get(r);
-    if (q == NULL) {
-        inc(&r->st.pool_full);
-        if (cb) cb(ud, SLUICE_ESTORE, NULL);
-        return SLUICE_OK;
-    }
-    q->op = 's';
-    q->cb = cb;
-    q->ud = ud;
+    rq *q = rq_start(r, 's', cb, ud);
+    if (q == NULL) return SLUICE_OK;
     int rc = build(r, q, &it, 1, now);
     if (rc != SLUICE_OK) {
         rq_put(r, q);
@@ -1537,20 +1534,8 @@ int sl_redis_reset(sl_redis *r, const sluice_item *items, size_t n, sluice_time 
 int sl_redis_claim(sl_redis *r, uint64_t id, unsigned op, int64_t ttl_ns, sluice_time now, sl_redis_cb cb,
                    void *ud) {
     if (r == NULL || id == 0 || ttl_ns <= 0) return SLUICE_EINVAL;
-    if (!breaker_allows(r)) {
-        inc(&r->st.breaker_open);
-        if (cb) cb(ud, SLUICE_ESTORE, NULL);
-        return SLUICE_OK;
-    }
-    rq *q = rq_get(r);
-    if (q == NULL) {
-        inc(&r->st.pool_full);
-        if (cb) cb(ud, SLUICE_ESTORE, NULL);
-        return SLUICE_OK;
-    }
-    q->op = 'c';
-    q->cb = cb;
-    q->ud = ud;
+    rq *q = rq_start(r, 'c', cb, ud);
+    if (q == NULL) return SLUICE_OK;
     q->n = 1;
     q->now = now;
     q->dec.n = 1;
