@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "redis/redis.h"
-#include "server/loop.h"
+#include "core/loop.h"
 #include "sluice.h"
 
 static long done_ok, done_err, outstanding;

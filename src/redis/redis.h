@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "core/hash.h"
-#include "server/loop.h"
+#include "core/loop.h"
 #include "sluice.h"
 
 struct redisReply;

@@ -17,7 +17,7 @@
 #include "policy/policy.h"
 #include "proto/http1.h"
 #include "proto/resp.h"
-#include "server/loop.h"
+#include "core/loop.h"
 #include "sluice.h"
 
 /* ---- options (flags over config file settings) ---- */

@@ -9,7 +9,7 @@
 
 #include "redis/redis.h"
 #include "redis_t.h"
-#include "server/loop.h"
+#include "core/loop.h"
 #include "sluice.h"
 #include "t.h"
 

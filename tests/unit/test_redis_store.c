@@ -12,7 +12,7 @@
 #include "engine/limiter.h"
 #include "redis/redis.h"
 #include "redis_t.h"
-#include "server/loop.h"
+#include "core/loop.h"
 #include "sluice.h"
 #include "t.h"
 

@@ -4,7 +4,7 @@
  * connection, disarming removes it), checked against a brute-force model on random
  * operations; and CL.THROTTLE's rounding of durations to seconds (redis-cell's rule).
  */
-#include "server/loop.h"
+#include "core/loop.h"
 #include "server/server.h"
 #include "t.h"
 

@@ -3,7 +3,7 @@
  * that stops early (output backpressure, a batch limit) is simply called again, so no
  * readiness is ever lost; the cost is one extra epoll_ctl when interest changes.
  */
-#include "server/loop.h"
+#include "core/loop.h"
 
 #include <errno.h>
 #include <sys/epoll.h>
