@@ -18,7 +18,7 @@
 
 static long done_ok, done_err, outstanding;
 
-static void cb(void *ud, int rc, const sluice_decision *d) {
+static void cb(void *ud, int rc, const sl_sresult *d) {
     (void)ud;
     (void)d;
     outstanding--;
@@ -72,10 +72,10 @@ int main(int argc, char **argv) {
     while (now_s() < end) {
         while (outstanding < inflight) {
             const char *k = reject ? keys[0] : keys[issued % 10000];
-            sluice_item it = {lim, k, strlen(k), 1};
+            sl_sitem it = {.lim = lim, .key = k, .key_len = strlen(k), .cost = 1};
             outstanding++;
             issued++;
-            sl_redis_decide(r, &it, 1, sluice_clock_now(clk), cb, NULL);
+            sl_redis_decide(r, &it, 1, 0, sluice_clock_now(clk), cb, NULL);
         }
         sl_redis_flush(r);
         sl_loop_poll(&loop, 1);

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "policy/policy.h"
+#include "engine/engine.h"
 
 static int usage(FILE *f) {
     fprintf(f, "usage: sluice config check FILE\n"

@@ -1,523 +1,436 @@
 /*
- * decide.c -- decisions over the memory store: all-or-nothing across up to
- * SLUICE_MAX_ITEMS limits (check every limit into scratch state, commit only if all
- * admit), settle, release, reset. Invariants: only the shard locks of the keys involved
- * are taken, always in address order (no deadlock between decisions sharing shards);
- * nothing here allocates or reads a clock; a failed call consumes nothing.
+ * decide.c -- the second half of a decision: the prepared verdict becomes ONE request to
+ * the store (enforced windows in group 0, each shadow policy and key its own group,
+ * Envoy overrides with their own limit, count_rejected windows charged on a rejection),
+ * and when the store answers, the reaction: allow, shape (delay), recheck, reject, or the
+ * failure mode. Also settle and release (of a verdict or a token), reset, and the
+ * synchronous forms over a store that answers at once.
+ * Nothing is decided twice: the store reports the true state of every item with its
+ * answer, so a rejection costs one store request like an admission.
  */
 #include <string.h>
 
-#include "algo/algo_impl.h"
-#include "engine/decision.h"
-#include "store/memory.h"
+#include "engine/internal.h"
 
-/* Sliding-log states are up to 8 + 8 * SL_SLIDING_LOG_MAX bytes: their scratch comes from
- * one arena of this size per decision (two full-size logs). A decision whose large states
- * do not fit is refused with SLUICE_ERANGE (nothing consumed); small states (<= 32 bytes,
- * every other algorithm) always fit. */
-#define BIG_ARENA (2 * (sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX))
+typedef sl__ewin e_win;
 
-/* GCC's SLP vectoriser merges the 8-byte stores and loads of small structs (sluice_time,
- * sl_result) into 16-byte vector moves; reading back with one 16-byte load what was
- * just written with two 8-byte stores defeats store-to-load forwarding, which perf
- * showed costing ~20% of a single-item decision. The hot functions opt out. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define SL_NO_SLP __attribute__((optimize("no-tree-slp-vectorize")))
-#else
-#define SL_NO_SLP
-#endif
+enum { OP_DECIDE = 1, OP_APPLY, OP_RESET };
 
-typedef union big_state {
-    int64_t align;
-    unsigned char b[sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX];
-} big_state;
+static const e_win *item_win(const sl_verdict_item *it) { return sl__item_win(it); }
 
-typedef struct item_ctx {
-    sl_family *fam;
-    sl_lver *ver;
-    sl_hash128 h;
-    sl_loc loc;
-    void *entry;     /* the stored entry, or NULL for a fresh key */
-    const void *src; /* the state this item decides on */
-    void *dst;       /* its scratch next state */
-    int prev;        /* an earlier item with the same limiter family and key, or -1 */
-    bool changed;    /* dst must be stored if the decision commits */
-    bool writer;     /* the last changed item of its key: the one that stores */
-} item_ctx;
-
-SL_NO_SLP static void to_public(const sl_result *r, sluice_result *o) {
-    o->allowed = r->allowed ? 1 : 0;
-    o->limit = r->limit;
-    o->remaining = r->remaining;
-    o->reset_after_ns = r->reset_after_ns;
-    o->retry_after_ns = r->retry_after_ns;
-    o->delay_ns = r->delay_ns;
-    o->lease = r->lease;
-}
-
-static inline bool same_key(const item_ctx *a, const item_ctx *b) {
-    return a->fam == b->fam && a->h.lo == b->h.lo && a->h.hi == b->h.hi;
-}
-
-/* Collects the distinct shards of the items, sorted by address, and locks them. */
-static size_t lock_shards(item_ctx *c, size_t n, sl_shard **locked) {
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        sl_shard *sh = c[i].loc.sh;
-        size_t j = m;
-        bool dup = false;
-        for (size_t k = 0; k < m; k++)
-            if (locked[k] == sh) dup = true;
-        if (dup) continue;
-        while (j > 0 && (uintptr_t)locked[j - 1] > (uintptr_t)sh) {
-            locked[j] = locked[j - 1];
-            j--;
-        }
-        locked[j] = sh;
-        m++;
-    }
-    for (size_t k = 0; k < m; k++) sl_shard_lock(locked[k]);
-    return m;
-}
-
-static void unlock_shards(sl_shard **locked, size_t m) {
-    for (size_t k = m; k-- > 0;) sl_shard_unlock(locked[k]);
-}
-
-static void note_time(sl_shard **locked, size_t m, sluice_time now) {
-    for (size_t k = 0; k < m; k++)
-        if (now.mono_ns > locked[k]->last_now.mono_ns) locked[k]->last_now = now;
-}
-
-/*
- * Locates every item under its family's current parameters and locks the shards. A
- * concurrent re-registration swaps the parameters while holding every shard lock, so
- * re-reading them under our locks tells whether what we located is still current.
- */
-static size_t locate_and_lock(item_ctx *c, size_t n, sl_shard **locked) {
-    for (;;) {
-        for (size_t i = 0; i < n; i++) {
-            c[i].ver = sl_family_cur(c[i].fam);
-            sl_table_locate(c[i].ver->table, c[i].h, c[i].fam->id, &c[i].loc);
-            __builtin_prefetch(c[i].loc.base + (size_t)c[i].loc.home * c[i].loc.t->esize);
-        }
-        size_t m = lock_shards(c, n, locked);
-        bool stable = true;
-        for (size_t i = 0; i < n && stable; i++)
-            if (sl_family_cur(c[i].fam) != c[i].ver) stable = false;
-        if (stable) return m;
-        unlock_shards(locked, m);
-    }
-}
-
-/* Ranks two admitted results by remaining/limit share (smaller = closer to exhaustion);
- * a limit of 0 counts as a share of 0. Cross-multiplied in 128 bits: exact. */
-static bool less_share(const sluice_result *a, const sluice_result *b) {
-    if (b->limit == 0) return false;
-    if (a->limit == 0) return true;
-    return (unsigned __int128)a->remaining * b->limit < (unsigned __int128)b->remaining * a->limit;
-}
-
-static bool longer_retry(int64_t a, int64_t b) {
+static bool later_retry(int64_t a, int64_t b) {
     if (a == SLUICE_NEVER) return b != SLUICE_NEVER;
     if (b == SLUICE_NEVER) return false;
     return a > b;
 }
 
-int sl_decision_deciding(const sluice_decision *out) {
-    int best = 0;
-    for (size_t i = 1; i < out->n; i++) {
-        const sluice_result *r = &out->results[i], *b = &out->results[best];
-        if (out->allowed) {
-            if (less_share(r, b)) best = (int)i;
-        } else if (!r->allowed &&
-                   (b->allowed || longer_retry(r->retry_after_ns, b->retry_after_ns))) {
-            best = (int)i;
+/* remaining/limit of a below that of b (cross-multiplied: exact, no division) */
+static bool less_share(const sluice_result *a, const sluice_result *b) {
+    return (unsigned __int128)a->remaining * (b->limit ? b->limit : 1) <
+           (unsigned __int128)b->remaining * (a->limit ? a->limit : 1);
+}
+
+/* Failures of the shared state itself, to which on_store_error applies; every other
+ * error of a decision (ERANGE, ETOOMANY, EINVAL, ...) is the engine's and answered 500. */
+static bool is_store_failure(int rc) {
+    return rc == SLUICE_ESTORE || rc == SLUICE_EFULL || rc == SLUICE_ENOMEM || rc == SLUICE_EIO;
+}
+
+bool sl__admitted(const sl_verdict *v) {
+    return (v->action == SL_ALLOW || (v->action == SL_DELAY && !v->recheck)) && !v->store_error;
+}
+
+static void complete(sl_verdict *v, int rc) {
+    sl_engine_done done = v->run.done;
+    void *ud = v->run.ud;
+    v->run.done = NULL;
+    v->run.op = 0;
+    if (done != NULL) done(ud, rc, v);
+}
+
+/* A block-list window (Envoy requests_per_unit: 0): rejects, never admits. */
+static void deny_result(const sl_verdict_item *it, sluice_time now, sluice_result *r) {
+    memset(r, 0, sizeof(*r));
+    int64_t per = item_win(it)->cw->spec.period_ns;
+    r->allowed = 0;
+    r->retry_after_ns = SLUICE_NEVER;
+    r->reset_after_ns = per > 0 ? per - (now.wall_ns % per) : 0;
+}
+
+/* ---- the answer ---------------------------------------------------------------------- */
+
+/* The store answered (or failed): results into the items, then the reaction. */
+static void on_decided(void *ud, int rc, const sl_sresult *res) {
+    sl_verdict *v = ud;
+    const sl_engine *e = v->run.e;
+    sluice_time now = v->decided_at;
+    size_t enf[SLUICE_MAX_ITEMS], ne = 0;
+    for (size_t i = 0; i < v->n; i++)
+        if (!v->items[i].shadow && !v->items[i].unlimited) enf[ne++] = i;
+    if (rc != SLUICE_OK) {
+        if (!is_store_failure(rc)) {
+            sl__fail(v, rc);
+            complete(v, rc);
+            return;
+        }
+        bool closed = false;
+        for (size_t i = 0; i < ne; i++) closed |= item_win(&v->items[enf[i]])->cp->fail_closed;
+        v->store_error = true;
+        v->error = rc;
+        v->action = closed ? SL_FAIL : SL_ALLOW;
+        v->status = closed ? 503 : 200;
+        complete(v, SLUICE_OK);
+        return;
+    }
+    bool allowed = true;
+    if (res != NULL) {
+        allowed = res->allowed != 0;
+        for (size_t s = 0; s < v->run.nsi && s < res->n; s++) {
+            sl_verdict_item *it = &v->items[v->run.sidx[s]];
+            it->result = res->r[s];
+            bool in_group = it->shadow ? (res->groups_ok >> it->group & 1u) != 0 : true;
+            it->consumed = it->shadow ? (allowed && in_group) : (allowed || it->charge);
+            if (!allowed && it->charge) it->settle = false; /* charged, not reserved */
+            it->would_limit = !it->result.allowed;
         }
     }
-    return best;
-}
-
-static int prepare(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
-                   item_ctx *c) {
-    if (lim == NULL || (key == NULL && key_len > 0)) return SLUICE_EINVAL;
-    c->fam = sl_store_family_of(st, lim);
-    if (c->fam == NULL) return SLUICE_EINVAL;
-    c->h = sl_family_hash(c->fam, key != NULL ? key : "", key_len);
-    return SLUICE_OK;
-}
-
-/* The two algorithms of most single-item traffic are called directly: the dispatcher's
- * checks and indirect call are ~15 of the ~430 instructions of a decision. Same
- * functions the dispatcher would call, so the same results. */
-static inline bool algo_decide(const sl_limit *l, const void *state, void *next,
-                               sluice_time now, uint64_t cost, sl_result *r) {
-    if (l->algo == SLUICE_GCRA) return sl_gcra_decide(l, state, next, now, cost, r);
-    if (l->algo == SLUICE_TOKEN_BUCKET) return sl_tb_decide(l, state, next, now, cost, r);
-    return sl_algo_decide(l, state, next, now, cost, r);
-}
-
-/* One single-item decision between its two steps: located (hash known, lines
- * prefetched) and not yet locked. */
-typedef struct one_loc {
-    sl_family *f;
-    sl_lver *v;
-    sl_hash128 h;
-    sl_loc loc;
-} one_loc;
-
-static inline void one_locate(one_loc *p) {
-    p->v = sl_family_cur(p->f);
-    sl_table_locate(p->v->table, p->h, p->f->id, &p->loc);
-    const unsigned char *slot = p->loc.base + (size_t)p->loc.home * p->loc.t->esize;
-    sl_prefetch_w(slot);
-    sl_prefetch_w(slot + 64); /* probe runs often cross into the next line */
-}
-
-/* Step 1: validates the item, hashes its key, finds its shard and home slot and starts
- * fetching their cache lines (with write intent: the decision writes both). Nothing is
- * locked: in a batch this runs for several items before the first is decided, so the
- * misses of different keys overlap instead of following one another. */
-/* (Both steps are forced inline: as a call, one_run cost ~30 instructions of spills.) */
-#define SL_INLINE static inline __attribute__((always_inline))
-
-SL_INLINE int one_prep(sluice_store *st, const sluice_item *it, one_loc *p) {
-    const sluice_limiter *lim = it->limiter;
-    if (lim == NULL || (it->key == NULL && it->key_len > 0)) return SLUICE_EINVAL;
-    p->f = sl_store_family_of(st, lim);
-    if (p->f == NULL) return SLUICE_EINVAL;
-    p->h = sl_family_hash(p->f, it->key != NULL ? it->key : "", it->key_len);
-    one_locate(p);
-    sl_prefetch_w(p->loc.sh);
-    return SLUICE_OK;
+    if (v->run.deny) allowed = false;
+    for (size_t i = 0; i < v->n; i++) {
+        sl_verdict_item *it = &v->items[i];
+        if (it->unlimited) continue;
+        const e_win *w = item_win(it);
+        if (w->cw != NULL && w->cw->deny_all) {
+            deny_result(it, now, &it->result);
+            it->would_limit = true;
+            it->consumed = false;
+        }
+        if (it->shadow && it->would_limit) v->shadow_limited = true;
+    }
+    /* deciding item among the enforced ones */
+    int dec = -1;
+    for (size_t i = 0; i < ne; i++) {
+        sl_verdict_item *it = &v->items[enf[i]];
+        if (dec < 0) {
+            dec = (int)enf[i];
+            continue;
+        }
+        const sluice_result *a = &it->result, *b = &v->items[dec].result;
+        if (!allowed) {
+            if (!a->allowed && (b->allowed || later_retry(a->retry_after_ns, b->retry_after_ns)))
+                dec = (int)enf[i];
+        } else if (less_share(a, b)) {
+            dec = (int)enf[i];
+        }
+    }
+    v->deciding = dec;
+    if (allowed) {
+        int64_t delay = 0;
+        for (size_t i = 0; i < ne; i++)
+            if (v->items[enf[i]].result.delay_ns > delay) delay = v->items[enf[i]].result.delay_ns;
+        if (delay > 0) {
+            v->action = SL_DELAY;
+            v->delay_ns = delay;
+        }
+        sl__issue_token(e, v, now);
+        complete(v, SLUICE_OK);
+        return;
+    }
+    /* Delay instead of reject only when every rejecting policy allows a delay that long:
+     * then the caller waits and checks again (nothing was consumed). A window charged by
+     * count_rejected does not qualify: its attempt was counted. */
+    bool can_delay = true;
+    int64_t wait = 0;
+    for (size_t i = 0; i < ne; i++) {
+        const sl_verdict_item *it = &v->items[enf[i]];
+        if (it->charge && it->consumed) can_delay = false; /* the attempt was counted */
+        if (it->result.allowed) continue;
+        const sl_cpolicy *cp = item_win(it)->cp;
+        if (cp->react != SL_REACT_DELAY || it->result.retry_after_ns == SLUICE_NEVER ||
+            it->result.retry_after_ns > cp->max_delay_ns)
+            can_delay = false;
+        else if (it->result.retry_after_ns > wait)
+            wait = it->result.retry_after_ns;
+    }
+    if (can_delay && !v->run.deny) {
+        v->action = SL_DELAY;
+        v->recheck = true;
+        v->delay_ns = wait > 0 ? wait : 1;
+        complete(v, SLUICE_OK);
+        return;
+    }
+    v->action = SL_REJECT;
+    v->status = 429;
+    v->retry_after_ns = dec >= 0 ? v->items[dec].result.retry_after_ns : SLUICE_NEVER;
+    complete(v, SLUICE_OK);
 }
 
 /*
- * Step 2: locks the shard (re-locating if the family's parameters changed since step 1:
- * a re-registration swaps them while holding every shard lock, so the version read under
- * our lock is current), decides, unlocks. Returns 1 when the item is not for this path
- * (a state above SL_STORE_SMALL_STATE: nothing done), an error (nothing consumed), or
- * SLUICE_OK with *res filled.
- * With one item there is nothing to be atomic with, so a stored key decides straight
- * into its entry (algo.h allows next to alias state; a rejection writes back an
- * equivalent state). Time comes by pointer and is read field by field: a by-value copy
- * was spilled as two 8-byte stores and reloaded as one 16-byte vector load, a
- * store-forwarding stall that perf showed as ~15% of a decision.
+ * The store request: every item a store decides, in verdict order. Shadow items get a
+ * group per (policy, key): the windows of one shadow policy are all-or-nothing among
+ * themselves and never block the others.
  */
-SL_NO_SLP SL_INLINE int one_run(sluice_store *st, const sluice_item *it, const sluice_time *nowp,
-                                one_loc *p, sluice_result *res) {
-    for (;;) {
-        sl_shard_lock(p->loc.sh);
-        if (sl_family_cur(p->f) == p->v) break;
-        sl_shard_unlock(p->loc.sh);
-        one_locate(p);
+void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
+                      sl_engine_done done, void *ud) {
+    v->run.e = e;
+    v->run.done = done;
+    v->run.ud = ud;
+    v->run.op = OP_DECIDE;
+    v->run.lane = lane;
+    v->decided_at = now;
+    if (e == NULL || v->run.prep_rc != SLUICE_OK || v->action == SL_ERROR) {
+        int rc = v->run.prep_rc != SLUICE_OK ? v->run.prep_rc : SLUICE_EINVAL;
+        sl__fail(v, rc);
+        complete(v, rc);
+        return;
     }
-    sl_loc *loc = &p->loc;
-    const sl_limit *l = &p->v->lim;
-    if (l->state_size > SL_STORE_SMALL_STATE) {
-        sl_shard_unlock(loc->sh);
-        return 1;
+    if (v->missing_key_policy != NULL) {
+        v->action = SL_REJECT;
+        v->status = 400;
+        complete(v, SLUICE_OK);
+        return;
     }
-    if (nowp->mono_ns > loc->sh->last_now.mono_ns) {
-        loc->sh->last_now.mono_ns = nowp->mono_ns;
-        loc->sh->last_now.wall_ns = nowp->wall_ns;
-    }
-    sl_ehdr *e = sl_table_find(loc);
-    sl_result r;
-    int rc = SLUICE_OK;
-    if (e != NULL) {
-        void *s = sl_entry_state(e);
-        uint16_t stamp = SL_TOUCH(*nowp);
-        if (e->touch != stamp) e->touch = stamp;
-        if (it->cost > 0) {
-            algo_decide(l, s, s, *nowp, it->cost, &r);
-        } else {
-            uint64_t scratch[SL_STORE_SMALL_STATE / 8];
-            algo_decide(l, s, scratch, *nowp, 0, &r);
+    sl_sitem si[SLUICE_MAX_ITEMS];
+    size_t n = 0;
+    unsigned groups = 0;
+    const void *gkey[SL_SGROUPS];
+    const sl__epol *gpol[SL_SGROUPS];
+    v->run.deny = false;
+    for (size_t i = 0; i < v->n; i++) {
+        sl_verdict_item *it = &v->items[i];
+        if (it->unlimited) continue;
+        const e_win *w = item_win(it);
+        if (w->cw != NULL && w->cw->deny_all) {
+            if (!it->shadow) v->run.deny = true;
+            continue;
         }
-    } else {
-        uint64_t next[SL_STORE_SMALL_STATE / 8];
-        bool ch = algo_decide(l, NULL, next, *nowp, it->cost, &r);
-        if (ch && it->cost > 0 && r.allowed) {
-            sl_keep keep = {loc->k0, loc->k1, loc->fam};
-            bool moved = false;
-            rc = sl_store_reserve(st, loc, *nowp, &keep, 1, &moved);
-            if (rc == SLUICE_OK)
-                memcpy(sl_entry_state(sl_table_insert(st, loc, *nowp)), next, l->state_size);
-        }
-    }
-    sl_shard_unlock(loc->sh);
-    if (rc != SLUICE_OK) return rc;
-    to_public(&r, res);
-    return SLUICE_OK;
-}
-
-/*
- * One item with a small state: the common case, kept free of the general path's arrays
- * (its stack frame, ~20 KiB with the sliding-log arena, costs page probes and cache
- * lines on every call). Same semantics as the general path for n == 1. Returns 1 when
- * the item is not for this path.
- */
-SL_NO_SLP static int decide_one(sluice_store *st, const sluice_item *it, const sluice_time *nowp,
-                      sluice_decision *out) {
-    one_loc p;
-    int rc = one_prep(st, it, &p);
-    if (rc != SLUICE_OK) return rc;
-    rc = one_run(st, it, nowp, &p, &out->results[0]);
-    if (rc < 0) out->allowed = 0;
-    else if (rc == SLUICE_OK) out->allowed = out->results[0].allowed;
-    return rc;
-}
-
-/*
- * The all-or-nothing decision. Phase 1 decides every item into scratch (an item naming
- * the same limiter and key as an earlier one decides on that one's scratch, so repeats
- * add up). Only if all admit: room is reserved for the new keys that must be stored
- * (pressure handling may move entries: then they are found again), and phase 2 writes
- * the scratch states back. A refusal for room (SLUICE_REFUSE_NEW) fails the whole call
- * before anything is written.
- */
-static int decide_many(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
-                       sluice_decision *out);
-
-SL_NO_SLP int sluice_decide(sluice_store *st, const sluice_item *items, size_t n,
-                            sluice_time now, sluice_decision *out) {
-    if (st == NULL || out == NULL || (items == NULL && n > 0)) return SLUICE_EINVAL;
-    if (n > SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
-    out->n = n;
-    out->allowed = 1;
-    out->deciding = n > 0 ? 0 : -1;
-    if (n == 0) return SLUICE_OK;
-    if (n == 1) {
-        int rc = decide_one(st, items, &now, out);
-        if (rc <= 0) return rc;
-    }
-    return decide_many(st, items, n, now, out);
-}
-
-/* How many items of a batch are located (hashed, lines in flight) ahead of the one being
- * decided. Why 8: a DRAM miss (~100 ns) spans about two to three decisions' work, and
- * each item in flight holds two lines; 8 leaves slack for slower memory without
- * filling the core's miss buffers with lines that would wait anyway. */
-#define BATCH_AHEAD 8
-
-/* An item the one-item path does not take (a large state): the general path, kept out
- * of line so its frame (a whole sluice_decision) is not part of the batch loop's. */
-__attribute__((noinline)) static int batch_general(sluice_store *st, const sluice_item *it,
-                                                   sluice_time now, sluice_result *res) {
-    sluice_decision d;
-    d.n = 1; /* what sluice_decide sets up before the general path */
-    d.allowed = 1;
-    d.deciding = 0;
-    int rc = decide_many(st, it, 1, now, &d);
-    if (rc == SLUICE_OK) *res = d.results[0];
-    return rc;
-}
-
-/*
- * The batch is a software pipeline over the one-item path: item i + BATCH_AHEAD is
- * located while item i is decided, so each decision finds its lines already cached
- * or on their way. Items are still decided one at a time, in order, each under its own
- * shard lock only (no lock is held across items, so the ordering and deadlock rules of
- * sluice_decide are untouched); a located item is re-checked under its lock.
- */
-SL_NO_SLP int sluice_decide_batch(sluice_store *st, const sluice_item *items, size_t n,
-                                  sluice_time now, sluice_result *out) {
-    if (st == NULL || (n > 0 && (items == NULL || out == NULL)) || n > (size_t)INT32_MAX)
-        return SLUICE_EINVAL;
-    one_loc ring[BATCH_AHEAD];
-    int prc[BATCH_AHEAD];
-    size_t ahead = n < BATCH_AHEAD ? n : BATCH_AHEAD;
-    for (size_t i = 0; i < ahead; i++) prc[i] = one_prep(st, &items[i], &ring[i]);
-    for (size_t i = 0; i < n; i++) {
-        size_t k = i % BATCH_AHEAD;
-        int rc = prc[k];
-        if (rc == SLUICE_OK) rc = one_run(st, &items[i], &now, &ring[k], &out[i]);
-        if (rc == 1) rc = batch_general(st, &items[i], now, &out[i]);
-        if (rc != SLUICE_OK) return (int)i;
-        if (i + BATCH_AHEAD < n) prc[k] = one_prep(st, &items[i + BATCH_AHEAD], &ring[k]);
-    }
-    return (int)n;
-}
-
-static int decide_many(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
-                       sluice_decision *out) {
-    item_ctx c[SLUICE_MAX_ITEMS];
-    for (size_t i = 0; i < n; i++) {
-        int rc = prepare(st, items[i].limiter, items[i].key, items[i].key_len, &c[i]);
-        if (rc != SLUICE_OK) return rc;
-    }
-    uint64_t small[SLUICE_MAX_ITEMS][SL_STORE_SMALL_STATE / 8];
-    big_state big[2];
-    sl_shard *locked[SLUICE_MAX_ITEMS];
-    size_t m = locate_and_lock(c, n, locked);
-    note_time(locked, m, now);
-
-    size_t big_used = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t ss = c[i].ver->lim.state_size;
-        if (ss <= SL_STORE_SMALL_STATE) {
-            c[i].dst = small[i];
-        } else if (big_used + ss <= sizeof(big)) {
-            c[i].dst = (unsigned char *)big + big_used;
-            big_used += (ss + 7) & ~(size_t)7;
-        } else {
-            unlock_shards(locked, m);
-            return SLUICE_ERANGE;
-        }
-    }
-
-    /* phase 1: check */
-    bool all = true;
-    uint16_t stamp = SL_TOUCH(now);
-    for (size_t i = 0; i < n; i++) {
-        item_ctx *x = &c[i];
-        x->prev = -1;
-        for (size_t j = i; j-- > 0;)
-            if (same_key(&c[j], x)) {
-                x->prev = (int)j;
-                break;
+        uint8_t grp = 0;
+        if (it->shadow) {
+            unsigned g = 0;
+            while (g < groups && !(gpol[g] == w->ep && gkey[g] == (const void *)(v->keys + it->key_off)))
+                g++;
+            if (g == groups) {
+                if (groups + 1 >= SL_SGROUPS) continue; /* more shadow groups than a store
+                                                           request carries: not counted */
+                gpol[g] = w->ep;
+                gkey[g] = v->keys + it->key_off;
+                groups++;
             }
-        if (x->prev >= 0) {
-            item_ctx *p = &c[x->prev];
-            x->entry = p->entry;
-            x->src = p->changed ? p->dst : p->src;
-        } else {
-            x->entry = sl_table_find(&x->loc);
-            x->src = x->entry != NULL ? sl_entry_state(x->entry) : NULL;
+            grp = (uint8_t)(g + 1);
         }
-        sl_result r;
-        bool ch = sl_algo_decide(&x->ver->lim, x->src, x->dst, now, items[i].cost, &r);
-        x->changed = ch && items[i].cost > 0;
-        if (!r.allowed) all = false;
-        to_public(&r, &out->results[i]);
+        it->group = grp;
+        si[n] = (sl_sitem){.lim = w->lim,
+                           .key = v->keys + it->key_off,
+                           .key_len = it->key_len,
+                           .cost = it->cost,
+                           .limit = it->override ? it->override_limit : 0,
+                           .group = grp,
+                           .flags = (uint8_t)(it->charge && grp == 0 ? SL_SI_CHARGE : 0)};
+        v->run.sidx[n++] = (uint8_t)i;
     }
-    if (!all) {
-        for (size_t i = 0; i < n; i++)
-            if (c[i].entry != NULL) ((sl_ehdr *)c[i].entry)->touch = stamp;
-        out->allowed = 0;
-        out->deciding = sl_decision_deciding(out);
-        unlock_shards(locked, m);
-        return SLUICE_OK;
+    v->run.nsi = (uint8_t)n;
+    if (n == 0) {
+        on_decided(v, SLUICE_OK, NULL);
+        return;
     }
-    for (size_t i = 0; i < n; i++) {
-        c[i].writer = c[i].changed;
-        for (size_t j = i + 1; j < n && c[i].writer; j++)
-            if (c[j].changed && same_key(&c[i], &c[j])) c[i].writer = false;
-    }
-
-    /* room for new keys */
-    sl_keep keep[SLUICE_MAX_ITEMS];
-    for (size_t i = 0; i < n; i++)
-        keep[i] = (sl_keep){c[i].loc.k0, c[i].loc.k1, c[i].loc.fam};
-    bool moved = false;
-    for (size_t i = 0; i < n; i++) {
-        if (!c[i].writer || c[i].entry != NULL) continue;
-        int rc = sl_store_reserve(st, &c[i].loc, now, keep, n, &moved);
-        if (rc != SLUICE_OK) {
-            for (size_t j = 0; j < i; j++)
-                if (c[j].writer && c[j].entry == NULL) sl_store_unreserve(st, &c[j].loc);
-            unlock_shards(locked, m);
-            out->allowed = 0;
-            return rc;
-        }
-    }
-    if (moved)
-        for (size_t i = 0; i < n; i++)
-            if (c[i].entry != NULL) c[i].entry = sl_table_find(&c[i].loc);
-
-    /* phase 2: commit (updates first: inserts may reuse fresh slots, never move entries) */
-    for (size_t i = 0; i < n; i++) {
-        sl_ehdr *e = c[i].entry;
-        if (e == NULL) continue;
-        e->touch = stamp;
-        if (c[i].writer) memcpy(sl_entry_state(e), c[i].dst, c[i].ver->lim.state_size);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (!c[i].writer || c[i].entry != NULL) continue;
-        void *e = sl_table_insert(st, &c[i].loc, now);
-        memcpy(sl_entry_state(e), c[i].dst, c[i].ver->lim.state_size);
-    }
-    unlock_shards(locked, m);
-    out->deciding = sl_decision_deciding(out);
-    return SLUICE_OK;
+    e->ops->decide(lane, si, n, v->run.deny ? SL_SREQ_REJECT : 0, now, on_decided, v);
 }
 
-/* One key under one limiter, its shard locked: the common part of settle/release/reset. */
-typedef struct one_ctx {
-    item_ctx c;
-    sl_shard *locked[1];
-    size_t m;
-} one_ctx;
+/* ---- settle and release ---------------------------------------------------------------- */
 
-static int one_begin(sluice_store *st, const sluice_limiter *lim, const void *key,
-                     size_t key_len, sluice_time *now, one_ctx *o) {
-    if (st == NULL) return SLUICE_EINVAL;
-    int rc = prepare(st, lim, key, key_len, &o->c);
-    if (rc != SLUICE_OK) return rc;
-    o->m = locate_and_lock(&o->c, 1, o->locked);
-    if (now != NULL) note_time(o->locked, o->m, *now);
-    o->c.entry = sl_table_find(&o->c.loc);
-    return SLUICE_OK;
+int64_t sl__item_life(const e_win *w, bool settle, bool lease) {
+    const sluice_limit_spec *sp = &w->cw->spec;
+    int64_t life = SLUICE_NS_PER_S;
+    if (settle) {
+        if (sp->period_ns > life) life = sp->period_ns;
+        if (w->info.window_s > 0 && w->info.window_s * SLUICE_NS_PER_S > life)
+            life = w->info.window_s * SLUICE_NS_PER_S;
+        uint64_t cap = sluice_limiter_capacity(w->lim);
+        if (sp->limit > 0 && cap > sp->limit) {
+            unsigned __int128 refill = (unsigned __int128)cap * (uint64_t)sp->period_ns / sp->limit;
+            if (refill > (unsigned __int128)life) life = refill > INT64_MAX ? INT64_MAX : (int64_t)refill;
+        }
+    }
+    if (lease && sp->lease_ns > life) life = sp->lease_ns;
+    return life;
 }
 
-int sluice_settle(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
-                  uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out) {
+static int64_t verdict_life(const sl_verdict *v) {
+    int64_t life = SLUICE_NS_PER_S;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (it->unlimited || !it->consumed || item_win(it)->lim == NULL) continue;
+        int64_t l = sl__item_life(item_win(it), it->settle, it->result.lease != 0);
+        if (l > life) life = l;
+    }
+    return life;
+}
+
+static bool applies(const sl_verdict *v, const sl_verdict_item *it) {
+    if (it->unlimited || !it->consumed || item_win(it)->lim == NULL) return false;
+    if (v->run.tok_op == SL_TOK_SETTLE) return it->settle;
+    return it->result.lease != 0;
+}
+
+static void on_applied(void *ud, int rc, const sl_sresult *res) {
+    sl_verdict *v = ud;
+    if (rc == SLUICE_OK && res != NULL && v->run.tok_op == SL_TOK_RELEASE && !res->allowed)
+        rc = SLUICE_ENOTFOUND; /* the lease had expired: its slot was reclaimed */
+    if (rc != SLUICE_OK && v->run.first_err == SLUICE_OK) v->run.first_err = rc;
+    if (--v->run.pending == 0) complete(v, v->run.first_err);
+}
+
+/*
+ * Sends one settle or release per item of v that holds one (the single use was taken
+ * already), and completes when the store has answered them all. Why every answer is
+ * awaited: a release into an expired lease, or a store that is down, must reach the
+ * caller (404, 503) rather than be reported as done.
+ */
+void sl__apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now) {
+    v->run.first_err = SLUICE_OK;
+    v->run.pending = 1; /* held until every operation is out */
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (!applies(v, it)) continue;
+        sl_sitem si = {.lim = item_win(it)->lim, .key = v->keys + it->key_off,
+                       .key_len = it->key_len, .cost = it->cost};
+        v->run.pending++;
+        if (v->run.tok_op == SL_TOK_SETTLE)
+            e->ops->settle(lane, &si, v->run.actual, v->decided_at, now, on_applied, v);
+        else
+            e->ops->release(lane, &si, it->result.lease, now, on_applied, v);
+    }
+    on_applied(v, SLUICE_OK, NULL);
+}
+
+static void start_apply(const sl_engine *e, void *lane, sl_verdict *v, unsigned op,
+                        uint64_t actual, sluice_time now, sl_engine_done done, void *ud) {
+    v->run.e = e;
+    v->run.done = done;
+    v->run.ud = ud;
+    v->run.op = OP_APPLY;
+    v->run.lane = lane;
+    v->run.tok_op = op;
+    v->run.actual = actual;
+    bool any = false;
+    if (sl__admitted(v))
+        for (size_t i = 0; i < v->n; i++) any |= applies(v, &v->items[i]);
+    if (!any) { /* a settle of nothing reserved is an error; a release of nothing, a no-op */
+        complete(v, op == SL_TOK_SETTLE ? SLUICE_EINVAL : SLUICE_OK);
+        return;
+    }
+    v->run.tok_life = verdict_life(v);
+    sl__take_and_apply(e, lane, v, now);
+}
+
+void sl_engine_settle_async(const sl_engine *e, void *lane, sl_verdict *v, uint64_t actual,
+                            sluice_time now, sl_engine_done done, void *ud) {
+    start_apply(e, lane, v, SL_TOK_SETTLE, actual, now, done, ud);
+}
+
+void sl_engine_release_async(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
+                             sl_engine_done done, void *ud) {
+    start_apply(e, lane, v, SL_TOK_RELEASE, 0, now, done, ud);
+}
+
+/* ---- reset --------------------------------------------------------------------------- */
+
+static void on_reset(void *ud, int rc, const sl_sresult *res) {
+    (void)res;
+    complete(ud, rc);
+}
+
+void sl_engine_reset(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
+                     sl_engine_done done, void *ud) {
+    v->run.e = e;
+    v->run.done = done;
+    v->run.ud = ud;
+    v->run.op = OP_RESET;
+    v->run.lane = lane;
+    if (e == NULL || v->run.prep_rc != SLUICE_OK) {
+        complete(v, v->run.prep_rc != SLUICE_OK ? v->run.prep_rc : SLUICE_EINVAL);
+        return;
+    }
+    sl_sitem si[SLUICE_MAX_ITEMS];
+    size_t n = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (it->unlimited || item_win(it)->lim == NULL) continue;
+        si[n++] = (sl_sitem){.lim = item_win(it)->lim, .key = v->keys + it->key_off,
+                             .key_len = it->key_len};
+    }
+    v->n = n;
+    e->ops->reset(lane, si, n, now, on_reset, v);
+}
+
+/* ---- synchronous forms --------------------------------------------------------------- */
+
+typedef struct sync_wait {
+    bool done;
+    int rc;
+} sync_wait;
+
+static void sync_done(void *ud, int rc, sl_verdict *v) {
+    (void)v;
+    sync_wait *w = ud;
+    w->done = true;
+    w->rc = rc;
+}
+
+static int sync_end(const sync_wait *w) { return w->done ? w->rc : SLUICE_EINVAL; }
+
+int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, sl_verdict *out) {
     if (out == NULL) return SLUICE_EINVAL;
-    if (reserved > (uint64_t)INT64_MAX || actual > (uint64_t)INT64_MAX) return SLUICE_ERANGE;
-    int64_t delta = (int64_t)actual - (int64_t)reserved;
-    one_ctx o;
-    int rc = one_begin(st, lim, key, key_len, &now, &o);
-    if (rc != SLUICE_OK) return rc;
-    big_state next;
-    sl_result r;
-    const sl_limit *l = &o.c.ver->lim;
-    sl_ehdr *e = o.c.entry;
-    sl_algo_settle(l, e != NULL ? sl_entry_state(e) : NULL, next.b, now, delta, &r);
-    if (e != NULL) {
-        memcpy(sl_entry_state(e), next.b, l->state_size);
-        e->touch = SL_TOUCH(now);
-    } else if (delta > 0) {
-        /* a charge on a key with no state (expired, or never decided): store it */
-        sl_keep keep = {o.c.loc.k0, o.c.loc.k1, o.c.loc.fam};
-        bool moved = false;
-        rc = sl_store_reserve(st, &o.c.loc, now, &keep, 1, &moved);
-        if (rc == SLUICE_OK) {
-            void *ne = sl_table_insert(st, &o.c.loc, now);
-            memcpy(sl_entry_state(ne), next.b, l->state_size);
-        }
-    }
-    unlock_shards(o.locked, o.m);
-    if (rc == SLUICE_OK) to_public(&r, out);
-    return rc;
+    if (e != NULL && !e->ops->immediate) return sl__fail(out, SLUICE_EINVAL);
+    sl_engine_prepare(e, req, out);
+    sync_wait w = {false, 0};
+    sl_engine_decide(e, e ? e->store : NULL, out, now, sync_done, &w);
+    return sync_end(&w);
 }
 
-int sluice_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
-                   uint64_t lease, sluice_time now) {
-    one_ctx o;
-    int rc = one_begin(st, lim, key, key_len, &now, &o);
-    if (rc != SLUICE_OK) return rc;
-    sl_ehdr *e = o.c.entry;
-    const sl_limit *l = &o.c.ver->lim;
-    rc = SLUICE_ENOTFOUND;
-    if (e != NULL && l->algo == SLUICE_CONCURRENCY) {
-        big_state next;
-        if (sl_conc_release(l, sl_entry_state(e), next.b, now, lease)) {
-            memcpy(sl_entry_state(e), next.b, l->state_size);
-            e->touch = SL_TOUCH(now);
-            rc = SLUICE_OK;
-        }
-    }
-    unlock_shards(o.locked, o.m);
-    return rc;
+int sl_engine_check_named(const sl_engine *e, const char *policy, const void *key,
+                          size_t key_len, bool has_cost, uint64_t cost, sluice_time now,
+                          sl_verdict *out) {
+    if (out == NULL) return SLUICE_EINVAL;
+    if (e != NULL && !e->ops->immediate) return sl__fail(out, SLUICE_EINVAL);
+    sl_engine_prepare_named(e, policy, key, key_len, has_cost, cost, out);
+    sync_wait w = {false, 0};
+    sl_engine_decide(e, e ? e->store : NULL, out, now, sync_done, &w);
+    return sync_end(&w);
 }
 
-/* Forgetting a key that holds no state succeeds too: the outcome is the same. */
-int sluice_reset(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len) {
-    one_ctx o;
-    int rc = one_begin(st, lim, key, key_len, NULL, &o);
-    if (rc != SLUICE_OK) return rc;
-    if (o.c.entry != NULL) sl_table_remove(st, &o.c.loc, o.c.entry);
-    unlock_shards(o.locked, o.m);
-    return SLUICE_OK;
+int sl_engine_acquire(const sl_engine *e, const char *policy, const void *key, size_t key_len,
+                      sluice_time now, sl_verdict *out) {
+    return sl_engine_check_named(e, policy, key, key_len, true, 1, now, out);
+}
+
+int sl_engine_release(const sl_engine *e, sl_verdict *v, sluice_time now) {
+    if (e == NULL || v == NULL || !e->ops->immediate) return SLUICE_EINVAL;
+    sync_wait w = {false, 0};
+    sl_engine_release_async(e, e->store, v, now, sync_done, &w);
+    return sync_end(&w);
+}
+
+int sl_engine_settle(const sl_engine *e, sl_verdict *v, uint64_t actual, sluice_time now) {
+    if (e == NULL || v == NULL || !e->ops->immediate) return SLUICE_EINVAL;
+    sync_wait w = {false, 0};
+    sl_engine_settle_async(e, e->store, v, actual, now, sync_done, &w);
+    return sync_end(&w);
+}
+
+static int token_sync(const sl_engine *e, const char *token, size_t len, unsigned op,
+                      uint64_t actual, sluice_time now) {
+    if (e == NULL || !e->ops->immediate) return SLUICE_EINVAL;
+    static _Thread_local sl_verdict v;
+    sync_wait w = {false, 0};
+    sl_engine_token(e, e->store, token, len, op, actual, now, &v, sync_done, &w);
+    return sync_end(&w);
+}
+
+int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, uint64_t actual,
+                           sluice_time now) {
+    return token_sync(e, token, len, SL_TOKEN_SETTLE, actual, now);
+}
+
+int sl_engine_release_token(const sl_engine *e, const char *token, size_t len, sluice_time now) {
+    return token_sync(e, token, len, SL_TOKEN_RELEASE, 0, now);
 }

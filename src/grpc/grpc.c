@@ -108,13 +108,14 @@ static void health_check(const sl_grpc_env *env, const uint8_t *msg, size_t len,
     if (heap) protobuf_c_message_free_unpacked(&rq->base, NULL);
 }
 
-static void should_rate_limit(const sl_grpc_env *env, const uint8_t *msg, size_t len,
-                              sl_verdict *v, sl_grpc_reply *out) {
-    if (env->engine == NULL) {
+/* Validates the request; the decision is the caller's (env->decide), which answers now
+ * or parks the call. */
+static int should_rate_limit(const sl_grpc_env *env, void *call, const uint8_t *msg, size_t len,
+                             sl_grpc_reply *out) {
+    if (env->engine == NULL || env->decide == NULL) {
         out->status = SL_GRPC_UNAVAILABLE;
         snprintf(out->message, sizeof(out->message), "no policy loaded");
-        if (env->observe) env->observe(env->ud, NULL, out->status);
-        return;
+        return 0;
     }
     bool heap;
     Envoy__Service__Ratelimit__V3__RateLimitRequest *m =
@@ -123,36 +124,28 @@ static void should_rate_limit(const sl_grpc_env *env, const uint8_t *msg, size_t
     if (m == NULL) {
         out->status = SL_GRPC_INTERNAL;
         snprintf(out->message, sizeof(out->message), "cannot parse RateLimitRequest");
-        if (env->observe) env->observe(env->ud, NULL, out->status);
-        return;
+        return 0;
     }
     static _Thread_local sl_rls_req rq;
-    static _Thread_local sl_rls_answer ans;
+    int parked = 0;
     out->status = sl_rls_from_proto(m, &rq, out->message, sizeof(out->message));
-    if (out->status == SL_GRPC_OK)
-        out->status = sl_rls_decide(env, &rq, v, &ans, out->message, sizeof(out->message));
-    if (out->status == SL_GRPC_OK) {
-        out->len = sl_rls_pack(&ans, out->buf, out->cap);
-        if (out->len == 0) {
-            out->status = SL_GRPC_RESOURCE_EXHAUSTED;
-            snprintf(out->message, sizeof(out->message), "response too large");
-        }
-    }
-    if (env->observe) env->observe(env->ud, out->status == SL_GRPC_OK ? v : NULL, out->status);
+    /* the request's strings point into m: the decision is prepared before it goes */
+    if (out->status == SL_GRPC_OK) parked = env->decide(env->ud, call, &rq, out);
     if (heap) protobuf_c_message_free_unpacked(&m->base, NULL);
+    return parked;
 }
 
-void sl_grpc_call(const sl_grpc_env *env, const char *path, size_t path_len, const uint8_t *msg,
-                  size_t len, sl_verdict *verdict, sl_grpc_reply *out) {
+int sl_grpc_call(const sl_grpc_env *env, void *call, const char *path, size_t path_len,
+                 const uint8_t *msg, size_t len, sl_grpc_reply *out) {
     out->status = SL_GRPC_OK;
     out->message[0] = '\0';
     out->len = 0;
-    if (path_is(path, path_len, RLS_PATH)) {
-        should_rate_limit(env, msg, len, verdict, out);
-    } else if (path_is(path, path_len, HEALTH_CHECK_PATH)) {
+    if (path_is(path, path_len, RLS_PATH)) return should_rate_limit(env, call, msg, len, out);
+    if (path_is(path, path_len, HEALTH_CHECK_PATH)) {
         health_check(env, msg, len, out);
     } else {
         out->status = SL_GRPC_UNIMPLEMENTED;
         snprintf(out->message, sizeof(out->message), "unknown method");
     }
+    return 0;
 }

@@ -57,7 +57,6 @@ struct sl_h2 {
     bool fatal;
     bool notice_sent, goaway_sent;  /* drain: shutdown notice, then the final GOAWAY */
     int64_t notice_ns;
-    sl_verdict verdict;            /* scratch for one decision (calls are synchronous) */
 };
 
 /* ---- stream records ---------------------------------------------------------------- */
@@ -91,12 +90,12 @@ static void stream_free_mem(h2_stream *st) {
     free(st);
 }
 
-/* The call no longer waits for the store: its record there is dropped. */
+/* The call no longer waits for its answer: the owner forgets it. */
 static void stop_waiting(sl_h2 *h, h2_stream *st) {
     if (!st->waiting) return;
     st->waiting = false;
     h->nwaiting--;
-    h->o.async->forget(st);
+    if (h->o.forget != NULL) h->o.forget(h->o.owner, st);
 }
 
 static void stream_release(sl_h2 *h, h2_stream *st) {
@@ -193,28 +192,27 @@ static void reply_message(sl_h2 *h, h2_stream *st, size_t len) {
         nghttp2_submit_rst_stream(h->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
 }
 
-/* Decides a complete call and answers it, unless its answer waits for the store (then it
- * is run again, whole, by sl_h2_resume). */
+static void answer(sl_h2 *h, h2_stream *st, const sl_grpc_reply *r) {
+    if (r->status == SL_GRPC_OK)
+        reply_message(h, st, r->len);
+    else
+        reply_status(h, st, 200, r->status, r->message);
+}
+
+/* Handles a complete call: answered now, or parked until sl_h2_complete (its request
+ * bytes were read into the decision already; only its reply buffer stays in use). */
 static void run_call(sl_h2 *h, h2_stream *st) {
     const sl_grpc_env *env = h->env;
-    const sl_h2_async *as = h->o.async;
     sl_grpc_reply r = {.status = SL_GRPC_OK, .buf = st->wbuf + 5, .cap = H2_REPLY_CAP - 5};
     if (env == NULL) {
         r.status = SL_GRPC_UNAVAILABLE;
         snprintf(r.message, sizeof(r.message), "no decision context");
-    } else {
-        if (as != NULL) as->enter(st, h->o.owner);
-        sl_grpc_call(env, st->path, st->path_len, st->rbuf + 5, st->mlen, &h->verdict, &r);
-        if (as != NULL && as->leave(st)) {
-            if (!st->waiting) st->waiting = true, h->nwaiting++;
-            return;
-        }
-        if (st->waiting) st->waiting = false, h->nwaiting--; /* its record went with leave */
+    } else if (sl_grpc_call(env, st, st->path, st->path_len, st->rbuf + 5, st->mlen, &r) == 1) {
+        st->waiting = true;
+        h->nwaiting++;
+        return;
     }
-    if (r.status == SL_GRPC_OK)
-        reply_message(h, st, r.len);
-    else
-        reply_status(h, st, 200, r.status, r.message);
+    answer(h, st, &r);
 }
 
 /* The request has ended: check the message, decide, answer. */
@@ -488,6 +486,7 @@ void sl_h2_destroy(sl_h2 *h) {
     while (h->active) {
         h2_stream *st = h->active;
         h->active = st->next;
+        if (st->waiting && h->o.forget != NULL) h->o.forget(h->o.owner, st); /* never delivered */
         stream_free_mem(st);
     }
     while (h->pool) {
@@ -568,16 +567,13 @@ void sl_h2_goaway(sl_h2 *h, int64_t now_ns) {
     if (now_ns - h->notice_ns >= SL_H2_GOAWAY_GRACE_NS) final_goaway(h);
 }
 
-void sl_h2_resume(sl_h2 *h, void *call, const sl_grpc_env *env) {
-    /* a call that went away was forgotten by the store, which then resumes nothing */
+void sl_h2_complete(sl_h2 *h, void *call, const sl_grpc_reply *r) {
+    /* a call that went away was forgotten by its owner, which then completes nothing */
     h2_stream *st = call;
     if (h->fatal || !st->waiting || st->answered) return;
-    h->env = env;
-    if (st->deadline_ns != 0 && env->mono_ns >= st->deadline_ns)
-        reply_status(h, st, 200, SL_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
-    else
-        run_call(h, st);
-    h->env = NULL;
+    st->waiting = false;
+    h->nwaiting--;
+    answer(h, st, r);
 }
 
 size_t sl_h2_waiting(const sl_h2 *h) { return h->nwaiting; }

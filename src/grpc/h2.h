@@ -2,8 +2,9 @@
  * h2.h -- a gRPC server session over cleartext HTTP/2 (prior knowledge), built on
  * libnghttp2 with no I/O: feed it the bytes a connection read, take the bytes it wants
  * written. Many concurrent unary calls per connection; each call's one length-prefixed
- * message is buffered (bounded by max_message), decided synchronously when the request
- * ends, answered with a normal response or Trailers-Only for an immediate error.
+ * message is buffered (bounded by max_message) and, when the request ends, handed to the
+ * call layer: answered then, or parked until its answer comes (sl_h2_complete) while the
+ * connection's other calls go on. Normal responses, or Trailers-Only for errors.
  * Times: env->mono_ns (monotonic ns) for grpc-timeout deadlines; env->now for decisions.
  */
 #ifndef SL_GRPC_H2_H
@@ -13,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "policy/policy.h"
+#include "engine/engine.h"
 
 /* gRPC status codes (SPECS §3.6) */
 enum {
@@ -29,40 +30,31 @@ enum {
     SL_GRPC_UNAVAILABLE = 14
 };
 
-struct sl_rls_ovcache;
+struct sl_rls_req;
+struct sl_grpc_reply;
 
 /* What a call is decided with; set by the caller before every feed/tick (borrowed). */
 typedef struct sl_grpc_env {
     const sl_engine *engine;       /* NULL: ShouldRateLimit answers UNAVAILABLE */
-    sluice_store *store;           /* for per-descriptor limit overrides */
-    struct sl_rls_ovcache *ov;     /* NULL: descriptors with a limit override are refused */
-    sluice_time now;               /* decision time, read once per feed */
     int64_t mono_ns;               /* deadlines */
-    unsigned render_flags;         /* SL_RENDER_* for response_headers_to_add */
     bool draining;                 /* health answers NOT_SERVING */
-    /* after every ShouldRateLimit decision (v) or failed call (v NULL); may be NULL */
-    void (*observe)(void *ud, const sl_verdict *v, int grpc_status);
+    /* Decides a validated ShouldRateLimit request for `call`: 0 when *out holds the answer
+     * now, 1 when the call waits for it (delivered with sl_h2_complete; the answer is
+     * packed into out->buf, which stays the call's until then). */
+    int (*decide)(void *ud, void *call, const struct sl_rls_req *rq, struct sl_grpc_reply *out);
     /* every call the session answers, with its grpc-status; may be NULL */
     void (*on_status)(void *ud, int grpc_status);
     void *ud;
 } sl_grpc_env;
 
-/* A store that answers later (Redis): each call is handled between enter(call, owner)
- * and leave(call); a true from leave means its answer waits for the store, so the call
- * stays open (no reply, its request bytes held) and is handled again, whole, when
- * sl_h2_resume(call) is called. forget(call) when a waiting call goes away. */
-typedef struct sl_h2_async {
-    void (*enter)(void *call, void *owner);
-    bool (*leave)(void *call);
-    void (*forget)(void *call);
-} sl_h2_async;
-
 typedef struct sl_h2_opts {
     uint32_t max_streams;      /* SETTINGS_MAX_CONCURRENT_STREAMS; 0 = 1024 */
     uint32_t max_header_list;  /* request header list bytes (RFC 7541 sizes); 0 = 8192 */
     uint32_t max_message;      /* request message bytes; 0 = 64 KiB */
-    const sl_h2_async *async;  /* NULL: every call is answered when it is handled */
-    void *owner;               /* passed to async->enter (the connection) */
+    /* a parked call went away (reset, deadline, session closed): its answer must not be
+     * delivered; may be NULL */
+    void (*forget)(void *owner, void *call);
+    void *owner;               /* passed to forget (the connection) */
 } sl_h2_opts;
 
 typedef struct sl_h2 sl_h2;
@@ -85,9 +77,10 @@ void sl_h2_tick(sl_h2 *h, const sl_grpc_env *env);
  * last stream taken; calls in flight finish. Idempotent. */
 #define SL_H2_GOAWAY_GRACE_NS (100 * SLUICE_NS_PER_MS)
 void sl_h2_goaway(sl_h2 *h, int64_t now_ns);
-/* The store answered `call` (an sl_h2_async call key of this session): handle it again
- * and answer it (or let it wait once more). */
-void sl_h2_resume(sl_h2 *h, void *call, const sl_grpc_env *env);
+/* The answer of a parked call (`call` as given to env->decide; one that went away was
+ * forgotten and is never completed): r->status, and for OK r->len bytes packed in r->buf
+ * (the call's own buffer). */
+void sl_h2_complete(sl_h2 *h, void *call, const struct sl_grpc_reply *r);
 /* Calls waiting for the store. */
 size_t sl_h2_waiting(const sl_h2 *h);
 /* false once the session neither reads nor writes any more: close the connection. */
@@ -109,10 +102,10 @@ typedef struct sl_grpc_reply {
 
 /* true when `path` names a method this server offers (others: UNIMPLEMENTED at once). */
 bool sl_grpc_known_method(const char *path, size_t len);
-/* Decides one call: method `path`, request message msg[0..len). Uses `verdict` as
- * scratch. Never fails: errors become a status in *out. */
-void sl_grpc_call(const sl_grpc_env *env, const char *path, size_t path_len, const uint8_t *msg,
-                  size_t len, sl_verdict *verdict, sl_grpc_reply *out);
+/* Handles one call: method `path`, request message msg[0..len). Returns 0 with the answer
+ * in *out (errors are a status), or 1 when the call is parked (env->decide). */
+int sl_grpc_call(const sl_grpc_env *env, void *call, const char *path, size_t path_len,
+                 const uint8_t *msg, size_t len, sl_grpc_reply *out);
 
 /* grpc-timeout value ("20m", "1S") in ns; -1 when malformed. */
 int64_t sl_grpc_parse_timeout(const char *v, size_t len);

@@ -55,25 +55,46 @@ typedef struct sl_rls_answer {
     size_t body_len;
 } sl_rls_answer;
 
-/* Override limiters: one fixed window limiter per (requests_per_unit, unit), created on
- * first use, registered with the store, shared by every worker. */
-typedef struct sl_rls_ovcache sl_rls_ovcache;
-sl_rls_ovcache *sl_rls_ovcache_create(void);
-void sl_rls_ovcache_destroy(sl_rls_ovcache *c);
-
 /* Validates an unpacked request and points `out` at its strings (borrowed). */
 int sl_rls_from_proto(const Envoy__Service__Ratelimit__V3__RateLimitRequest *m, sl_rls_req *out,
                       char *err, size_t errlen);
-/* Decides `rq` (validated: non-empty domain, 1..16 descriptors). */
-int sl_rls_decide(const sl_grpc_env *env, const sl_rls_req *rq, sl_verdict *v, sl_rls_answer *a,
-                  char *err, size_t errlen);
+/* Descriptor i's override (rq->ov[i]) as the engine reads it (sl_descriptor.has_limit). */
+void sl_rls_override_apply(sl_rls_req *rq, size_t i);
+/* Prepares the engine's decision of `rq` (validated: non-empty domain, 1..16 descriptors)
+ * into v; a gRPC status (an unknown override unit is INVALID_ARGUMENT). */
+int sl_rls_prepare(const sl_engine *e, const sl_rls_req *rq, sl_verdict *v, char *err,
+                   size_t errlen);
+/* The answer of a decided verdict (rc: the engine's completion) for nd descriptors. */
+int sl_rls_answer_of(const sl_verdict *v, int rc, size_t nd, unsigned render_flags,
+                     sl_rls_answer *a, char *err, size_t errlen);
 /* The answer as a serialized RateLimitResponse; 0 when it does not fit in cap. */
 size_t sl_rls_pack(const sl_rls_answer *a, uint8_t *buf, size_t cap);
 
-/* /json: a proto3-JSON RateLimitRequest in, a proto3-JSON RateLimitResponse out (into
- * out, NUL-terminated). Returns the body length, or -1 when it does not fit; *http is
- * 200 (OK), 429 (OVER_LIMIT), 400 (bad request) or 500. */
-int sl_rls_json(const sl_grpc_env *env, const char *body, size_t len, sl_verdict *v, char *out,
-                size_t cap, int *http);
+/* For tests and tools: decisions over an engine whose store answers at once (`lane` is
+ * the memory store the engine was created on). */
+typedef struct sl_rls_sync {
+    const sl_engine *engine;
+    void *lane;
+    sluice_time now;
+    unsigned render_flags;
+} sl_rls_sync;
+int sl_rls_decide_sync(const sl_rls_sync *s, const sl_rls_req *rq, sl_verdict *v, sl_rls_answer *a,
+                       char *err, size_t errlen);
+/* The whole answer of a call, packed into out (an env->decide that never parks). */
+int sl_rls_reply_sync(const sl_rls_sync *s, const sl_rls_req *rq, sl_grpc_reply *out);
+int sl_rls_json_sync(const sl_rls_sync *s, const char *body, size_t len, sl_verdict *v, char *out,
+                     size_t cap, int *http);
+
+/* /json: a proto3-JSON RateLimitRequest into rq (its strings point into the returned
+ * handle, freed with sl_rls_json_free once the verdict is prepared); *status a gRPC
+ * status, err why when it is not OK. */
+void *sl_rls_json_parse(const char *body, size_t len, sl_rls_req *rq, int *status, char *err,
+                        size_t errlen);
+void sl_rls_json_free(void *handle);
+/* The proto3-JSON RateLimitResponse of an answer (status OK) or of a failed call (status
+ * and err) into out (NUL-terminated). Returns the body length, or -1 when it does not
+ * fit; *http is 200 (OK), 429 (OVER_LIMIT), 400 (bad request) or 500. */
+int sl_rls_json_render(int status, const char *err, const sl_rls_answer *a, char *out,
+                       size_t cap, int *http);
 
 #endif /* SL_GRPC_RLS_H */

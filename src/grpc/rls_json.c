@@ -164,6 +164,7 @@ static int from_json(json_t *root, sl_rls_req *rq, char *err, size_t errlen) {
             }
             rq->ov[i] = (sl_rls_override){.set = true, .requests_per_unit = (uint32_t)r, .unit = u};
         }
+        sl_rls_override_apply(rq, i);
     }
     rq->r.domain = d;
     rq->r.descriptors = rq->d;
@@ -235,37 +236,33 @@ static json_t *to_json(const sl_rls_answer *a) {
     return o;
 }
 
-int sl_rls_json(const sl_grpc_env *env, const char *body, size_t len, sl_verdict *v, char *out,
-                size_t cap, int *http) {
-    static _Thread_local sl_rls_req rq;
-    static _Thread_local sl_rls_answer ans;
-    char err[160] = "";
+void *sl_rls_json_parse(const char *body, size_t len, sl_rls_req *rq, int *status, char *err,
+                        size_t errlen) {
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    json_t *res = NULL;
-    int st;
     if (root == NULL) {
-        st = SL_GRPC_INVALID_ARGUMENT;
-        snprintf(err, sizeof(err), "invalid JSON: %.100s", je.text);
-    } else {
-        st = from_json(root, &rq, err, sizeof(err));
-        if (st == SL_GRPC_OK && env->engine == NULL) {
-            st = SL_GRPC_UNAVAILABLE;
-            snprintf(err, sizeof(err), "no policy loaded");
-        }
-        if (st == SL_GRPC_OK) st = sl_rls_decide(env, &rq, v, &ans, err, sizeof(err));
+        *status = SL_GRPC_INVALID_ARGUMENT;
+        snprintf(err, errlen, "invalid JSON: %.100s", je.text);
+        return NULL;
     }
-    if (env->observe) env->observe(env->ud, st == SL_GRPC_OK ? v : NULL, st);
+    *status = from_json(root, rq, err, errlen);
+    return root;
+}
+
+void sl_rls_json_free(void *handle) { json_decref(handle); }
+
+int sl_rls_json_render(int st, const char *err, const sl_rls_answer *a, char *out, size_t cap,
+                       int *http) {
+    json_t *res;
     if (st == SL_GRPC_OK) {
-        res = to_json(&ans);
-        *http = ans.overall == SL_RLS_OVER_LIMIT ? 429 : 200;
+        res = to_json(a);
+        *http = a->overall == SL_RLS_OVER_LIMIT ? 429 : 200;
     } else {
         res = json_object();
         json_object_set_new(res, "code", json_integer(st));
-        json_object_set_new(res, "message", json_string(err));
+        json_object_set_new(res, "message", json_string(err ? err : ""));
         *http = st == SL_GRPC_INVALID_ARGUMENT ? 400 : 500;
     }
-    json_decref(root);
     int n = -1;
     char *s = res ? json_dumps(res, JSON_COMPACT) : NULL;
     json_decref(res);
@@ -278,4 +275,16 @@ int sl_rls_json(const sl_grpc_env *env, const char *body, size_t len, sl_verdict
         free(s);
     }
     return n;
+}
+
+int sl_rls_json_sync(const sl_rls_sync *s, const char *body, size_t len, sl_verdict *v, char *out,
+                     size_t cap, int *http) {
+    static _Thread_local sl_rls_req rq;
+    static _Thread_local sl_rls_answer ans;
+    char err[160] = "";
+    int st = SL_GRPC_OK;
+    void *root = sl_rls_json_parse(body, len, &rq, &st, err, sizeof(err));
+    if (st == SL_GRPC_OK) st = sl_rls_decide_sync(s, &rq, v, &ans, err, sizeof(err));
+    sl_rls_json_free(root);
+    return sl_rls_json_render(st, err, &ans, out, cap, http);
 }

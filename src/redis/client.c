@@ -29,9 +29,10 @@
 #include <unistd.h>
 
 #include "algo/algo.h"
-#include "engine/decision.h"
-#include "engine/limiter.h"
+#include "algo/limiter.h"
 #include "redis/redis.h"
+#include "store/decision.h"
+#include "store/group.h"
 
 #define MAX_NODES 64
 #define MAX_REDIRECTS 5
@@ -41,7 +42,7 @@
 #define ORPHAN_NS (10 * SLUICE_NS_PER_S)
 #define EXACT_COST_MAX (INT64_C(1) << 40) /* costs and deltas the scripts take */
 /* Sliding-log states of one call, carved by size from one arena per direction: the same
- * bound the config checks per decision (src/policy/config.c, LOG_ARENA_BYTES). */
+ * bound the config checks per decision (src/config/config.c, LOG_ARENA_BYTES). */
 #define BIG_ARENA (2 * (sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX))
 #define SMALL_STATE 32 /* inline per item; larger states come from the arena */
 /* An EVALSHA of SLUICE_MAX_ITEMS items: every argument is at most a 63-byte key or a
@@ -70,6 +71,9 @@ struct sl_redis_node {
 typedef struct rq_item {
     const sluice_limiter *lim;
     int64_t cost;
+    uint64_t limit;      /* a limit override (fixed windows), 0 = the limiter's */
+    uint8_t sgroup;      /* store group: 0 enforced, g > 0 shadow group g */
+    uint8_t sflags;      /* SL_SI_* */
     int64_t p[4];
     char key[SL_REDIS_KEY_MAX];
     uint8_t klen;
@@ -88,6 +92,7 @@ typedef struct rq_group {
     uint8_t n;
     uint8_t idx[SLUICE_MAX_ITEMS];
     bool done, failed, all_ok;
+    uint32_t groups_ok; /* its shadow groups that admitted */
     bool sent;  /* handed to a connection at least once */
     bool late;  /* its decision timed out while it was in flight: the reply is awaited
                    only to undo what it applied (see late_reply) */
@@ -108,7 +113,11 @@ typedef struct rq {
     bool failed;
     bool got_time;
     sluice_time rnow; /* the time the script used */
-    sluice_decision dec;
+    unsigned flags;   /* SL_SREQ_* */
+    bool held;        /* its items' limiters are referenced (rq_hold) */
+    sl_sresult res;   /* the answer being assembled */
+    sl_sresult alt;   /* decisions over several calls: each call's items as they stand
+                         once a rejection elsewhere undid them (its refunds) */
     bool leasing; /* some item takes a slice or is served from one */
     uint8_t orphans; /* groups still in flight after a timeout (the rq stays busy) */
     struct rq *next_free;
@@ -137,6 +146,11 @@ typedef struct cache_ent {
     uint64_t limit;
 } cache_ent;
 
+static void rq_hold(rq *q) {
+    for (int i = 0; i < q->n; i++) sl_limiter_ref(q->it[i].lim);
+    q->held = true;
+}
+
 struct sl_redis {
     sl_loop *loop;
     sl_redis_opts o;
@@ -162,9 +176,10 @@ struct sl_redis {
     lease_ent *leases;       /* LEASE_SLOTS, by key fingerprint */
     uint64_t held;           /* units held in leases */
     int64_t lease_sweep_at;  /* earliest sweep_at of a held lease (0: none) */
-    sluice_decision lease_scratch;
+    sl_sresult lease_scratch;
     rq scratch; /* submit(): the items being prepared (not in the pool) */
-    _Alignas(8) unsigned char big[2][BIG_ARENA]; /* sliding-log scratch (decode_group) */
+    /* sliding-log scratch (decode_group): states as stored; states decided plus a peek */
+    _Alignas(8) unsigned char big[2][BIG_ARENA + BIG_ARENA / 2];
     char cmd[CMD_MAX]; /* one EVALSHA being formatted (send_group) */
     unsigned fails;
     int64_t open_until; /* breaker: refusing until then (0 = closed) */
@@ -530,12 +545,17 @@ static rq *rq_get(sl_redis *r) {
     q->got_time = false;
     q->leasing = false;
     q->orphans = 0;
+    q->held = false;
+    q->flags = 0;
     sl_dnode_init(&q->dl);
     return q;
 }
 
 static void rq_put(sl_redis *r, rq *q) {
     sl_dnode_disarm(&q->dl);
+    if (q->held)
+        for (int i = 0; i < q->n; i++) sl_limiter_unref(q->it[i].lim);
+    q->held = false;
     q->busy = false;
     q->gen++;
     q->next_free = r->free;
@@ -616,10 +636,13 @@ static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking
     p = put_bulk_i(p, ws);
     p = put_bulk_i(p, wn);
     p = put_bulk_i(p, r->o.expiry_slack_ms);
+    p = put_bulk_i(p, (int64_t)q->flags);
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
         p = put_bulk_i(p, it->lim != NULL ? it->lim->spec.algo : 0);
         p = put_bulk_i(p, it->cost);
+        p = put_bulk_i(p, it->sgroup);
+        p = put_bulk_i(p, it->sflags);
         for (int j = 0; j < 4; j++) p = put_bulk_i(p, it->p[j]);
     }
     if (asking) redisAsyncCommand(nd->ac, NULL, NULL, "ASKING");
@@ -628,6 +651,100 @@ static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking
         return false;
     gr->sent = true;
     inc(&r->st.calls);
+    return true;
+}
+
+/* The compiled parameters an item decides with (its limit override applied). */
+static sl_limit item_limit(const rq_item *it) {
+    sl_limit l = it->lim->lim;
+    if (it->limit != 0) l.limit = l.capacity = it->limit;
+    return l;
+}
+
+static bool key_same(const void *ctx, size_t a, size_t b) {
+    const rq_item *const *x = ctx;
+    return x[a]->lim == x[b]->lim && x[a]->klen == x[b]->klen &&
+           memcmp(x[a]->key, x[b]->key, x[a]->klen) == 0;
+}
+
+/*
+ * A decision's call: the script applied store/group.h's rules to the states it read and
+ * returned them ("before"); the same rules run here over those states, so the results are
+ * exactly the memory store's. For a decision spread over several calls (cluster slots),
+ * the same states also give `alt`: the items as they stand should another call reject.
+ */
+static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, sluice_time now) {
+    rq_group *gr = &q->g[g];
+    const rq_item *its[SLUICE_MAX_ITEMS];
+    sl_sitem si[SLUICE_MAX_ITEMS];
+    sl_limit lims[SLUICE_MAX_ITEMS];
+    for (int k = 0; k < gr->n; k++) {
+        const rq_item *it = &q->it[gr->idx[k]];
+        its[k] = it;
+        si[k] = (sl_sitem){.lim = it->lim, .cost = (uint64_t)it->cost, .limit = it->limit,
+                           .group = it->sgroup, .flags = it->sflags};
+        lims[k] = item_limit(it);
+    }
+    uint8_t kidx[SLUICE_MAX_ITEMS];
+    size_t nk = sl_group_keys(gr->n, key_same, its, kidx);
+    /* scratch: states as stored (per key) and per item, small inline, sliding logs from
+     * the client's arenas (beyond what the config allows per decision: an error, as in
+     * the memory store) */
+    uint64_t small_st[SLUICE_MAX_ITEMS][SMALL_STATE / 8], small_w[SLUICE_MAX_ITEMS + 1][SMALL_STATE / 8];
+    const void *stored[SLUICE_MAX_ITEMS];
+    void *work[SLUICE_MAX_ITEMS];
+    void *peek = small_w[SLUICE_MAX_ITEMS];
+    size_t used0 = 0, used1 = 0;
+    uint32_t peek_size = 0;
+    bool seen[SLUICE_MAX_ITEMS] = {false};
+    for (int k = 0; k < gr->n; k++) {
+        size_t ss = lims[k].state_size;
+        if (ss > peek_size) peek_size = (uint32_t)ss;
+        size_t a8 = (ss + 7) & ~(size_t)7;
+        if (ss <= SMALL_STATE) {
+            work[k] = small_w[k];
+        } else {
+            if (a8 > BIG_ARENA - used1) return false;
+            work[k] = r->big[1] + used1;
+            used1 += a8;
+        }
+        unsigned key = kidx[k];
+        if (seen[key]) continue;
+        seen[key] = true;
+        const redisReply *b = rep->element[3 + gr->n + k];
+        if (b->type != REDIS_REPLY_STRING) return false;
+        void *dst;
+        if (ss <= SMALL_STATE) {
+            dst = small_st[key];
+        } else {
+            if (a8 > BIG_ARENA - used0) return false;
+            dst = r->big[0] + used0;
+            used0 += a8;
+        }
+        int pr = sl_redis_state_parse(its[k]->lim, b->str, b->len, dst);
+        if (pr < 0) return false;
+        stored[key] = pr == 1 ? dst : NULL;
+    }
+    if (peek_size > SMALL_STATE) {
+        size_t a8 = ((size_t)peek_size + 7) & ~(size_t)7;
+        if (a8 > sizeof(r->big[1]) - used1) return false;
+        peek = r->big[1] + used1;
+        used1 += a8;
+    }
+    sl_group_run run = {.items = si, .lims = lims, .n = gr->n, .flags = q->flags, .kidx = kidx,
+                        .nkeys = nk, .stored = stored, .work = work, .peek = peek, .now = now};
+    sl_group_decide(&run);
+    gr->all_ok = run.res.allowed != 0;
+    gr->groups_ok = run.res.groups_ok;
+    if ((rep->element[0]->integer == 1) != gr->all_ok) inc(&r->st.mismatches);
+    for (int k = 0; k < gr->n; k++) q->res.r[gr->idx[k]] = run.res.r[k];
+    if (q->ngroups > 1 && gr->all_ok) {
+        /* what these items report if another call rejects (their refunds undo them) */
+        sl_group_run alt = run;
+        alt.flags |= SL_SREQ_REJECT;
+        sl_group_decide(&alt);
+        for (int k = 0; k < gr->n; k++) q->alt.r[gr->idx[k]] = alt.res.r[k];
+    }
     return true;
 }
 
@@ -648,13 +765,12 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
     }
     gr->all_ok = rep->element[0]->integer == 1;
     if (q->op == 'c') { /* a claim: no state, no limiter */
-        memset(&q->dec.results[0], 0, sizeof(q->dec.results[0]));
-        q->dec.results[0].allowed = gr->all_ok;
+        memset(&q->res.r[0], 0, sizeof(q->res.r[0]));
+        q->res.r[0].allowed = gr->all_ok;
         return true;
     }
-    /* scratch: the state each item decided on (src) and its next state (dst); small
-     * states inline, larger ones (sliding logs) carved from the client's two arenas (more
-     * than the config allows per decision is refused: an error, like the memory store) */
+    if (q->op == 'd') return decode_decide(r, q, g, rep, now);
+    /* settle, release, reset: one operation per item, chaining repeated keys */
     uint64_t small_src[SLUICE_MAX_ITEMS][SMALL_STATE / 8], small_dst[SLUICE_MAX_ITEMS][SMALL_STATE / 8];
     void *srcp[SLUICE_MAX_ITEMS], *dstp[SLUICE_MAX_ITEMS];
     bool has[SLUICE_MAX_ITEMS], changed[SLUICE_MAX_ITEMS];
@@ -697,19 +813,12 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
         if (q->op == 's') {
             sl_algo_settle(l, has[k] ? srcp[k] : NULL, dstp[k], now, it->cost, &res);
             changed[k] = true;
-        } else if (q->op == 'l' || q->op == 'x') {
+        } else {
             memset(&res, 0, sizeof(res));
             res.allowed = script_ok;
             changed[k] = false;
-        } else {
-            bool ch = sl_algo_decide(l, has[k] ? srcp[k] : NULL, dstp[k], now, (uint64_t)it->cost, &res);
-            changed[k] = ch && it->cost > 0;
         }
-        if (script_ok != res.allowed) {
-            inc(&r->st.mismatches);
-            res.allowed = script_ok;
-        }
-        sluice_result *o = &q->dec.results[i];
+        sluice_result *o = &q->res.r[i];
         o->allowed = res.allowed ? 1 : 0;
         o->limit = res.limit;
         o->remaining = res.remaining;
@@ -732,24 +841,43 @@ static void lease_settle(sl_redis *r, rq *q, bool admitted);
 static void finish(sl_redis *r, rq *q, int rc) {
     if (q->op == 'd') {
         bool all = !q->failed;
-        for (int g = 0; g < q->ngroups && all; g++)
+        uint32_t groups_ok = 0;
+        for (int g = 0; g < q->ngroups; g++) {
             if (!q->g[g].all_ok) all = false;
+            groups_ok |= q->g[g].groups_ok;
+        }
         /* a slice that did not fit: refund what the groups took, decide what was asked */
         if (!all && !q->failed && q->leasing && lease_retry(r, q)) return;
-        if (!all && q->ngroups > 1) send_refunds(r, q);
+        if (!all && q->ngroups > 1) {
+            /* calls that admitted while another rejected (or failed) are undone; their
+             * items report the state the refund leaves */
+            send_refunds(r, q);
+            for (int g = 0; g < q->ngroups && !q->failed; g++)
+                if (q->g[g].done && !q->g[g].failed && q->g[g].all_ok)
+                    for (int k = 0; k < q->g[g].n; k++) q->res.r[q->g[g].idx[k]] = q->alt.r[q->g[g].idx[k]];
+        }
         if (q->leasing) lease_settle(r, q, all);
         if (!q->failed) {
-            q->dec.allowed = all ? 1 : 0;
-            q->dec.deciding = q->n ? sl_decision_deciding(&q->dec) : -1;
+            q->res.allowed = all ? 1 : 0;
+            q->res.groups_ok = all ? groups_ok : groups_ok; /* reported either way */
+            q->res.n = q->n;
             sluice_time t = q->now;
             for (int i = 0; i < q->n; i++)
-                if (q->it[i].lease != LEASE_LOCAL) cache_put(r, &q->it[i], &q->dec.results[i], t);
+                if (q->it[i].lease != LEASE_LOCAL && q->it[i].sgroup == 0)
+                    cache_put(r, &q->it[i], &q->res.r[i], t);
         }
+    }
+    if (q->op != 'd') { /* settle, release, reset, claim: whether every call applied */
+        bool all = !q->failed;
+        for (int g = 0; g < q->ngroups; g++)
+            if (!q->g[g].all_ok) all = false;
+        q->res.allowed = all ? 1 : 0;
     }
     sl_redis_cb cb = q->cb;
     void *ud = q->ud;
-    sluice_decision *d = &q->dec;
+    const sl_sresult *d = &q->res;
     if (q->failed && rc == SLUICE_OK) rc = SLUICE_ESTORE;
+    q->res.n = q->n;
     /* the callback may start new decisions: keep q out of the free list until it returns */
     sl_dnode_disarm(&q->dl);
     if (cb) cb(ud, rc, rc == SLUICE_OK ? d : NULL);
@@ -849,20 +977,26 @@ static void launch(sl_redis *r, rq *q) {
     }
 }
 
-static int build(sl_redis *r, rq *q, const sluice_item *items, size_t n, sluice_time now) {
+static int build(sl_redis *r, rq *q, const sl_sitem *items, size_t n, unsigned flags, sluice_time now) {
     q->n = (uint8_t)n;
     q->ngroups = 0;
     q->now = now;
-    q->dec.n = n;
-    q->dec.allowed = 1;
-    q->dec.deciding = n ? 0 : -1;
+    q->flags = flags;
+    q->res.n = n;
+    q->res.allowed = 1;
+    q->res.groups_ok = 0;
     for (size_t i = 0; i < n; i++) {
         rq_item *it = &q->it[i];
-        if (items[i].limiter == NULL || (items[i].key == NULL && items[i].key_len > 0)) return SLUICE_EINVAL;
+        if (items[i].lim == NULL || (items[i].key == NULL && items[i].key_len > 0)) return SLUICE_EINVAL;
         if (items[i].cost > (uint64_t)EXACT_COST_MAX) return SLUICE_ERANGE;
-        it->lim = items[i].limiter;
+        if (items[i].limit != 0 && items[i].lim->spec.algo != SLUICE_FIXED_WINDOW) return SLUICE_EINVAL;
+        it->lim = items[i].lim;
         it->cost = (int64_t)items[i].cost;
-        int rc = sl_redis_params(it->lim, now, it->p);
+        it->limit = items[i].limit;
+        it->sgroup = items[i].group;
+        it->sflags = items[i].flags;
+        sl_limit l = item_limit(it);
+        int rc = sl_redis_params_of(&l, now, it->p);
         if (rc != SLUICE_OK) return rc;
         it->klen = (uint8_t)sl_redis_key(&r->sk, it->lim, items[i].key != NULL ? items[i].key : "",
                                          items[i].key_len, it->key);
@@ -948,7 +1082,8 @@ static void give_back(sl_redis *r, const rq_item *it, uint64_t units, sluice_tim
     f->it[0] = *it;
     f->it[0].cost = -(int64_t)units;
     f->it[0].lease = LEASE_NONE;
-    f->dec.n = 1;
+    f->res.n = 1;
+    rq_hold(f);
     regroup(r, f);
     atomic_store_explicit(&r->st.lease_returned,
                           atomic_load_explicit(&r->st.lease_returned, memory_order_relaxed) + units,
@@ -961,9 +1096,10 @@ static void lease_end(sl_redis *r, lease_ent *e, sluice_time now) {
     uint64_t left = e->left;
     e->left = 0;
     e->fp = 0;
-    e->lim = NULL;
     held_add(r, -(int64_t)left);
     give_back(r, &e->it, left, e->taken, now);
+    sl_limiter_unref(e->lim); /* the lease's reference (the give-back holds its own) */
+    e->lim = NULL;
 }
 
 /* The live lease of `it` (same key and limiter, not expired), or NULL; an expired one
@@ -984,7 +1120,9 @@ static bool lease_plan(sl_redis *r, rq *q) {
     for (int i = 0; i < q->n; i++) {
         rq_item *it = &q->it[i];
         int64_t hold = 0;
-        uint32_t slice = slice_of(r, it->lim, &hold);
+        /* enforced items of their own limit only: a shadow group, a charge or an override
+         * decides in Redis */
+        uint32_t slice = it->sgroup == 0 && it->sflags == 0 && it->limit == 0 ? slice_of(r, it->lim, &hold) : 0;
         if (slice == 0 || it->cost <= 0) {
             all_local = false;
             continue;
@@ -1018,7 +1156,7 @@ static bool lease_retry(sl_redis *r, rq *q) {
     bool any = false;
     for (int i = 0; i < q->n; i++) {
         const rq_item *it = &q->it[i];
-        if (it->lease == LEASE_LOCAL || q->dec.results[i].allowed) continue;
+        if (it->lease == LEASE_LOCAL || q->res.r[i].allowed || it->sgroup != 0) continue;
         if (it->lease != LEASE_TAKE || it->cost <= it->want) return false; /* a real rejection */
         any = true;
     }
@@ -1041,7 +1179,7 @@ static bool lease_retry(sl_redis *r, rq *q) {
 static void lease_settle(sl_redis *r, rq *q, bool admitted) {
     for (int i = 0; i < q->n; i++) {
         rq_item *it = &q->it[i];
-        sluice_result *o = &q->dec.results[i];
+        sluice_result *o = &q->res.r[i];
         if (it->lease == LEASE_LOCAL) {
             lease_ent *e = &r->leases[it->lent];
             bool same = e->lim == it->lim && e->fp == fp_of(it);
@@ -1065,9 +1203,10 @@ static void lease_settle(sl_redis *r, rq *q, bool admitted) {
         if (e->fp == fp && e->lim == it->lim) {
             e->left += extra; /* the same key twice in one decision */
         } else {
-            if (e->left > 0) lease_end(r, e, q->now); /* another key held this slot */
+            if (e->lim != NULL) lease_end(r, e, q->now); /* another key held this slot */
             e->fp = fp;
             e->lim = it->lim;
+            sl_limiter_ref(e->lim); /* outlives the engine that made it if need be */
             e->left = extra;
             e->it = *it;
             e->it.lease = LEASE_NONE;
@@ -1107,8 +1246,9 @@ static void lease_sweep(sl_redis *r, int64_t t) {
     if (next) arm(r, next);
 }
 
-/* Gives back what group g of q consumed (a settle of -cost per item), fire and forget. */
-static void refund_group(sl_redis *r, rq *q, int g) {
+/* Gives back what call g of q applied to the items whose bit (position in the call) is
+ * in `mask` (a settle of -cost each), fire and forget. */
+static void refund_group(sl_redis *r, rq *q, int g, uint32_t mask) {
     rq_group *gr = &q->g[g];
     rq *f = rq_get(r);
     if (f == NULL) return;
@@ -1121,41 +1261,80 @@ static void refund_group(sl_redis *r, rq *q, int g) {
     f->g[0].slot = gr->slot;
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
-        if (it->cost == 0) continue;
+        if (it->cost == 0 || !(mask >> k & 1u)) continue;
         f->it[f->n] = *it;
         f->it[f->n].cost = -it->cost;
+        f->it[f->n].limit = 0;
+        f->it[f->n].sgroup = 0;
+        f->it[f->n].sflags = 0;
         f->g[0].idx[f->g[0].n++] = f->n;
         f->n++;
     }
-    f->dec.n = f->n;
+    f->res.n = f->n;
     if (f->n == 0) {
         rq_put(r, f);
         return;
     }
+    rq_hold(f);
     launch(r, f);
 }
 
+/* The items of call g that an admitting call consumed: group 0 and the shadow groups
+ * that committed with it; `charges` whether count_rejected charges count too. */
+static uint32_t consumed_mask(const rq *q, int g, uint32_t groups_ok, bool charges) {
+    const rq_group *gr = &q->g[g];
+    uint32_t m = 0;
+    for (int k = 0; k < gr->n; k++) {
+        const rq_item *it = &q->it[gr->idx[k]];
+        bool took = it->sgroup == 0 ? (charges || !(it->sflags & SL_SI_CHARGE))
+                                    : (groups_ok >> it->sgroup & 1u) != 0;
+        if (took) m |= 1u << k;
+    }
+    return m;
+}
+
+/* A decision over several calls that one of them rejected (or failed): the calls that
+ * admitted are undone, but for what count_rejected charges (the attempt counts). */
 static void send_refunds(sl_redis *r, rq *q) {
     for (int g = 0; g < q->ngroups; g++) {
         rq_group *gr = &q->g[g];
         if (!gr->done || gr->failed || !gr->all_ok) continue;
         inc(&r->st.refunds);
-        refund_group(r, q, g);
+        refund_group(r, q, g, consumed_mask(q, g, gr->groups_ok, false));
     }
 }
 
-/* The reply of a group whose decision timed out: the caller was answered as if nothing
- * had been applied (its failure mode), so what the script did apply is given back. A
- * reply that is not an admission (a rejection, an error, a redirection) applied
- * nothing; a lost connection leaves the outcome unknown (counted). */
+/* The reply of a call whose decision timed out: the caller was answered as if nothing
+ * had been applied (its failure mode), so what the script did apply is given back: an
+ * admission's items (and its shadow groups that committed), or a rejection's charges.
+ * A lost connection leaves the outcome unknown (counted). */
 static void late_reply(sl_redis *r, rq *q, int g, const redisReply *rep) {
-    q->g[g].late = false;
+    rq_group *gr = &q->g[g];
+    gr->late = false;
     if (rep == NULL) {
         inc(&r->st.late_unknown);
-    } else if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
-               rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[0]->integer == 1) {
-        inc(&r->st.late_refunds);
-        refund_group(r, q, g);
+    } else if (q->op == 'd' && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 + 2 * (size_t)gr->n &&
+               rep->element[0]->type == REDIS_REPLY_INTEGER) {
+        bool all = rep->element[0]->integer == 1;
+        uint32_t mask = 0;
+        if (all) {
+            /* a shadow group committed when each of its items was admitted */
+            uint32_t bad = 0;
+            for (int k = 0; k < gr->n; k++) {
+                const redisReply *ok = rep->element[3 + k];
+                if (ok->type != REDIS_REPLY_INTEGER || ok->integer != 1) bad |= 1u << q->it[gr->idx[k]].sgroup;
+            }
+            mask = consumed_mask(q, g, ~bad, true);
+        } else {
+            for (int k = 0; k < gr->n; k++) {
+                const rq_item *it = &q->it[gr->idx[k]];
+                if (it->sgroup == 0 && (it->sflags & SL_SI_CHARGE)) mask |= 1u << k;
+            }
+        }
+        if (mask != 0) {
+            inc(&r->st.late_refunds);
+            refund_group(r, q, g, mask);
+        }
     }
     if (--q->orphans == 0) rq_put(r, q);
 }
@@ -1335,9 +1514,17 @@ void sl_redis_destroy(sl_redis *r) {
         q->failed = true;
         q->ngroups = 0;
         sl_redis_cb cb = q->cb;
-        q->busy = false;
+        q->cb = NULL;
         if (cb) cb(q->ud, SLUICE_ESTORE, NULL);
+        if (q->held)
+            for (int k = 0; k < q->n; k++) sl_limiter_unref(q->it[k].lim);
+        q->held = false;
+        q->busy = false;
     }
+    /* slices held: their units stay taken until their window ends (nothing to give them
+     * back with); the references go */
+    for (unsigned i = 0; r->leases != NULL && i < LEASE_SLOTS; i++)
+        if (r->leases[i].lim != NULL) sl_limiter_unref(r->leases[i].lim);
     if (r->tfd >= 0) {
         sl_loop_del(r->loop, &r->tio);
         close(r->tfd);
@@ -1367,25 +1554,29 @@ void sl_redis_flush(sl_redis *r) {
     }
 }
 
-/* A decision certain to be rejected, answered without Redis: cost above a capacity, or
- * an item still inside the retry time of an earlier rejection of at most this cost.
- * `b` holds the items as build() prepared them (their Redis keys), or NULL when only the
- * capacity check can run (the items could not be built). */
-static bool answer_locally(sl_redis *r, const sluice_item *items, size_t n, const rq *b, sluice_time now,
-                           sluice_decision *d) {
+/* A decision certain to be rejected, answered without Redis: an enforced item's cost
+ * above its capacity, or an enforced item still inside the retry time of an earlier
+ * rejection of at most this cost (trusted for at most cache_max_ns). `b` holds the items
+ * as build() prepared them. Trade-off: a rejection answered here charges no
+ * count_rejected window (a fixed window or quota already over its limit stays so until
+ * it ends: what a client is told does not change). */
+static bool answer_locally(sl_redis *r, const rq *b, sluice_time now, sl_sresult *d) {
     int hit = -1;
     int64_t retry = 0, reset = 0;
-    for (size_t i = 0; i < n && hit < 0; i++) {
-        if (items[i].limiter == NULL) return false;
-        if (r->cache != NULL && items[i].cost > sluice_limiter_capacity(items[i].limiter)) {
-            hit = (int)i, retry = SLUICE_NEVER, reset = 0;
+    if (r->cache == NULL) return false;
+    for (int i = 0; i < b->n && hit < 0; i++) {
+        const rq_item *it = &b->it[i];
+        if (it->sgroup != 0) continue;
+        uint64_t cap = it->limit != 0 ? it->limit : sluice_limiter_capacity(it->lim);
+        if ((uint64_t)it->cost > cap) {
+            hit = i, retry = SLUICE_NEVER, reset = 0;
             inc(&r->st.never_rejects);
             break;
         }
-        if (b == NULL || r->cache == NULL || !cacheable(items[i].limiter->spec.algo)) continue;
-        cache_ent *e = cache_get(r, fp_of(&b->it[i]));
-        if (e != NULL && now.mono_ns < e->trust && items[i].cost >= e->min_cost && items[i].cost > 0) {
-            hit = (int)i, retry = e->until - now.mono_ns;
+        if (!cacheable(it->lim->spec.algo) || it->limit != 0) continue;
+        cache_ent *e = cache_get(r, fp_of(it));
+        if (e != NULL && now.mono_ns < e->trust && (uint64_t)it->cost >= e->min_cost && it->cost > 0) {
+            hit = i, retry = e->until - now.mono_ns;
             reset = e->reset_at > now.mono_ns ? e->reset_at - now.mono_ns : 0;
             inc(&r->st.local_rejects);
         }
@@ -1393,18 +1584,18 @@ static bool answer_locally(sl_redis *r, const sluice_item *items, size_t n, cons
     if (hit < 0) return false;
     /* Only the rejecting item is known; the others are reported at their capacity
      * (their state was not read: nothing was consumed anywhere). */
-    d->n = n;
+    d->n = b->n;
     d->allowed = 0;
-    d->deciding = hit;
-    for (size_t i = 0; i < n; i++) {
-        sluice_result *o = &d->results[i];
+    d->groups_ok = 0;
+    for (int i = 0; i < b->n; i++) {
+        sluice_result *o = &d->r[i];
         memset(o, 0, sizeof(*o));
-        o->limit = sluice_limiter_capacity(items[i].limiter);
-        o->allowed = (int)i != hit;
-        o->remaining = (int)i != hit ? o->limit : 0;
+        o->limit = b->it[i].limit != 0 ? b->it[i].limit : sluice_limiter_capacity(b->it[i].lim);
+        o->allowed = i != hit;
+        o->remaining = i != hit ? o->limit : 0;
     }
-    d->results[hit].retry_after_ns = retry;
-    d->results[hit].reset_after_ns = reset;
+    d->r[hit].retry_after_ns = retry;
+    d->r[hit].reset_after_ns = reset;
     return true;
 }
 
@@ -1434,41 +1625,43 @@ static void rq_take_built(rq *q, const rq *b) {
     q->n = b->n;
     q->ngroups = b->ngroups;
     q->now = b->now;
-    q->dec.n = b->dec.n;
-    q->dec.allowed = b->dec.allowed;
-    q->dec.deciding = b->dec.deciding;
+    q->flags = b->flags;
+    q->res.n = b->res.n;
+    q->res.allowed = b->res.allowed;
+    q->res.groups_ok = 0;
     memcpy(q->it, b->it, b->n * sizeof(b->it[0]));
     memcpy(q->g, b->g, b->ngroups * sizeof(b->g[0]));
+    rq_hold(q);
 }
 
-static int submit(sl_redis *r, char op, const sluice_item *items, size_t n, sluice_time now,
-                  sl_redis_cb cb, void *ud, uint64_t lease) {
+static int submit(sl_redis *r, char op, const sl_sitem *items, size_t n, unsigned flags,
+                  sluice_time now, sl_redis_cb cb, void *ud, uint64_t lease) {
     if (r == NULL || (items == NULL && n > 0)) return SLUICE_EINVAL;
     if (n > SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
     /* the items are prepared once (keys hashed, parameters, slots), in the scratch
      * request, so that a local answer needs no pooled request */
     rq *b = &r->scratch;
-    int rc = build(r, b, items, n, now);
+    int rc = build(r, b, items, n, flags, now);
+    if (rc != SLUICE_OK) return rc;
     if (op == 'd') {
         inc(&r->st.decisions);
-        static __thread sluice_decision local;
-        if (answer_locally(r, items, n, rc == SLUICE_OK ? b : NULL, now, &local)) {
+        static __thread sl_sresult local;
+        if (answer_locally(r, b, now, &local)) {
             if (cb) cb(ud, SLUICE_OK, &local);
             return SLUICE_OK;
         }
     }
-    if (rc != SLUICE_OK) return rc;
     rq *q = rq_start(r, op, cb, ud);
     if (q == NULL) return SLUICE_OK;
     rq_take_built(q, b);
     if (op == 'd' && lease_plan(r, q)) {
         /* every item spent from a held slice: admitted here, no round trip */
         lease_settle(r, q, true);
-        sluice_decision *d = &r->lease_scratch;
-        memcpy(d->results, q->dec.results, n * sizeof(d->results[0]));
+        sl_sresult *d = &r->lease_scratch;
+        memcpy(d->r, q->res.r, n * sizeof(d->r[0]));
         d->n = n;
         d->allowed = 1;
-        d->deciding = sl_decision_deciding(d);
+        d->groups_ok = 0;
         rq_put(r, q);
         if (cb) cb(ud, SLUICE_OK, d);
         return SLUICE_OK;
@@ -1487,48 +1680,54 @@ static int submit(sl_redis *r, char op, const sluice_item *items, size_t n, slui
     return SLUICE_OK;
 }
 
-int sl_redis_decide(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
+int sl_redis_decide(sl_redis *r, const sl_sitem *items, size_t n, unsigned flags, sluice_time now,
                     sl_redis_cb cb, void *ud) {
-    return submit(r, 'd', items, n, now, cb, ud, 0);
+    return submit(r, 'd', items, n, flags, now, cb, ud, 0);
 }
 
-int sl_redis_settle(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
-                    int64_t delta, sluice_time now, sl_redis_cb cb, void *ud) {
+int sl_redis_settle(sl_redis *r, const sl_sitem *item, int64_t delta, sluice_time now,
+                    sl_redis_cb cb, void *ud) {
     if (delta > EXACT_COST_MAX || delta < -EXACT_COST_MAX) return SLUICE_ERANGE;
-    sluice_item it = {lim, key, key_len, 0};
-    /* build() copies cost from the item; a signed delta is patched in after */
-    if (r == NULL || lim == NULL) return SLUICE_EINVAL;
+    if (r == NULL || item == NULL || item->lim == NULL) return SLUICE_EINVAL;
+    sl_sitem it = *item;
+    it.cost = 0; /* build() takes costs from items; the signed delta is patched in after */
+    it.limit = 0;
     rq *q = rq_start(r, 's', cb, ud);
     if (q == NULL) return SLUICE_OK;
-    int rc = build(r, q, &it, 1, now);
+    int rc = build(r, q, &it, 1, 0, now);
     if (rc != SLUICE_OK) {
         rq_put(r, q);
         return rc;
     }
+    rq_hold(q);
     q->it[0].cost = delta;
     launch(r, q);
     return SLUICE_OK;
 }
 
-int sl_redis_reset(sl_redis *r, const sluice_item *items, size_t n, sluice_time now, sl_redis_cb cb,
+int sl_redis_reset(sl_redis *r, const sl_sitem *items, size_t n, sluice_time now, sl_redis_cb cb,
                    void *ud) {
     if (r == NULL || n > SLUICE_MAX_ITEMS || (items == NULL && n > 0)) return SLUICE_EINVAL;
     atomic_fetch_add_explicit(&g_cache_epoch, 1, memory_order_relaxed);
     /* this client's slices of those keys are dropped, not given back (nothing to give
      * back to: the state is gone) */
     for (size_t i = 0; i < n; i++) {
-        if (items[i].limiter == NULL) return SLUICE_EINVAL;
+        if (items[i].lim == NULL) return SLUICE_EINVAL;
         rq_item it;
-        it.lim = items[i].limiter;
+        it.lim = items[i].lim;
         it.klen = (uint8_t)sl_redis_key(&r->sk, it.lim, items[i].key ? items[i].key : "", items[i].key_len,
                                         it.key);
         lease_ent *e = &r->leases[fp_of(&it) & (LEASE_SLOTS - 1)];
         if (e->fp == fp_of(&it) && e->lim == it.lim) {
             held_add(r, -(int64_t)e->left);
+            sl_limiter_unref(e->lim);
             e->left = 0, e->fp = 0, e->lim = NULL;
         }
     }
-    return submit(r, 'x', items, n, now, cb, ud, 0);
+    sl_sitem zero[SLUICE_MAX_ITEMS];
+    for (size_t i = 0; i < n; i++) zero[i] = (sl_sitem){.lim = items[i].lim, .key = items[i].key,
+                                                        .key_len = items[i].key_len};
+    return submit(r, 'x', zero, n, 0, now, cb, ud, 0);
 }
 
 int sl_redis_claim(sl_redis *r, uint64_t id, unsigned op, int64_t ttl_ns, sluice_time now, sl_redis_cb cb,
@@ -1538,9 +1737,9 @@ int sl_redis_claim(sl_redis *r, uint64_t id, unsigned op, int64_t ttl_ns, sluice
     if (q == NULL) return SLUICE_OK;
     q->n = 1;
     q->now = now;
-    q->dec.n = 1;
-    q->dec.allowed = 0;
-    q->dec.deciding = 0;
+    q->flags = 0;
+    q->res.n = 1;
+    q->res.allowed = 0;
     rq_item *it = &q->it[0];
     memset(it, 0, sizeof(*it));
     /* "sl:{t<id>}:<op>": its own slot; the hash tag keeps the name cluster-safe */
@@ -1560,11 +1759,11 @@ int sl_redis_claim(sl_redis *r, uint64_t id, unsigned op, int64_t ttl_ns, sluice
     return SLUICE_OK;
 }
 
-int sl_redis_release(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
-                     uint64_t lease, sluice_time now, sl_redis_cb cb, void *ud) {
-    if (lim == NULL || lim->spec.algo != SLUICE_CONCURRENCY) return SLUICE_EINVAL;
-    sluice_item it = {lim, key, key_len, 0};
-    return submit(r, 'l', &it, 1, now, cb, ud, lease);
+int sl_redis_release(sl_redis *r, const sl_sitem *item, uint64_t lease, sluice_time now,
+                     sl_redis_cb cb, void *ud) {
+    if (item == NULL || item->lim == NULL || item->lim->spec.algo != SLUICE_CONCURRENCY) return SLUICE_EINVAL;
+    sl_sitem it = {.lim = item->lim, .key = item->key, .key_len = item->key_len};
+    return submit(r, 'l', &it, 1, 0, now, cb, ud, lease);
 }
 
 typedef struct sync_wait {
@@ -1573,11 +1772,16 @@ typedef struct sync_wait {
     sluice_decision *out;
 } sync_wait;
 
-static void sync_cb(void *ud, int rc, const sluice_decision *d) {
+static void sync_cb(void *ud, int rc, const sl_sresult *d) {
     sync_wait *w = ud;
     w->done = true;
     w->rc = rc;
-    if (d != NULL && w->out != NULL) *w->out = *d;
+    if (d != NULL && w->out != NULL) {
+        w->out->n = d->n;
+        w->out->allowed = d->allowed;
+        memcpy(w->out->results, d->r, d->n * sizeof(d->r[0]));
+        w->out->deciding = d->n ? sl_decision_deciding(w->out) : -1;
+    }
 }
 
 int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
@@ -1588,9 +1792,14 @@ int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice
 
 int sl_redis_issue(sl_redis *r, const void *args, sluice_time now, sl_redis_cb cb, void *ud) {
     const sl_redis_args *a = args;
+    sl_sitem si[SLUICE_MAX_ITEMS];
+    if (a->n > SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
+    for (size_t i = 0; i < a->n; i++)
+        si[i] = (sl_sitem){.lim = a->items[i].limiter, .key = a->items[i].key,
+                           .key_len = a->items[i].key_len, .cost = a->items[i].cost};
     switch (a->op) {
-    case 'd': return sl_redis_decide(r, a->items, a->n, now, cb, ud);
-    case 'x': return sl_redis_reset(r, a->items, a->n, now, cb, ud);
+    case 'd': return sl_redis_decide(r, si, a->n, 0, now, cb, ud);
+    case 'x': return sl_redis_reset(r, si, a->n, now, cb, ud);
     case 'c': return sl_redis_claim(r, a->id, a->bit, a->ttl_ns, now, cb, ud);
     default: return SLUICE_EINVAL;
     }

@@ -13,7 +13,7 @@
 
 #include "algo/algo.h"
 #include "core/tz.h"
-#include "engine/limiter.h"
+#include "algo/limiter.h"
 #include "redis/redis.h"
 
 extern const char sl_lua_common[];
@@ -184,7 +184,10 @@ static int64_t floor_s(int64_t ns) {
 }
 
 int sl_redis_params(const sluice_limiter *limiter, sluice_time now, int64_t p[4]) {
-    const sl_limit *l = &limiter->lim;
+    return sl_redis_params_of(&limiter->lim, now, p);
+}
+
+int sl_redis_params_of(const sl_limit *l, sluice_time now, int64_t p[4]) {
     p[0] = p[1] = p[2] = p[3] = 0;
     switch (l->algo) {
     case SLUICE_FIXED_WINDOW:

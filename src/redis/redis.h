@@ -18,6 +18,7 @@
 #include "core/hash.h"
 #include "core/loop.h"
 #include "sluice.h"
+#include "store/store.h"
 
 struct redisReply;
 
@@ -59,8 +60,8 @@ int sl_redis_parse_redirect(const char *s, size_t len, unsigned *slot, char *hos
 /* ---- keys, script arguments and replies (codec.c, pure) --------------------------- */
 
 #define SL_REDIS_KEY_MAX 64
-#define SL_REDIS_ITEM_ARGS 6  /* per item: algo, cost, p1..p4 */
-#define SL_REDIS_HEAD_ARGS 7  /* op, time mode, mono_s, mono_n, wall_s, wall_n, slack */
+#define SL_REDIS_ITEM_ARGS 8  /* per item: algo, cost, group, flags, p1..p4 */
+#define SL_REDIS_HEAD_ARGS 8  /* op, time mode, mono_s, mono_n, wall_s, wall_n, slack, flags */
 
 /* The script: common.lua + algorithms + main.lua, and its SHA1 (40 hex + NUL). */
 const char *sl_redis_script(size_t *len);
@@ -82,6 +83,9 @@ char *sl_redis_put_i64(char *p, int64_t v);
  * algorithm, SLUICE_ERANGE when a
  * parameter would exceed the scripts' exact range (values and products below 2^52). */
 int sl_redis_params(const sluice_limiter *lim, sluice_time now, int64_t p[4]);
+/* The same for compiled parameters (a limit override applied to a copy). */
+struct sl_limit;
+int sl_redis_params_of(const struct sl_limit *l, sluice_time now, int64_t p[4]);
 /* Parses one stored state string into the C state of `lim` (state buffer of
  * lim's state_size, up to 8 + 8 * SL_SLIDING_LOG_MAX bytes for a sliding log).
  * Returns 1 parsed, 0 absent (empty), -1 malformed. */
@@ -163,46 +167,50 @@ typedef struct sl_redis_stats {
 
 typedef struct sl_redis sl_redis;
 
-/* `rc` is SLUICE_OK (see d->allowed) or SLUICE_ESTORE / another error; `d` is valid
- * for the duration of the callback only. */
-typedef void (*sl_redis_cb)(void *ud, int rc, const sluice_decision *d);
+/* Completions are the store interface's (store.h): `rc` SLUICE_OK with the answer, or
+ * SLUICE_ESTORE (or another error) with res NULL; res is valid during the call only. */
+typedef sl_store_cb sl_redis_cb;
 
 /* A client bound to `loop` (it adds a timerfd and its connections to it). Connecting is
  * asynchronous: creating succeeds while Redis is down. NULL with *err on bad options. */
 sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err);
+/* Destroying answers every call still waiting (SLUICE_ESTORE) and drops what the client
+ * held (slices, references to limiters). */
 void sl_redis_destroy(sl_redis *r);
 const sl_redis_stats *sl_redis_stats_get(const sl_redis *r);
 /* True when every known node is connected and the breaker is closed. */
 bool sl_redis_ready(const sl_redis *r);
 
-/* Decides `items` all-or-nothing (items and keys are copied; `now` is the caller's
- * time). The callback runs later from the loop, or at once (before this returns) for
- * answers that need no round trip. Returns SLUICE_OK when the callback was or will be
- * called, or an argument error (no callback). */
-int sl_redis_decide(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
+/* Decides `items` as one all-or-nothing decision with the rules of store/group.h (items
+ * and keys are copied; the limiters are referenced until the client is done with them,
+ * late replies and lease slices included). `now` is the caller's time. The callback runs
+ * later from the loop, or at once for answers that need no round trip. Returns SLUICE_OK
+ * when the callback was or will be called, or an argument error (no callback). */
+int sl_redis_decide(sl_redis *r, const sl_sitem *items, size_t n, unsigned flags, sluice_time now,
                     sl_redis_cb cb, void *ud);
-/* Settle one reservation (delta = actual - reserved units), release a concurrency
- * lease: fire and forget (callback with d->results[0] when cb is not NULL). */
-int sl_redis_settle(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
-                    int64_t delta, sluice_time now, sl_redis_cb cb, void *ud);
-int sl_redis_release(sl_redis *r, const sluice_limiter *lim, const void *key, size_t key_len,
-                     uint64_t lease, sluice_time now, sl_redis_cb cb, void *ud);
-/* Claims operation `op` (a bit) of settle/release token `id` for `ttl_ns`: the callback's
- * d->results[0].allowed is 1 for the first claim anywhere, 0 when it was claimed already
- * (by any instance sharing this Redis). */
+/* Settles one reservation (delta = actual - reserved units; res->r[0] the state after),
+ * releases a concurrency lease (res->allowed 0: it had expired). */
+int sl_redis_settle(sl_redis *r, const sl_sitem *item, int64_t delta, sluice_time now,
+                    sl_redis_cb cb, void *ud);
+int sl_redis_release(sl_redis *r, const sl_sitem *item, uint64_t lease, sluice_time now,
+                     sl_redis_cb cb, void *ud);
+/* Claims operation `op` (a bit) of settle/release token `id` for `ttl_ns`: res->allowed is
+ * 1 for the first claim anywhere, 0 when it was claimed already (by any instance sharing
+ * this Redis). */
 int sl_redis_claim(sl_redis *r, uint64_t id, unsigned op, int64_t ttl_ns, sluice_time now, sl_redis_cb cb,
                    void *ud);
 /* Deletes the state of every item (limiter and key; costs ignored): SL.RESET. This
  * process's over-limit caches and this client's slices of those keys are dropped; other
- * instances may answer from theirs until the retry time they cached. */
-int sl_redis_reset(sl_redis *r, const sluice_item *items, size_t n, sluice_time now, sl_redis_cb cb,
+ * instances may answer from theirs for at most cache_max_ns. */
+int sl_redis_reset(sl_redis *r, const sl_sitem *items, size_t n, sluice_time now, sl_redis_cb cb,
                    void *ud);
 
 /* Sends the commands queued during this loop turn now (call before the loop sleeps;
  * without it they go out on the next EPOLLOUT). */
 void sl_redis_flush(sl_redis *r);
 
-/* For tests and tools: decide and run the loop until the answer (or 2 s) arrives. */
+/* For tests and tools: decide (group 0, no flags) and run the loop until the answer (or
+ * twice the timeout) arrives; the answer as the public API reports it. */
 int sl_redis_decide_sync(sl_redis *r, const sluice_item *items, size_t n, sluice_time now,
                          sluice_decision *out);
 /* The same for any call: `issue` starts it (arguments in `arg`, answer to cb/ud); the

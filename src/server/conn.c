@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "grpc/grpc_conn.h"
-#include "redis/bridge.h"
+#include "server/grpc_conn.h"
+#include "server/pending.h"
 #include "server/server.h"
 
 #define SL_CONN_RINIT 16384
@@ -36,8 +36,7 @@ static void conn_io(void *ud, uint32_t events);
 
 static void conn_close(sl_conn *c) {
     sl_worker *w = c->w;
-    sl_redis_bridge_forget(c);
-    sl_redis_bridge_forget_owned(c); /* its gRPC calls waiting for the store */
+    sl_pending_conn_gone(c); /* its requests waiting for the store answer nobody */
     for (unsigned i = 0; c->flush_queued && i < w->nflushq; i++)
         if (w->flushq[i] == c) w->flushq[i] = w->flushq[--w->nflushq], c->flush_queued = false;
     sl_loop_del(&w->loop, &c->io);
@@ -279,17 +278,9 @@ static void conn_process(sl_conn *c) {
             }
             off += (size_t)rc;
             if (cmd.argc > 0) {
-                if (!c->replay) sl_met_inc(&w->met->resp_commands, 1);
-                size_t wlen0 = c->wlen;
-                sl_redis_bridge_enter(c);
+                sl_met_inc(&w->met->resp_commands, 1);
                 sl_resp_handle(c, &cmd);
-                if (sl_redis_bridge_leave(c)) { /* the store answers later: same command again */
-                    c->wlen = wlen0;
-                    c->suspended = c->replay = true;
-                    off -= (size_t)rc;
-                    break;
-                }
-                c->replay = false;
+                if (c->suspended) break; /* its answer comes from the store later */
             }
         } else {
             sl_http_req req;
@@ -319,20 +310,10 @@ static void conn_process(sl_conn *c) {
             }
             off += (size_t)rc;
             c->sent_continue = false;
-            if (!c->replay) sl_met_inc(&w->met->http_requests, 1);
-            bool closing = c->close_after;
-            size_t wlen0 = c->wlen;
+            sl_met_inc(&w->met->http_requests, 1);
             if (!req.keep_alive || draining) c->close_after = true;
-            sl_redis_bridge_enter(c);
             sl_http_handle(c, &req);
-            if (sl_redis_bridge_leave(c)) { /* the store answers later: same request again */
-                c->wlen = wlen0;
-                c->close_after = closing;
-                c->suspended = c->replay = true;
-                off -= (size_t)rc;
-                break;
-            }
-            c->replay = false;
+            if (c->suspended) break; /* its answer comes from the store later */
         }
         if (sample) sl_server_observe_latency(w, sl_clock_mono_ns() - t0);
         if (draining) c->close_after = true;
@@ -447,27 +428,22 @@ static bool conn_after_push(sl_conn *c) {
     return true;
 }
 
-void sl_conn_resume(void *owner, void *key) {
-    sl_conn *c = owner;
-    if (c->closed) return;
-    if (c->kind == SL_KIND_GRPC) { /* one call (stream) of the connection was waiting */
-        if (c->h2 == NULL) return;
-        c->w->now_ns = sl_clock_mono_ns();
-        sl_grpc_conn_resume(c, c->h2, key);
-        if (c->flush_queued) return;
-        if (c->w->nflushq == sizeof(c->w->flushq) / sizeof(c->w->flushq[0])) {
-            conn_after_push(c);
-            return;
-        }
-        c->flush_queued = true;
-        c->w->flushq[c->w->nflushq++] = c;
-        return;
-    }
-    if (!c->suspended) return;
+void sl_conn_resume(sl_conn *c) {
+    if (c->closed || !c->suspended) return;
     c->suspended = false;
     c->w->now_ns = sl_clock_mono_ns();
     conn_process(c);
     conn_after_push(c);
+}
+
+void sl_conn_flush_later(sl_conn *c) {
+    if (c->closed || c->flush_queued) return;
+    if (c->w->nflushq == sizeof(c->w->flushq) / sizeof(c->w->flushq[0])) {
+        conn_after_push(c);
+        return;
+    }
+    c->flush_queued = true;
+    c->w->flushq[c->w->nflushq++] = c;
 }
 
 void sl_worker_flush_resumed(sl_worker *w) {

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "grpc/grpc_conn.h"
-#include "redis/bridge.h"
+#include "server/grpc_conn.h"
+#include "server/pending.h"
 #include "server/server.h"
 
 #define HDRS_MAX 3072
@@ -130,11 +130,74 @@ static long query_param(const http_ctx *x, const char *name, const char **val) {
 
 static int rejected(const sl_verdict *v) { return v->action == SL_REJECT || v->action == SL_FAIL; }
 
-/* Gateway forward-auth: the original request's attributes from the forwarded headers. */
+static void busy(sl_conn *c, int minor) {
+    problem(c, minor, 503, "too many requests are waiting for the store on this worker", 1);
+}
+
+/* The answer of /v1/auth once the engine decided (see handle_auth). */
+static void finish_auth(sl_pending *p, int rc, bool later) {
+    sl_conn *c = p->c;
+    sl_worker *w = c->w;
+    sl_verdict *v = &p->v;
+    sl_server_count_verdict(w, rc, v);
+    char hbuf[HDRS_MAX];
+    unsigned rflags = w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0;
+    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
+    if (hl < 0) hbuf[0] = '\0';
+    if (rc != 0 && v->action != SL_FAIL) v->action = SL_FAIL;
+    if (v->action == SL_DELAY && v->recheck) {
+        /* "wait and try again", nothing consumed: a gateway cannot retry for its client,
+         * so this is answered like a rejection with the wait as Retry-After */
+        v->action = SL_REJECT;
+        v->retry_after_ns = v->delay_ns;
+        v->status = 429;
+        hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
+        if (hl < 0) hbuf[0] = '\0';
+    }
+    if (!rejected(v)) {
+        reply(c, p->minor, 200, hbuf, NULL, "", 0, 0);
+        /* shaping: the gateway forwards the request when we answer, so answer later */
+        if (v->action == SL_DELAY) sl_conn_hold(c, v->delay_ns);
+    } else {
+        /* The engine's status (429, 400 for a missing key, 503 failing closed); a limited
+         * request may be answered with the configured deny status, or ?status=NNN (nginx's
+         * auth_request passes only 2xx/401/403 on). */
+        int status = v->status >= 400 && v->status <= 599 ? v->status : (v->action == SL_FAIL ? 503 : 429);
+        if (v->action == SL_REJECT && status == 429) status = w->srv->opt.auth_deny_status;
+        if (v->action == SL_REJECT && p->status_q != 0) status = p->status_q;
+        v->status = status; /* so the problem body states the status sent */
+        char body[BODY_MAX];
+        int bl = sl_render_problem(v, p->text[0] ? p->text : NULL, body, sizeof(body));
+        if (bl < 0) bl = 0;
+        reply(c, p->minor, status, hbuf, "application/problem+json", body, (size_t)bl, !p->is_head);
+    }
+    if (later) sl_conn_resume(c);
+}
+
+/* Gateway forward-auth: the original request's attributes from the forwarded headers.
+ * The verdict waits in a continuation (pending.c) when the store answers later; what the
+ * answer needs of the request (status parameter, traceparent) is copied into it. */
 static void handle_auth(http_ctx *x) {
     sl_conn *c = x->c;
     sl_worker *w = c->w;
     const sl_http_req *req = x->req;
+    sl_pending *p = sl_pending_get(w, c, finish_auth);
+    if (p == NULL) {
+        busy(c, req->minor);
+        return;
+    }
+    p->minor = req->minor;
+    p->is_head = x->is_head != 0;
+    const char *val;
+    long vl = query_param(x, "status", &val);
+    if (vl == 3 && val[0] >= '4' && val[0] <= '5' && val[1] >= '0' && val[1] <= '9' &&
+        val[2] >= '0' && val[2] <= '9')
+        p->status_q = (val[0] - '0') * 100 + (val[1] - '0') * 10 + (val[2] - '0');
+    const sl_http_header *tp = sl_http1_header(req, "traceparent");
+    if (tp && tp->value_len < sizeof(p->text)) {
+        memcpy(p->text, tp->value, tp->value_len);
+        p->text[tp->value_len] = '\0';
+    }
     sl_request r;
     memset(&r, 0, sizeof(r));
     sl_header hdrs[SL_HTTP_MAX_HEADERS];
@@ -166,50 +229,11 @@ static void handle_auth(http_ctx *x) {
     } else {
         r.client_ip = (sl_str){c->peer_ip, strlen(c->peer_ip)};
     }
-    sl_verdict *v = &w->verdict;
-    int rc = sl_engine_check(w->gen->engine, &r, sl_worker_now(w), v);
-    if (sl_redis_bridge_pending()) return; /* answered when the store replies */
-    sl_server_count_verdict(w, rc, v);
-    char hbuf[HDRS_MAX];
-    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
-    if (hl < 0) hbuf[0] = '\0';
-    if (rc != 0 && v->action != SL_FAIL) v->action = SL_FAIL;
-    if (v->action == SL_DELAY && v->recheck) {
-        /* "wait and try again", nothing consumed: a gateway cannot retry for its client,
-         * so this is answered like a rejection with the wait as Retry-After */
-        v->action = SL_REJECT;
-        v->retry_after_ns = v->delay_ns;
-        v->status = 429;
-        hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
-        if (hl < 0) hbuf[0] = '\0';
-    }
-    if (!rejected(v)) {
-        reply(c, req->minor, 200, hbuf, NULL, "", 0, 0);
-        /* shaping: the gateway forwards the request when we answer, so answer later */
-        if (v->action == SL_DELAY) sl_conn_hold(c, v->delay_ns);
-        return;
-    }
-    /* The engine's status (429, 400 for a missing key, 503 failing closed); a limited
-     * request may be answered with the configured deny status, or ?status=NNN (nginx's
-     * auth_request passes only 2xx/401/403 on). */
-    int status = v->status >= 400 && v->status <= 599 ? v->status : (v->action == SL_FAIL ? 503 : 429);
-    if (v->action == SL_REJECT && status == 429) status = w->srv->opt.auth_deny_status;
-    const char *val;
-    long vl = query_param(x, "status", &val);
-    if (v->action == SL_REJECT && vl == 3 && val[0] >= '4' && val[0] <= '5' && val[1] >= '0' &&
-        val[1] <= '9' && val[2] >= '0' && val[2] <= '9')
-        status = (val[0] - '0') * 100 + (val[1] - '0') * 10 + (val[2] - '0');
-    v->status = status; /* so the problem body states the status sent */
-    char body[BODY_MAX];
-    const sl_http_header *tp = sl_http1_header(req, "traceparent");
-    char tpbuf[128] = "";
-    if (tp && tp->value_len < sizeof(tpbuf)) {
-        memcpy(tpbuf, tp->value, tp->value_len);
-        tpbuf[tp->value_len] = '\0';
-    }
-    int bl = sl_render_problem(v, tpbuf[0] ? tpbuf : NULL, body, sizeof(body));
-    if (bl < 0) bl = 0;
-    reply(c, req->minor, status, hbuf, "application/problem+json", body, (size_t)bl, !x->is_head);
+    const sl_engine *e = w->gen->engine;
+    sl_engine_prepare(e, &r, &p->v);
+    sl_pending_submit(p);
+    sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    if (sl_pending_park(p)) c->suspended = true;
 }
 
 /* ---- JSON endpoints ---- */
@@ -234,10 +258,10 @@ static int json_u64(json_t *o, const char *k, uint64_t *out, int *present) {
     return 0;
 }
 
-/* Adds "headers" (the lines a gateway should send) and "token" to the engine's JSON. */
-static void verdict_reply(http_ctx *x, int rc, sl_verdict *v) {
-    if (sl_redis_bridge_pending()) return;
-    sl_worker *w = x->c->w;
+/* The /v1/check answer: the engine's JSON plus "headers" (the lines a gateway should
+ * send) and "token". */
+static void verdict_reply(sl_conn *c, int minor, bool is_head, int rc, sl_verdict *v) {
+    sl_worker *w = c->w;
     char hbuf[HDRS_MAX];
     int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
     if (hl < 0) hbuf[0] = '\0';
@@ -270,10 +294,7 @@ static void verdict_reply(http_ctx *x, int rc, sl_verdict *v) {
         }
         json_object_set_new(o, "headers", h);
     }
-    bool needs_token = false;
-    for (size_t i = 0; i < v->n; i++)
-        if (v->items[i].settle || v->items[i].result.lease) needs_token = true;
-    if (rc == 0 && needs_token && !rejected(v) && json_object_get(o, "token") == NULL) {
+    if (rc == 0 && sl_verdict_needs_token(v) && json_object_get(o, "token") == NULL) {
         char tok[SL_TOKEN_MAX + 1];
         int tl = sl_verdict_token(v, tok, sizeof(tok));
         if (tl > 0) json_object_set_new(o, "token", json_stringn(tok, (size_t)tl));
@@ -290,10 +311,10 @@ static void verdict_reply(http_ctx *x, int rc, sl_verdict *v) {
                  : v->action == SL_REJECT ? 429
                                           : 200;
     if (out) {
-        reply_json(x, status, hbuf, out, strlen(out));
+        reply(c, minor, status, hbuf, "application/json", out, strlen(out), !is_head);
         free(out);
     } else {
-        problem(x->c, x->req->minor, 500, "out of memory", 1);
+        problem(c, minor, 500, "out of memory", 1);
     }
 }
 
@@ -315,41 +336,56 @@ static sl_str jstr(json_t *o, const char *k) {
     return s;
 }
 
+static void finish_check(sl_pending *p, int rc, bool later) {
+    sl_conn *c = p->c;
+    if (rc == SLUICE_ENOTFOUND && p->v.action == SL_ERROR) {
+        problem(c, p->minor, 404, "no such policy", 1);
+    } else {
+        sl_server_count_verdict(c->w, rc, &p->v);
+        verdict_reply(c, p->minor, p->is_head, rc, &p->v);
+    }
+    if (later) sl_conn_resume(c);
+}
+
 static void handle_check(http_ctx *x, int acquire) {
-    sl_worker *w = x->c->w;
+    sl_conn *c = x->c;
+    sl_worker *w = c->w;
     json_t *j = parse_body(x);
     if (j == NULL) {
-        problem(x->c, x->req->minor, 400, "the body must be a JSON object", 1);
+        problem(c, x->req->minor, 400, "the body must be a JSON object", 1);
         return;
     }
-    sl_verdict *v = &w->verdict;
     const char *policy, *key;
     size_t pl, kl;
     uint64_t cost = 0;
-    int has_cost = 0, rc;
+    int has_cost = 0;
     if (json_u64(j, "cost", &cost, &has_cost) != 0) {
         json_decref(j);
-        problem(x->c, x->req->minor, 400, "\"cost\" must be a non-negative integer", 1);
+        problem(c, x->req->minor, 400, "\"cost\" must be a non-negative integer", 1);
         return;
     }
-    if (json_str(j, "policy", &policy, &pl) == 0) {
-        if (json_str(j, "key", &key, &kl) != 0) {
-            json_decref(j);
-            problem(x->c, x->req->minor, 400, "\"key\" (a string) is required with \"policy\"", 1);
-            return;
-        }
-        sluice_time now = sl_worker_now(w);
-        rc = acquire ? sl_engine_acquire(w->gen->engine, policy, key, kl, now, v)
-                     : sl_engine_check_named(w->gen->engine, policy, key, kl, has_cost, cost, now, v);
-        if (rc == SLUICE_ENOTFOUND) {
-            json_decref(j);
-            problem(x->c, x->req->minor, 404, "no such policy", 1);
-            return;
-        }
-    } else if (acquire) {
+    bool named = json_str(j, "policy", &policy, &pl) == 0;
+    if (named && json_str(j, "key", &key, &kl) != 0) {
         json_decref(j);
-        problem(x->c, x->req->minor, 400, "\"policy\" and \"key\" are required", 1);
+        problem(c, x->req->minor, 400, "\"key\" (a string) is required with \"policy\"", 1);
         return;
+    }
+    if (!named && acquire) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, "\"policy\" and \"key\" are required", 1);
+        return;
+    }
+    sl_pending *p = sl_pending_get(w, c, finish_check);
+    if (p == NULL) {
+        json_decref(j);
+        busy(c, x->req->minor);
+        return;
+    }
+    p->minor = x->req->minor;
+    p->is_head = x->is_head != 0;
+    const sl_engine *e = w->gen->engine;
+    if (named) {
+        sl_engine_prepare_named(e, policy, key, kl, acquire || has_cost, acquire ? 1 : cost, &p->v);
     } else {
         json_t *a = json_object_get(j, "request");
         if (!json_is_object(a)) a = j;
@@ -381,15 +417,32 @@ static void handle_check(http_ctx *x, int acquire) {
             r.body_bytes = bb;
         }
         if (has_cost) r.hits_addend = cost;
-        rc = sl_engine_check(w->gen->engine, &r, sl_worker_now(w), v);
+        sl_engine_prepare(e, &r, &p->v);
     }
-    sl_server_count_verdict(w, rc, v);
-    verdict_reply(x, rc, v);
-    json_decref(j);
+    json_decref(j); /* the verdict holds what it needs (keys are copied) */
+    sl_pending_submit(p);
+    sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    if (sl_pending_park(p)) c->suspended = true;
+}
+
+static void finish_token(sl_pending *p, int rc, bool later) {
+    sl_conn *c = p->c;
+    if (rc == 0) {
+        const char *b = p->op == SL_TOKEN_SETTLE ? "{\"settled\":true}" : "{\"released\":true}";
+        reply(c, p->minor, 200, NULL, "application/json", b, strlen(b), 1);
+    } else if (rc == SLUICE_ENOTFOUND) {
+        problem(c, p->minor, 404, "token already used, expired or unknown", 1);
+    } else if (rc == SLUICE_EINVAL) {
+        problem(c, p->minor, 400, "invalid token", 1);
+    } else {
+        problem(c, p->minor, 503, sluice_strerror(rc), 1);
+    }
+    if (later) sl_conn_resume(c);
 }
 
 static void handle_token(http_ctx *x, int settle) {
-    sl_worker *w = x->c->w;
+    sl_conn *c = x->c;
+    sl_worker *w = c->w;
     json_t *j = parse_body(x);
     const char *tok;
     size_t tl;
@@ -398,26 +451,23 @@ static void handle_token(http_ctx *x, int settle) {
     if (j == NULL || json_str(j, "token", &tok, &tl) != 0 ||
         json_u64(j, "actual", &actual, &has_actual) != 0 || (settle && !has_actual)) {
         if (j) json_decref(j);
-        problem(x->c, x->req->minor, 400,
+        problem(c, x->req->minor, 400,
                 settle ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
         return;
     }
-    sluice_time now = sl_worker_now(w);
-    int rc = settle ? sl_engine_settle_token(w->gen->engine, tok, tl, actual, now)
-                    : sl_engine_release_token(w->gen->engine, tok, tl, now);
-    json_decref(j);
-    if (sl_redis_bridge_pending()) return; /* the token's claim is on its way: handled again */
-    if (rc == 0) {
-        const char *b = settle ? "{\"settled\":true}" : "{\"released\":true}";
-        reply_json(x, 200, NULL, b, strlen(b));
-    } else if (rc == SLUICE_ENOTFOUND) {
-        problem(x->c, x->req->minor, 404,
-                "token already used, expired or unknown", 1);
-    } else if (rc == SLUICE_EINVAL) {
-        problem(x->c, x->req->minor, 400, "invalid token", 1);
-    } else {
-        problem(x->c, x->req->minor, 503, sluice_strerror(rc), 1);
+    sl_pending *p = sl_pending_get(w, c, finish_token);
+    if (p == NULL) {
+        json_decref(j);
+        busy(c, x->req->minor);
+        return;
     }
+    p->minor = x->req->minor;
+    p->op = settle ? SL_TOKEN_SETTLE : SL_TOKEN_RELEASE;
+    sl_pending_submit(p);
+    sl_engine_token(w->gen->engine, w->lane, tok, tl, p->op, actual, sl_worker_now(w), &p->v,
+                    sl_pending_done, p);
+    json_decref(j); /* the token was read into the verdict before anything went out */
+    if (sl_pending_park(p)) c->suspended = true;
 }
 
 /* ---- admin ---- */
@@ -530,7 +580,7 @@ static void handle_admin(http_ctx *x) {
     if (path_is(x, "/readyz")) {
         if (atomic_load(&s->draining))
             reply(c, x->req->minor, 503, NULL, "text/plain", "draining\n", 9, !x->is_head);
-        else if (!sl_redis_bridge_ready())
+        else if (!sl_server_store_ready(s))
             reply(c, x->req->minor, 503, NULL, "text/plain", "store unavailable\n", 18, !x->is_head);
         else
             reply(c, x->req->minor, 200, NULL, "text/plain", "ready\n", 6, !x->is_head);

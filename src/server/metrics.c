@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grpc/grpc_conn.h"
-#include "redis/bridge.h"
+#include "server/grpc_conn.h"
+#include "redis/store.h"
 #include "server/server.h"
 
 const int64_t *sl__lat_bounds(void);
@@ -114,8 +114,8 @@ char *sl_metrics_render(sl_server *s, size_t *len) {
         free(buf);
         return NULL;
     }
-    if (sl_redis_bridge_enabled() && w.cap - w.len > 4096) {
-        int rn = sl_redis_bridge_metrics(w.data + w.len, w.cap - w.len);
+    if (s->redis && w.cap - w.len > 4096) {
+        int rn = sl_redis_store_metrics(w.data + w.len, w.cap - w.len);
         if (rn > 0) w.len += (size_t)rn;
     }
     *len = w.len;
@@ -124,7 +124,6 @@ char *sl_metrics_render(sl_server *s, size_t *len) {
 
 /* The metrics result of a verdict, counted under the deciding policy's slot. */
 void sl_server_count_verdict(sl_worker *w, int rc, const sl_verdict *v) {
-    if (sl_redis_bridge_pending()) return; /* counted when the request is handled again */
     unsigned slot = 0;
     if (rc == 0 && v->deciding >= 0 && (size_t)v->deciding < v->n && v->items[v->deciding].info)
         slot = sl_gen_slot(w->gen, v->items[v->deciding].info->policy);

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "redis/bridge.h"
+#include "server/pending.h"
 #include "server/server.h"
 
 #define REPLY_RESERVE 4096
@@ -19,6 +19,7 @@ typedef struct resp_ctx {
     sl_conn *c;
     const sl_resp_cmd *cmd;
     sl_wbuf wb;
+    bool handed; /* the reply is written by a continuation, not into wb */
 } resp_ctx;
 
 static int64_t ceil_ms(int64_t ns) {
@@ -61,66 +62,117 @@ static int arg_cstr(const sl_resp_cmd *cmd, size_t i, char *buf, size_t len) {
     return 0;
 }
 
+/* Runs `fn` writing one reply into c's output (the continuations' replies: the handler's
+ * own buffer may be gone). */
+static void with_wbuf(sl_conn *c, size_t need, void (*fn)(sl_conn *c, sl_wbuf *wb, void *arg),
+                      void *arg) {
+    if (sl_conn_reserve(c, need) != 0) {
+        c->close_after = true;
+        return;
+    }
+    sl_wbuf wb;
+    sl_conn_wbuf(c, &wb);
+    fn(c, &wb, arg);
+    if (wb.overflow) { /* cannot happen with the reserve above; never send half a reply */
+        sl_conn_wbuf(c, &wb);
+        sl_resp_error(&wb, "ERR reply too large");
+    }
+    sl_conn_commit(c, &wb);
+}
+
 /* The SL.* decision reply: a map (RESP3) or flat array (RESP2) with a fixed shape. */
-static void verdict_reply(resp_ctx *x, int rc, const sl_verdict *v, const char *policy) {
-    if (sl_redis_bridge_pending()) return; /* answered when the store replies */
-    sl_worker *w = x->c->w;
+static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const char *policy) {
+    sl_worker *w = c->w;
     sl_server_count_verdict(w, rc, v);
-    if (rc == SLUICE_ENOTFOUND) {
-        char m[200];
+    if (rc == SLUICE_ENOTFOUND && v->action == SL_ERROR) {
+        char m[320];
         snprintf(m, sizeof(m), "ERR unknown policy '%.100s'", policy ? policy : "");
-        sl_resp_error(&x->wb, m);
+        sl_resp_error(wb, m);
         return;
     }
     if (rc != 0) {
         char m[160];
         snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));
-        sl_resp_error(&x->wb, m);
+        sl_resp_error(wb, m);
         return;
     }
-    int p = x->c->proto;
+    int p = c->proto;
     const sl_verdict_item *it = (v->deciding >= 0 && (size_t)v->deciding < v->n) ? &v->items[v->deciding] : NULL;
-    bool allowed = v->action == SL_ALLOW || v->action == SL_DELAY;
+    bool allowed = v->action == SL_ALLOW || (v->action == SL_DELAY && !v->recheck);
     /* the field names are pre-encoded bulk strings: this reply is on the hot path */
 #define LIT(w, s) sl_wbuf_put((w), s, sizeof(s) - 1)
     if (p == 3)
-        LIT(&x->wb, "%9\r\n$7\r\nallowed\r\n");
+        LIT(wb, "%9\r\n$7\r\nallowed\r\n");
     else
-        LIT(&x->wb, "*18\r\n$7\r\nallowed\r\n");
-    sl_resp_bool(&x->wb, p, allowed);
-    LIT(&x->wb, "$6\r\naction\r\n");
+        LIT(wb, "*18\r\n$7\r\nallowed\r\n");
+    sl_resp_bool(wb, p, allowed);
+    LIT(wb, "$6\r\naction\r\n");
     switch (v->action) {
-    case SL_ALLOW: LIT(&x->wb, "$5\r\nallow\r\n"); break;
-    case SL_DELAY: LIT(&x->wb, "$5\r\ndelay\r\n"); break;
-    case SL_REJECT: LIT(&x->wb, "$6\r\nreject\r\n"); break;
-    default: LIT(&x->wb, "$4\r\nfail\r\n"); break;
+    case SL_ALLOW: LIT(wb, "$5\r\nallow\r\n"); break;
+    case SL_DELAY:
+        /* a shaped admission (consumed: forward after the delay) and a recheck (nothing
+         * consumed: ask again after it) are different answers */
+        if (v->recheck) LIT(wb, "$7\r\nrecheck\r\n");
+        else LIT(wb, "$5\r\ndelay\r\n");
+        break;
+    case SL_REJECT: LIT(wb, "$6\r\nreject\r\n"); break;
+    default: LIT(wb, "$4\r\nfail\r\n"); break;
     }
-    LIT(&x->wb, "$6\r\npolicy\r\n");
+    LIT(wb, "$6\r\npolicy\r\n");
     if (it && it->info && it->info->policy)
-        sl_resp_bulk_str(&x->wb, it->info->policy);
+        sl_resp_bulk_str(wb, it->info->policy);
     else
-        sl_resp_null(&x->wb, p);
-    LIT(&x->wb, "$5\r\nlimit\r\n");
-    sl_resp_int(&x->wb, it ? (int64_t)it->result.limit : 0);
-    LIT(&x->wb, "$9\r\nremaining\r\n");
-    sl_resp_int(&x->wb, it ? (int64_t)it->result.remaining : 0);
-    LIT(&x->wb, "$14\r\nretry_after_ms\r\n");
-    sl_resp_int(&x->wb, allowed ? 0 : ceil_ms(v->retry_after_ns));
-    LIT(&x->wb, "$14\r\nreset_after_ms\r\n");
-    sl_resp_int(&x->wb, it ? ceil_ms(it->result.reset_after_ns) : 0);
-    LIT(&x->wb, "$8\r\ndelay_ms\r\n");
-    sl_resp_int(&x->wb, v->action == SL_DELAY ? ceil_ms(v->delay_ns) : 0);
-    LIT(&x->wb, "$5\r\ntoken\r\n");
+        sl_resp_null(wb, p);
+    LIT(wb, "$5\r\nlimit\r\n");
+    sl_resp_int(wb, it ? (int64_t)it->result.limit : 0);
+    LIT(wb, "$9\r\nremaining\r\n");
+    sl_resp_int(wb, it ? (int64_t)it->result.remaining : 0);
+    LIT(wb, "$14\r\nretry_after_ms\r\n");
+    sl_resp_int(wb, allowed ? 0 : ceil_ms(v->action == SL_DELAY ? v->delay_ns : v->retry_after_ns));
+    LIT(wb, "$14\r\nreset_after_ms\r\n");
+    sl_resp_int(wb, it ? ceil_ms(it->result.reset_after_ns) : 0);
+    LIT(wb, "$8\r\ndelay_ms\r\n");
+    sl_resp_int(wb, v->action == SL_DELAY ? ceil_ms(v->delay_ns) : 0);
+    LIT(wb, "$5\r\ntoken\r\n");
 #undef LIT
-    bool needs_token = false;
-    for (size_t i = 0; i < v->n; i++)
-        if (v->items[i].settle || v->items[i].result.lease) needs_token = true;
     char tok[SL_TOKEN_MAX + 1];
-    int tl = (allowed && needs_token) ? sl_verdict_token(v, tok, sizeof(tok)) : -1;
+    int tl = (allowed && sl_verdict_needs_token(v)) ? sl_verdict_token(v, tok, sizeof(tok)) : -1;
     if (tl > 0)
-        sl_resp_bulk(&x->wb, tok, (size_t)tl);
+        sl_resp_bulk(wb, tok, (size_t)tl);
     else
-        sl_resp_null(&x->wb, p);
+        sl_resp_null(wb, p);
+}
+
+static void write_verdict(sl_conn *c, sl_wbuf *wb, void *arg) {
+    sl_pending *p = arg;
+    verdict_reply(c, wb, p->rc, &p->v, p->text);
+}
+
+static void finish_verdict(sl_pending *p, int rc, bool later) {
+    p->rc = rc;
+    with_wbuf(p->c, REPLY_RESERVE + SL_TOKEN_MAX, write_verdict, p);
+    if (later) sl_conn_resume(p->c);
+}
+
+/* A continuation for this command, or an error reply when the worker has too many
+ * waiting. The handler's buffer is committed first: the answer may come before the
+ * handler returns, and must follow what the handler wrote. */
+static sl_pending *take(resp_ctx *x, sl_pending_fn finish) {
+    sl_pending *p = sl_pending_get(x->c->w, x->c, finish);
+    if (p == NULL) {
+        sl_resp_error(&x->wb, "ERR too many requests are waiting for the store");
+        return NULL;
+    }
+    sl_conn_commit(x->c, &x->wb);
+    x->handed = true;
+    return p;
+}
+
+static void decide(resp_ctx *x, sl_pending *p) {
+    sl_worker *w = x->c->w;
+    sl_pending_submit(p);
+    sl_engine_decide(w->gen->engine, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    if (sl_pending_park(p)) x->c->suspended = true;
 }
 
 /* SL.CHECK <policy> <key> [COST n] and SL.PEEK <policy> <key> */
@@ -151,9 +203,11 @@ static void cmd_check(resp_ctx *x, int peek) {
         has_cost = true;
         cost = (uint64_t)v;
     }
-    int rc = sl_engine_check_named(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], has_cost,
-                                   cost, sl_worker_now(w), &w->verdict);
-    verdict_reply(x, rc, &w->verdict, policy);
+    sl_pending *p = take(x, finish_verdict);
+    if (p == NULL) return;
+    memcpy(p->text, policy, strlen(policy) + 1);
+    sl_engine_prepare_named(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], has_cost, cost, &p->v);
+    decide(x, p);
 }
 
 /* SL.CHECKREQ [METHOD m] [PATH p] [HOST h] [IP a] [ROUTE r] [BYTES n] [COST n]
@@ -198,12 +252,35 @@ static void cmd_checkreq(resp_ctx *x) {
     }
     r.headers = hdrs;
     r.n_headers = nh;
-    int rc = sl_engine_check(w->gen->engine, &r, sl_worker_now(w), &w->verdict);
-    verdict_reply(x, rc, &w->verdict, NULL);
+    sl_pending *p = take(x, finish_verdict);
+    if (p == NULL) return;
+    sl_engine_prepare(w->gen->engine, &r, &p->v);
+    decide(x, p);
     return;
 syntax:
     sl_resp_error(&x->wb, "ERR syntax error: SL.CHECKREQ [METHOD m] [PATH p] [HOST h] [IP addr] "
                           "[ROUTE r] [BYTES n] [COST n] [HEADER name value]...");
+}
+
+static void write_token(sl_conn *c, sl_wbuf *wb, void *arg) {
+    (void)c;
+    int rc = *(const int *)arg;
+    if (rc == 0)
+        sl_resp_simple(wb, "OK");
+    else if (rc == SLUICE_ENOTFOUND)
+        sl_resp_error(wb, "ERR token already used, expired or unknown");
+    else if (rc == SLUICE_EINVAL)
+        sl_resp_error(wb, "ERR invalid token");
+    else {
+        char m[128];
+        snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));
+        sl_resp_error(wb, m);
+    }
+}
+
+static void finish_token(sl_pending *p, int rc, bool later) {
+    with_wbuf(p->c, 256, write_token, &rc);
+    if (later) sl_conn_resume(p->c);
 }
 
 /* SL.SETTLE <token> <actual> | SL.RELEASE <token> */
@@ -219,21 +296,13 @@ static void cmd_token(resp_ctx *x, int settle) {
         sl_resp_error(&x->wb, "ERR actual cost must be a non-negative integer");
         return;
     }
-    sluice_time now = sl_worker_now(w);
-    int rc = settle ? sl_engine_settle_token(w->gen->engine, cmd->argv[1], cmd->argl[1], (uint64_t)actual, now)
-                    : sl_engine_release_token(w->gen->engine, cmd->argv[1], cmd->argl[1], now);
-    if (sl_redis_bridge_pending()) return; /* the token's claim is on its way: handled again */
-    if (rc == 0)
-        sl_resp_simple(&x->wb, "OK");
-    else if (rc == SLUICE_ENOTFOUND)
-        sl_resp_error(&x->wb, "ERR token already used, expired or unknown");
-    else if (rc == SLUICE_EINVAL)
-        sl_resp_error(&x->wb, "ERR invalid token");
-    else {
-        char m[128];
-        snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));
-        sl_resp_error(&x->wb, m);
-    }
+    sl_pending *p = take(x, finish_token);
+    if (p == NULL) return;
+    sl_pending_submit(p);
+    sl_engine_token(w->gen->engine, w->lane, cmd->argv[1], cmd->argl[1],
+                    settle ? SL_TOKEN_SETTLE : SL_TOKEN_RELEASE, (uint64_t)actual,
+                    sl_worker_now(w), &p->v, sl_pending_done, p);
+    if (sl_pending_park(p)) x->c->suspended = true;
 }
 
 static void cmd_acquire(resp_ctx *x) {
@@ -248,13 +317,36 @@ static void cmd_acquire(resp_ctx *x) {
         sl_resp_error(&x->wb, "ERR policy name too long");
         return;
     }
-    int rc = sl_engine_acquire(w->gen->engine, policy, cmd->argv[2], cmd->argl[2],
-                               sl_worker_now(w), &w->verdict);
-    verdict_reply(x, rc, &w->verdict, policy);
+    sl_pending *p = take(x, finish_verdict);
+    if (p == NULL) return;
+    memcpy(p->text, policy, strlen(policy) + 1);
+    sl_engine_prepare_named(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], true, 1, &p->v);
+    decide(x, p);
 }
 
-/* SL.RESET <policy> <key>: forgets the key under every window of the policy (a peek finds
- * the windows and the composed keys). Replies with the number of windows reset. */
+static void write_reset(sl_conn *c, sl_wbuf *wb, void *arg) {
+    (void)c;
+    sl_pending *p = arg;
+    if (p->rc == SLUICE_ENOTFOUND && p->v.action == SL_ERROR) {
+        char m[320];
+        snprintf(m, sizeof(m), "ERR unknown policy '%.100s'", p->text);
+        sl_resp_error(wb, m);
+    } else if (p->rc != SLUICE_OK) {
+        sl_resp_error(wb, p->rc == SLUICE_ESTORE ? "ERR the shared store is unreachable"
+                                                 : "ERR reset failed");
+    } else {
+        sl_resp_int(wb, (int64_t)p->v.n);
+    }
+}
+
+static void finish_reset(sl_pending *p, int rc, bool later) {
+    p->rc = rc;
+    with_wbuf(p->c, 512, write_reset, p);
+    if (later) sl_conn_resume(p->c);
+}
+
+/* SL.RESET <policy> <key>: forgets the key under every window of the policy. Replies
+ * with the number of windows reset. */
 static void cmd_reset(resp_ctx *x) {
     const sl_resp_cmd *cmd = x->cmd;
     sl_worker *w = x->c->w;
@@ -267,29 +359,14 @@ static void cmd_reset(resp_ctx *x) {
         sl_resp_error(&x->wb, "ERR policy name too long");
         return;
     }
-    sl_verdict *v = &w->verdict;
-    int rc = sl_engine_check_named(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], true, 0,
-                                   sl_worker_now(w), v);
-    if (rc != 0) {
-        verdict_reply(x, rc, v, policy);
-        return;
-    }
-    sluice_item items[SLUICE_MAX_ITEMS];
-    size_t n = 0;
-    for (size_t i = 0; i < v->n && n < SLUICE_MAX_ITEMS; i++) {
-        const sl_verdict_item *it = &v->items[i];
-        if (it->info == NULL || it->info->limiter == NULL) continue;
-        items[n++] = (sluice_item){it->info->limiter, v->keys + it->key_off, it->key_len, 0};
-    }
-    /* through the store hooks: with the Redis store the keys are deleted there */
-    rc = sl_store_reset(w->srv->store, items, n, sl_worker_now(w));
-    if (sl_redis_bridge_pending()) return; /* answered when the store replies */
-    if (rc != SLUICE_OK) {
-        sl_resp_error(&x->wb, rc == SLUICE_ESTORE ? "ERR the shared store is unreachable"
-                                                  : "ERR reset failed");
-        return;
-    }
-    sl_resp_int(&x->wb, (int64_t)n);
+    sl_pending *p = take(x, finish_reset);
+    if (p == NULL) return;
+    memcpy(p->text, policy, strlen(policy) + 1);
+    const sl_engine *e = w->gen->engine;
+    sl_engine_prepare_named(e, policy, cmd->argv[2], cmd->argl[2], true, 0, &p->v);
+    sl_pending_submit(p);
+    sl_engine_reset(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    if (sl_pending_park(p)) x->c->suspended = true;
 }
 
 static void cmd_clock(resp_ctx *x) {
@@ -320,7 +397,35 @@ bad:
     sl_resp_error(&x->wb, "ERR syntax: SL.CLOCK SET <unix_ms> | SL.CLOCK ADVANCE <ms> | SL.CLOCK GET");
 }
 
-/* CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>] (SPECS §5) */
+static void write_throttle(sl_conn *c, sl_wbuf *wb, void *arg) {
+    sl_pending *p = arg;
+    sl_worker *w = c->w;
+    sl_server *s = w->srv;
+    if (p->rc != 0) {
+        char m[128];
+        snprintf(m, sizeof(m), "ERR %s", sluice_strerror(p->rc));
+        sl_resp_error(wb, m);
+        sl_server_count(w, s->cell_slot, SL_MET_ERROR);
+        return;
+    }
+    const sluice_result *r = &p->sres.r[0];
+    sl_server_count(w, s->cell_slot, r->allowed ? SL_MET_ALLOWED : SL_MET_LIMITED);
+    sl_resp_array(wb, 5);
+    sl_resp_int(wb, r->allowed ? 0 : 1);
+    sl_resp_int(wb, (int64_t)r->limit);
+    sl_resp_int(wb, (int64_t)r->remaining);
+    sl_resp_int(wb, (r->allowed || r->retry_after_ns == SLUICE_NEVER) ? -1 : sl_cell_round_s(r->retry_after_ns));
+    sl_resp_int(wb, sl_cell_round_s(r->reset_after_ns));
+}
+
+static void finish_throttle(sl_pending *p, int rc, bool later) {
+    p->rc = rc;
+    with_wbuf(p->c, 256, write_throttle, p);
+    if (later) sl_conn_resume(p->c);
+}
+
+/* CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>] (SPECS §5): one
+ * GCRA item straight to the store (no policy). */
 static void cmd_throttle(resp_ctx *x) {
     const sl_resp_cmd *cmd = x->cmd;
     sl_worker *w = x->c->w;
@@ -352,25 +457,18 @@ static void cmd_throttle(resp_ctx *x) {
         sl_server_count(w, s->cell_slot, SL_MET_ERROR);
         return;
     }
-    sluice_item item = {.limiter = lim, .key = cmd->argv[1], .key_len = cmd->argl[1], .cost = (uint64_t)qty};
-    sluice_decision d;
-    int rc = sl_store_decide(s->store, &item, 1, sl_worker_now(w), &d);
-    if (sl_redis_bridge_pending()) return;
-    if (rc != 0) {
-        char m[128];
-        snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));
-        sl_resp_error(&x->wb, m);
-        sl_server_count(w, s->cell_slot, SL_MET_ERROR);
+    if (cmd->argl[1] > sizeof(((sl_pending *)0)->v.keys)) {
+        sl_resp_error(&x->wb, "ERR key too long");
         return;
     }
-    const sluice_result *r = &d.results[0];
-    sl_server_count(w, s->cell_slot, r->allowed ? SL_MET_ALLOWED : SL_MET_LIMITED);
-    sl_resp_array(&x->wb, 5);
-    sl_resp_int(&x->wb, r->allowed ? 0 : 1);
-    sl_resp_int(&x->wb, (int64_t)r->limit);
-    sl_resp_int(&x->wb, (int64_t)r->remaining);
-    sl_resp_int(&x->wb, (r->allowed || r->retry_after_ns == SLUICE_NEVER) ? -1 : sl_cell_round_s(r->retry_after_ns));
-    sl_resp_int(&x->wb, sl_cell_round_s(r->reset_after_ns));
+    sl_pending *p = take(x, finish_throttle);
+    if (p == NULL) return;
+    memcpy(p->v.keys, cmd->argv[1], cmd->argl[1]); /* the key must outlive the command */
+    p->item = (sl_sitem){.lim = lim, .key = p->v.keys, .key_len = cmd->argl[1], .cost = (uint64_t)qty};
+    sl_pending_submit(p);
+    sl_engine_ops(w->gen->engine)->decide(w->lane, &p->item, 1, 0, sl_worker_now(w),
+                                          sl_pending_store_done, p);
+    if (sl_pending_park(p)) x->c->suspended = true;
 }
 
 /* ---- base protocol ---- */
@@ -500,7 +598,7 @@ void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd) {
         c->close_after = true;
         return;
     }
-    resp_ctx x = {.c = c, .cmd = cmd};
+    resp_ctx x = {.c = c, .cmd = cmd, .handed = false};
     sl_conn_wbuf(c, &x.wb);
     const char *n = cmd->argv[0];
     size_t nl = cmd->argl[0];
@@ -553,6 +651,7 @@ void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd) {
     } else {
         err_unknown(&x);
     }
+    if (x.handed) return; /* committed before the decision; its reply is the continuation's */
     if (x.wb.overflow) {
         /* cannot happen with the reserve above; never send half a reply */
         sl_wbuf_init(&x.wb, c->wbuf + c->wlen, c->wcap - c->wlen);

@@ -24,9 +24,9 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "redis/bridge.h"
-#include "grpc/grpc_conn.h"
-
+#include "redis/store.h"
+#include "server/grpc_conn.h"
+#include "server/pending.h"
 
 void sl_server_opts_default(sl_server_opts *o) {
     memset(o, 0, sizeof(*o));
@@ -135,6 +135,10 @@ static unsigned met_slot_for(sl_server *s, const char *name) {
     return slot; /* 0 when the table is full: counted as "" */
 }
 
+void sl_gen_release(sl_gen *g) {
+    if (g != NULL) atomic_fetch_sub_explicit(&g->refs, 1, memory_order_release);
+}
+
 static void gen_destroy(sl_gen *g) {
     if (g == NULL) return;
     sl_engine_destroy(g->engine);
@@ -177,7 +181,7 @@ static sl_gen *gen_create(sl_server *s, char *err, size_t errlen) {
     g->cfg = cfg;
     int e = 0;
     char ebuf[512] = "";
-    g->engine = sl_engine_create(cfg, s->store, &e, ebuf, sizeof(ebuf));
+    g->engine = sl_engine_create_ops(cfg, s->store, s->ops, &e, ebuf, sizeof(ebuf));
     if (g->engine == NULL) {
         snprintf(err, errlen, "%s: %s", s->opt.config_path, ebuf[0] ? ebuf : sluice_strerror(e));
         gen_destroy(g);
@@ -250,7 +254,8 @@ static void reap_retired(sl_server *s, bool all) {
     sl_gen **pp = &s->retired;
     while (*pp) {
         sl_gen *g = *pp;
-        bool used = false;
+        /* in use: a worker's current generation, or one a waiting request holds */
+        bool used = atomic_load_explicit(&g->refs, memory_order_acquire) > 0 && !all;
         for (unsigned i = 0; i < s->nworkers && !all; i++)
             if (atomic_load(&s->workers[i]->hazard) == g) used = true;
         if (used) {
@@ -328,12 +333,9 @@ static void *worker_main(void *arg) {
     w->loop.wake_ud = w;
     sl_server *s = w->srv;
     int64_t drain_deadline = 0;
-    /* Redis store: this worker's client; the engine's store calls go through it */
-    sl_redis_worker *rw = sl_redis_bridge_worker_start(w->id, &w->loop);
-    sl_store_hooks hooks = {rw, sl_redis_bridge_decide_async, sl_redis_bridge_settle, sl_redis_bridge_release,
-                            sl_redis_bridge_reset_async, sl_redis_bridge_claim_async};
-    sl_redis_bridge_set_resume(sl_conn_resume);
-    if (sl_redis_bridge_enabled()) sl_engine_thread_hooks(&hooks);
+    /* the store's handle for this thread: the memory store itself, or this worker's
+     * Redis client (on a private loop this one watches) */
+    w->lane = s->redis ? sl_redis_lane_start(w->id, &w->loop) : (void *)s->store;
     for (;;) {
         sl_worker_pin(w);
         w->now_ns = sl_clock_mono_ns();
@@ -349,15 +351,20 @@ static void *worker_main(void *arg) {
         sl_loop_poll(&w->loop, w->nheld > 0 ? 2 : 50); /* held replies: ~2 ms resolution */
         w->now_ns = sl_clock_mono_ns();
         refresh_date(w);
+        sl_worker_run_ready(w);     /* answers the store gave during this turn */
         sl_worker_flush_resumed(w);
         sl_worker_tick(w);
-        sl_redis_bridge_worker_flush(rw); /* the turn's Redis commands leave before we sleep */
+        if (s->redis) sl_redis_lane_flush(w->lane); /* the turn's commands leave before we sleep */
         sl_worker_reap(w);
     }
     stop_listening(w);
     sl_worker_close_all(w);
-    sl_engine_thread_hooks(NULL);
-    sl_redis_bridge_worker_stop(rw);
+    /* the client answers what is still in flight (to nobody: the connections are gone),
+     * which gives back the generations those requests held */
+    if (s->redis) sl_redis_lane_stop(w->lane);
+    sl_worker_run_ready(w);
+    sl_pending_pool_free(w);
+    w->lane = NULL;
     atomic_store(&w->hazard, NULL);
     w->done = true;
     return NULL;
@@ -367,6 +374,7 @@ static sl_worker *worker_create(sl_server *s, unsigned id, char *err, size_t err
     sl_worker *w = calloc(1, sizeof(*w));
     if (w == NULL) goto oom;
     w->met = calloc(1, sizeof(*w->met));
+    w->pmax = SL_PENDING_MAX;
     w->body_buf = malloc(s->opt.http_limits.max_body + 1);
     if (w->met == NULL || w->body_buf == NULL) goto oom;
     w->srv = s;
@@ -417,20 +425,18 @@ static void worker_destroy(sl_worker *w) {
 static int open_store(sl_server *s, const sl_settings *st, char *err, size_t errlen) {
     const char *url = s->opt.store_url;
     if (url[0] == '\0') url = st->store.type == SL_STORE_MEMORY ? "memory:" : "redis:";
-    if (strncmp(url, "redis://", 8) == 0 || strncmp(url, "redis-cluster://", 16) == 0 ||
-        strcmp(url, "redis:") == 0) {
-        if (sl_redis_bridge_config(url, st->store.redis_addr, st->store.type == SL_STORE_REDIS_CLUSTER,
-                                   st->store.redis_timeout_ns, st->store.redis_key_secret,
-                                   st->store.redis_time_local, s->opt.test_clock,
-                                   err, errlen) != 0)
-            return -1;
-        if (sl_redis_bridge_default_secret())
+    s->ops = &sl_memory_ops;
+    if (sl_redis_store_url(url)) {
+        if (sl_redis_store_config(url, st, s->opt.test_clock, err, errlen) != 0) return -1;
+        if (sl_redis_store_default_secret())
             fprintf(stderr, "sluice serve: warning: no store.key_secret: Redis keys use the documented "
                             "default secret, and settle/release tokens are valid only on the instance "
                             "that issued them (set one secret shared by every instance)\n");
         else /* tokens any instance can verify, single use claimed in Redis */
             sl_engine_tokens_shared(st->store.redis_key_secret, strlen(st->store.redis_key_secret));
-        fprintf(stderr, "sluice serve: redis store %s\n", sl_redis_bridge_seeds());
+        fprintf(stderr, "sluice serve: redis store %s\n", sl_redis_store_seeds());
+        s->redis = true;
+        s->ops = &sl_redis_ops;
         /* the memory store still holds the limiter registry; decisions go to Redis */
         int e = 0;
         s->store = sluice_store_create(NULL, &e);
@@ -441,7 +447,7 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
         return 0;
     }
     if (strncmp(url, "memory:", 7) != 0) {
-        snprintf(err, errlen, "unknown store '%s' (expected memory:, redis://HOST:PORT or "
+        snprintf(err, errlen, "unknown store '%.100s' (expected memory:, redis://HOST:PORT or "
                  "redis-cluster://HOST:PORT[,HOST:PORT...])", url);
         return -1;
     }
@@ -459,6 +465,8 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
     s->snapshot_every_ns = st->store.snapshot_every_ns;
     return 0;
 }
+
+bool sl_server_store_ready(const sl_server *s) { return !s->redis || sl_redis_store_ready(); }
 
 /* ---- lifecycle ---- */
 
@@ -563,7 +571,6 @@ void sl_server_destroy(sl_server *s) {
     reap_retired(s, true);
     gen_destroy(atomic_load(&s->gen));
     sl_cell_deinit(&s->cell);
-    sl_grpc_fini();
     if (s->store) sluice_store_destroy(s->store);
     if (s->clock) sluice_clock_destroy(s->clock);
     pthread_mutex_destroy(&s->reload_mu);

@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "policy/policy.h"
+#include "engine/engine.h"
 #include "proto/http1.h"
 #include "proto/resp.h"
 #include "core/loop.h"
@@ -54,11 +54,14 @@ typedef enum sl_met_result {
     SL_MET_ERROR = 4
 } sl_met_result;
 
-/* One loaded config and the engine compiled from it. Immutable once published. */
+/* One loaded config and the engine compiled from it. Immutable once published. Freed
+ * once retired (a reload replaced it), named by no worker's hazard and referenced by no
+ * request still waiting for its store (refs). */
 typedef struct sl_gen {
     sl_config *cfg;
     sl_engine *engine;
     uint64_t id;
+    _Atomic int refs;
     /* policy name -> metrics slot, open addressing over a power-of-two table */
     size_t name_cap;
     const char **names;
@@ -134,7 +137,7 @@ typedef struct sl_conn {
     bool proto_known;   /* HTTP: the first bytes were checked for the HTTP/2 preface */
     bool goaway_sent;   /* GRPC: drain already announced */
     bool suspended;     /* a decision waits for the shared store: input not processed */
-    bool replay;        /* the request at the head is being handled again (not recounted) */
+    struct sl_pending *parked; /* its requests waiting for the store (pending.c) */
     bool broken;        /* close without flushing */
     bool flush_queued;  /* on its worker's flushq (answers resumed this loop turn) */
     bool closed;        /* closed during this loop turn, freed at its end (w->dead) */
@@ -178,21 +181,28 @@ typedef struct sl_worker {
                                  each at the end of the turn, not one per answer */
     unsigned nflushq;
     sl_conn *dead;            /* connections closed this turn, freed by sl_worker_reap */
+    void *lane;               /* the store's handle for this thread (store.h) */
+    struct sl_pending *pfree, *pchunks; /* the continuation pool (pending.c) */
+    size_t pcount, pmax, nparked;
+    struct sl_pending *ready, *ready_tail; /* answers arrived, to finish this turn */
     int64_t accept_paused_until; /* out of file descriptors: listeners off until then */
     char date[40];            /* "Date: <IMF-fixdate>\r\n", refreshed once a second */
     int64_t date_at_ns;
     sl_wmetrics *met;
-    sl_verdict verdict;       /* scratch for one decision */
     char scratch[SL_RESP_MAX_INLINE + 16];
     char *body_buf;           /* chunked bodies are decoded here */
 } sl_worker;
 
 #define SL_MAX_WORKERS 64
 
+#define SL_PENDING_MAX 4096 /* requests one worker lets wait for its store */
+
 struct sl_server {
     sl_server_opts opt;
     sluice_clock *clock;
-    sluice_store *store;
+    sluice_store *store;      /* the limiter registry; with the memory store its state */
+    const sl_store_ops *ops;  /* where decisions go (memory or Redis) */
+    bool redis;
     char snapshot_path[SL_PATH_MAX];
     int64_t snapshot_every_ns;
     int lfd[SL_KINDS];        /* listening sockets per kind, -1 when disabled */
@@ -227,6 +237,8 @@ static inline sluice_time sl_worker_now(sl_worker *w) {
 }
 
 /* server.c */
+/* Every policy can be answered by its store as configured (the memory store always). */
+bool sl_server_store_ready(const sl_server *s);
 int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size_t errlen);
 int sl_server_run(sl_server *s); /* until SIGTERM/SIGINT; returns the exit status */
 void sl_server_destroy(sl_server *s);
@@ -235,9 +247,11 @@ void sl_server_destroy(sl_server *s);
 int sl_server_reload(sl_server *s, char *err, size_t errlen);
 /* The generation for the next request: publishes a hazard so it is not freed. */
 sl_gen *sl_worker_pin(sl_worker *w);
+/* Drops a reference a waiting request held (pending.c). */
+void sl_gen_release(sl_gen *g);
 unsigned sl_gen_slot(const sl_gen *g, const char *policy);
 void sl_server_count(sl_worker *w, unsigned slot, sl_met_result r);
-/* Counts one policy decision (rc and verdict from sl_engine_check*) under its deciding
+/* Counts one policy decision (rc and verdict from the engine) under its deciding
  * policy: error (engine error or store failure failing closed), limited, fail_open,
  * shadow_limited or allowed. */
 void sl_server_count_verdict(sl_worker *w, int rc, const sl_verdict *v);
@@ -258,9 +272,11 @@ void sl_conn_commit(sl_conn *c, const sl_wbuf *wb);
  * through a forward-auth gateway, which forwards the request when the answer arrives. */
 void sl_conn_hold(sl_conn *c, int64_t delay_ns);
 
-/* The shared store answered a request of this connection (key: the connection itself,
- * or one of its gRPC streams): handle it again. */
-void sl_conn_resume(void *owner, void *key);
+/* The answer a suspended connection waited for has been written: go on with its input. */
+void sl_conn_resume(sl_conn *c);
+/* Queues a gRPC connection whose calls were answered this turn for one write at the end
+ * of the turn. */
+void sl_conn_flush_later(sl_conn *c);
 /* End of a loop turn: writes what resumed calls queued on their connections. */
 void sl_worker_flush_resumed(sl_worker *w);
 /* End of a loop turn: frees the connections closed during it. */

@@ -21,7 +21,7 @@
 
 #include "algo/algo.h"
 #include "core/hash.h"
-#include "engine/limiter.h"
+#include "algo/limiter.h"
 #include "sluice.h"
 
 #define SL_STORE_MAX_FAMILIES 16383 /* distinct limiter name+index per store */

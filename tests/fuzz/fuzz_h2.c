@@ -19,6 +19,13 @@ static const char CONFIG[] =
     "    rate_limit: {unit: minute, requests_per_unit: 5}\n";
 
 static sl_grpc_env env;
+static sl_rls_sync sync;
+
+static int decide(void *ud, void *call, const sl_rls_req *rq, sl_grpc_reply *out) {
+    (void)ud;
+    (void)call;
+    return sl_rls_reply_sync(&sync, rq, out);
+}
 
 static void setup(void) {
     static sl_diag_list dl;
@@ -29,9 +36,8 @@ static void setup(void) {
     sluice_clock *clk = sluice_clock_create_manual(INT64_C(1767225600) * SLUICE_NS_PER_S);
     env.engine = sl_engine_create(cfg, st, &err, NULL, 0);
     if (env.engine == NULL) abort();
-    env.store = st;
-    env.ov = sl_rls_ovcache_create();
-    env.now = sluice_clock_now(clk);
+    env.decide = decide;
+    sync = (sl_rls_sync){.engine = env.engine, .lane = st, .now = sluice_clock_now(clk)};
     env.mono_ns = 1000 * SLUICE_NS_PER_S;
     sluice_clock_destroy(clk);
 }

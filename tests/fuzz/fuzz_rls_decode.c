@@ -31,8 +31,15 @@ static const char CONFIG[] =
     "  - key: block\n"
     "    rate_limit: {unit: second, requests_per_unit: 0}\n";
 
+static sl_rls_sync sync;
 static sl_grpc_env env;
 static sl_verdict V;
+
+static int decide(void *ud, void *call, const sl_rls_req *rq, sl_grpc_reply *out) {
+    (void)ud;
+    (void)call;
+    return sl_rls_reply_sync(&sync, rq, out);
+}
 
 static void setup(void) {
     static sl_diag_list dl;
@@ -43,9 +50,8 @@ static void setup(void) {
     sluice_clock *clk = sluice_clock_create_manual(INT64_C(1767225600) * SLUICE_NS_PER_S);
     env.engine = sl_engine_create(cfg, st, &err, NULL, 0);
     if (env.engine == NULL) abort();
-    env.store = st;
-    env.ov = sl_rls_ovcache_create();
-    env.now = sluice_clock_now(clk);
+    env.decide = decide;
+    sync = (sl_rls_sync){.engine = env.engine, .lane = st, .now = sluice_clock_now(clk)};
     sluice_clock_destroy(clk);
 }
 
@@ -59,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, size, data);
     if (m != NULL) {
         int st = sl_rls_from_proto(m, &rq, err, sizeof(err));
-        if (st == SL_GRPC_OK) st = sl_rls_decide(&env, &rq, &V, &ans, err, sizeof(err));
+        if (st == SL_GRPC_OK) st = sl_rls_decide_sync(&sync, &rq, &V, &ans, err, sizeof(err));
         if (st == SL_GRPC_OK) {
             if (ans.overall != SL_RLS_OK && ans.overall != SL_RLS_OVER_LIMIT) abort();
             if (ans.n != m->n_descriptors) abort();
@@ -73,13 +79,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, NULL);
     }
     sl_grpc_reply rep = {.buf = out, .cap = sizeof(out)};
-    sl_grpc_call(&env, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", 61, data,
-                 size, &V, &rep);
+    if (sl_grpc_call(&env, NULL, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", 61,
+                     data, size, &rep) != 0)
+        abort(); /* this decide never parks */
     if (rep.status == SL_GRPC_OK && rep.len == 0) abort(); /* overall_code is never omitted */
-    sl_grpc_call(&env, "/grpc.health.v1.Health/Check", 28, data, size, &V, &rep);
+    sl_grpc_call(&env, NULL, "/grpc.health.v1.Health/Check", 28, data, size, &rep);
     static char js[32768];
     int http = 0;
-    int n = sl_rls_json(&env, (const char *)data, size, &V, js, sizeof(js), &http);
+    int n = sl_rls_json_sync(&sync, (const char *)data, size, &V, js, sizeof(js), &http);
     if (n >= 0 && http != 200 && http != 429 && http != 400 && http != 500) abort();
     return 0;
 }

@@ -5,7 +5,7 @@
  * the absolute usage, lowering keeps the fraction), across algorithms too, fresh_at.
  */
 #include "algo.h"
-#include "engine/limiter.h"
+#include "algo/limiter.h"
 #include "t.h"
 
 #define S SLUICE_NS_PER_S

@@ -4,7 +4,8 @@
  * formats side by side, and the rule that nothing is accepted silently (unknown or
  * misplaced fields anywhere are errors with a position).
  */
-#include "policy/internal.h"
+#include "config/compiled.h"
+#include "engine/internal.h"
 #include "t.h"
 
 #define SEC SLUICE_NS_PER_S

@@ -400,6 +400,19 @@ static void test_against_model(void) {
                     memcpy(model_state[li[i]][ki[i]].b, scratch[i].b, L[li[i]]->lim.state_size);
                     model_has[li[i]][ki[i]] = true;
                 }
+        if (!all)
+            for (size_t i = 0; i < n; i++) {
+                /* nothing was consumed: every item reports the state as it stands (its
+                 * verdict and retry-after from its own decision) */
+                mstate tmp;
+                sl_result pk;
+                sl_algo_decide(&L[li[i]]->lim, model_has[li[i]][ki[i]] ? model_state[li[i]][ki[i]].b : NULL,
+                               tmp.b, now, 0, &pk);
+                mr[i].remaining = pk.remaining;
+                mr[i].reset_after_ns = pk.reset_after_ns;
+                mr[i].delay_ns = 0;
+                mr[i].lease = 0;
+            }
         sluice_decision d;
         int rc = sluice_decide(st, it, n, now, &d);
         T_EQ_I(rc, SLUICE_OK);

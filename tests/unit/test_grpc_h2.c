@@ -35,9 +35,34 @@ typedef struct fx {
     sluice_store *st;
     sl_config *cfg;
     sl_engine *e;
-    sl_rls_ovcache *ov;
     sl_grpc_env env;
 } fx;
+
+/* The decisions: the engine on a memory store, answered at once unless the test parks
+ * them (waiting_calls). */
+static sl_rls_sync SYNC;
+static struct {
+    bool park;
+    void *calls[16];
+    sl_grpc_reply replies[16];
+    int ncalls;
+    void *forgotten[16];
+    int nforgotten;
+    int owner;
+} A;
+
+static int fx_decide(void *ud, void *call, const sl_rls_req *rq, sl_grpc_reply *out) {
+    (void)ud;
+    if (!A.park) return sl_rls_reply_sync(&SYNC, rq, out);
+    /* parked: decided now, delivered when the test says (as the server does once its
+     * store answers) */
+    if (A.ncalls < 16) {
+        A.replies[A.ncalls] = *out;
+        sl_rls_reply_sync(&SYNC, rq, &A.replies[A.ncalls]);
+        A.calls[A.ncalls++] = call;
+    }
+    return 1;
+}
 
 static void fx_open(fx *f) {
     memset(f, 0, sizeof(*f));
@@ -48,16 +73,13 @@ static void fx_open(fx *f) {
     f->st = sluice_store_create(NULL, &err);
     f->e = sl_engine_create(f->cfg, f->st, &err, NULL, 0);
     T_CHECK(f->e != NULL);
-    f->ov = sl_rls_ovcache_create();
     f->env.engine = f->e;
-    f->env.store = f->st;
-    f->env.ov = f->ov;
-    f->env.now = sluice_clock_now(f->clk);
+    f->env.decide = fx_decide;
+    SYNC = (sl_rls_sync){.engine = f->e, .lane = f->st, .now = sluice_clock_now(f->clk)};
     f->env.mono_ns = 1000 * SEC;
 }
 
 static void fx_close(fx *f) {
-    sl_rls_ovcache_destroy(f->ov);
     sl_engine_destroy(f->e);
     sl_config_destroy(f->cfg);
     sluice_store_destroy(f->st);
@@ -908,31 +930,17 @@ static void broken_connections(void) {
     fx_close(&f);
 }
 
-/* ---- calls whose answer waits for the store (sl_h2_async) ---- */
+/* ---- calls whose answer comes later (parked) ---- */
 
-/* A fake store that answers later: while `park` is set, every call handled is parked
- * (leave says "waiting"); calls are recorded in the order they were first handled. */
-static struct {
-    bool park;
-    void *calls[16];
-    int ncalls;
-    void *forgotten[16];
-    int nforgotten;
-    int owner;
-} A;
-
-static void a_enter(void *call, void *owner) {
+static void a_forget(void *owner, void *call) {
     T_CHECK(owner == &A.owner);
-    for (int i = 0; i < A.ncalls; i++)
-        if (A.calls[i] == call) return;
-    if (A.ncalls < 16) A.calls[A.ncalls++] = call;
-}
-static bool a_leave(void *call) {
-    (void)call;
-    return A.park;
-}
-static void a_forget(void *call) {
     if (A.nforgotten < 16) A.forgotten[A.nforgotten++] = call;
+}
+
+static int call_index(void *call) {
+    for (int i = 0; i < A.ncalls; i++)
+        if (A.calls[i] == call) return i;
+    return -1;
 }
 
 static void waiting_calls(void) {
@@ -940,8 +948,7 @@ static void waiting_calls(void) {
     fx_open(&f);
     out_reset();
     memset(&A, 0, sizeof(A));
-    static const sl_h2_async as = {a_enter, a_leave, a_forget};
-    sl_h2_opts o = {.async = &as, .owner = &A.owner};
+    sl_h2_opts o = {.forget = a_forget, .owner = &A.owner};
     sl_h2 *h = sl_h2_create(&o);
     client c;
     client_init(&c, true);
@@ -949,7 +956,7 @@ static void waiting_calls(void) {
     const char *const d[] = {"free=x", NULL};
     size_t ml = rls_msg(m, "rl", d, 0);
     const char *const t5[] = {"grpc-timeout", "5m", NULL};
-    /* three calls wait for the store: nothing is answered, nothing is forgotten */
+    /* three calls wait for their answer: nothing is answered, nothing is forgotten */
     A.park = true;
     for (uint32_t sid = 1; sid <= 5; sid += 2) {
         headers(&c, sid, RLS, "application/grpc", false, sid == 5 ? t5 : NULL);
@@ -965,24 +972,23 @@ static void waiting_calls(void) {
     data(&c, 7, 0, NULL, 0, true, 16384);
     T_EQ_I(exchange(h, &c, &f.env), 0);
     T_EQ_I(O.s[3].grpc, 0);
-    /* the store answers call 3: it is decided again and answered; its record went with
-     * the answer (leave), so it is not forgotten separately */
-    sl_h2_resume(h, A.calls[1], &f.env);
+    /* call 3's answer arrives: it is answered, and not forgotten separately */
+    sl_h2_complete(h, A.calls[1], &A.replies[1]);
     T_EQ_I(exchange(h, &c, &f.env), 0);
     resp_t *r = decode_resp(&O.s[1]);
     T_CHECK(r != NULL && r->overall_code == 1);
     free_resp(r);
     T_EQ_U(sl_h2_waiting(h), 2);
     T_EQ_I(A.nforgotten, 0);
-    /* a second resume of an answered call does nothing */
-    sl_h2_resume(h, A.calls[1], &f.env);
+    /* a second answer for an answered call does nothing */
+    sl_h2_complete(h, A.calls[1], &A.replies[1]);
     T_EQ_I(exchange(h, &c, &f.env), 0);
-    /* the client cancels call 1: the store forgets it */
+    /* the client cancels call 1: its owner forgets it */
     uint8_t code[4] = {0, 0, 0, 8}; /* CANCEL */
     frame(&c.out, NGHTTP2_RST_STREAM, 0, 1, code, 4);
     T_EQ_I(exchange(h, &c, &f.env), 0);
     T_EQ_I(A.nforgotten, 1);
-    T_CHECK(A.forgotten[0] == A.calls[0]);
+    T_EQ_I(call_index(A.forgotten[0]), 0);
     T_EQ_U(sl_h2_waiting(h), 1);
     /* call 5's deadline passes while it waits: DEADLINE_EXCEEDED, forgotten */
     f.env.mono_ns += 6 * SLUICE_NS_PER_MS;
@@ -990,16 +996,17 @@ static void waiting_calls(void) {
     T_EQ_I(exchange(h, &c, &f.env), 0);
     expect_status(&O.s[2], 200, SL_GRPC_DEADLINE_EXCEEDED);
     T_EQ_I(A.nforgotten, 2);
-    T_CHECK(A.forgotten[1] == A.calls[2]);
+    T_EQ_I(call_index(A.forgotten[1]), 2);
     T_EQ_U(sl_h2_waiting(h), 0);
-    /* a call still waiting when the session goes is the owner's to forget (the server
-     * forgets everything a closing connection owns): no leak */
+    /* a call still waiting when the session goes is forgotten too: its owner must not
+     * deliver into a freed call */
     A.park = true;
     headers(&c, 9, RLS, "application/grpc", false, NULL);
     data(&c, 9, 0, m, ml, true, 16384);
     T_EQ_I(exchange(h, &c, &f.env), 0);
     T_EQ_U(sl_h2_waiting(h), 1);
     sl_h2_destroy(h);
+    T_EQ_I(A.nforgotten, 3);
     client_free(&c);
     fx_close(&f);
 }

@@ -21,13 +21,12 @@ static sluice_clock *clk;
 static sluice_store *st;
 static sl_config *cfg;
 static sl_engine *eng;
-static sl_rls_ovcache *ov;
 static sl_verdict V;
 
 static json_t *call(const char *body, int *http) {
-    sl_grpc_env env = {.engine = eng, .store = st, .ov = ov, .now = sluice_clock_now(clk)};
+    sl_rls_sync env = {.engine = eng, .lane = st, .now = sluice_clock_now(clk)};
     static char out[16384];
-    int n = sl_rls_json(&env, body, strlen(body), &V, out, sizeof(out), http);
+    int n = sl_rls_json_sync(&env, body, strlen(body), &V, out, sizeof(out), http);
     T_CHECK(n > 0);
     json_t *j = n > 0 ? json_loads(out, 0, NULL) : NULL;
     T_CHECK(j != NULL);
@@ -118,11 +117,9 @@ int main(void) {
     int err;
     st = sluice_store_create(NULL, &err);
     eng = sl_engine_create(cfg, st, &err, NULL, 0);
-    ov = sl_rls_ovcache_create();
     T_RUN(ok_then_over);
     T_RUN(bad_requests);
     T_RUN(override_by_json);
-    sl_rls_ovcache_destroy(ov);
     sl_engine_destroy(eng);
     sl_config_destroy(cfg);
     sluice_store_destroy(st);

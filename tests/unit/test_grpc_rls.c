@@ -59,7 +59,7 @@ static void deciding_window_reported(void) {
     sluice_store *st = sluice_store_create(NULL, &err);
     sl_engine *e = sl_engine_create(cfg, st, &err, NULL, 0);
     sluice_clock *clk = sluice_clock_create_manual(INT64_C(1767225600) * SEC);
-    sl_grpc_env env = {.engine = e, .store = st, .now = sluice_clock_now(clk)};
+    sl_rls_sync env = {.engine = e, .lane = st, .now = sluice_clock_now(clk)};
     static sl_rls_req rq;
     static sl_rls_answer a;
     static sl_verdict v;
@@ -72,7 +72,7 @@ static void deciding_window_reported(void) {
     rq.r.n_descriptors = 1;
     char msg[160];
     /* the bucket (3 of 3) has the least share left after one: 2/3 < 4/5 */
-    T_EQ_I(sl_rls_decide(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
+    T_EQ_I(sl_rls_decide_sync(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
     T_EQ_U(a.st[0].requests_per_unit, 10);
     T_EQ_I(a.st[0].unit, 1);
     T_EQ_U(a.st[0].remaining, 2);
@@ -80,7 +80,7 @@ static void deciding_window_reported(void) {
     for (int i = 0; i < 3; i++) {
         sluice_clock_advance(clk, SEC);
         env.now = sluice_clock_now(clk);
-        T_EQ_I(sl_rls_decide(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
+        T_EQ_I(sl_rls_decide_sync(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
     }
     T_EQ_I(a.overall, SL_RLS_OK);
     T_EQ_U(a.st[0].requests_per_unit, 5);
@@ -88,10 +88,10 @@ static void deciding_window_reported(void) {
     T_EQ_U(a.st[0].remaining, 1);
     sluice_clock_advance(clk, SEC);
     env.now = sluice_clock_now(clk);
-    T_EQ_I(sl_rls_decide(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
+    T_EQ_I(sl_rls_decide_sync(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
     sluice_clock_advance(clk, SEC);
     env.now = sluice_clock_now(clk);
-    T_EQ_I(sl_rls_decide(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
+    T_EQ_I(sl_rls_decide_sync(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
     T_EQ_I(a.overall, SL_RLS_OVER_LIMIT);
     T_EQ_I(a.st[0].code, SL_RLS_OVER_LIMIT);
     T_EQ_U(a.st[0].requests_per_unit, 5);
@@ -155,7 +155,7 @@ static void failure_mode_per_rule(void) {
     sl_engine *e = sl_engine_create(cfg, st, &err, NULL, 0);
     T_CHECK(e != NULL);
     sluice_clock *clk = sluice_clock_create_manual(INT64_C(1767225600) * SEC);
-    sl_grpc_env env = {.engine = e, .store = st, .now = sluice_clock_now(clk)};
+    sl_rls_sync env = {.engine = e, .lane = st, .now = sluice_clock_now(clk)};
     static sl_rls_req rq;
     static sl_rls_answer a;
     static sl_verdict v;
@@ -170,7 +170,7 @@ static void failure_mode_per_rule(void) {
         rq.r.domain = (sl_str){"d", 1};
         rq.r.descriptors = rq.d;
         rq.r.n_descriptors = 1;
-        T_EQ_I(sl_rls_decide(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
+        T_EQ_I(sl_rls_decide_sync(&env, &rq, &v, &a, msg, sizeof(msg)), SL_GRPC_OK);
         overall[i] = a.overall;
         if (i == 1) {
             T_CHECK(v.store_error);

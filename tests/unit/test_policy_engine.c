@@ -6,7 +6,7 @@
  */
 #include <stdarg.h>
 
-#include "policy/policy.h"
+#include "engine/engine.h"
 #include "t.h"
 
 #define MS SLUICE_NS_PER_MS

@@ -4,7 +4,7 @@
  * bare key, unlimited, shadow_mode, replaces, wildcards, and a logical OR over the
  * descriptors of one request. Plus sluice's extensions to the format.
  */
-#include "policy/policy.h"
+#include "engine/engine.h"
 #include "t.h"
 
 #define SEC SLUICE_NS_PER_S

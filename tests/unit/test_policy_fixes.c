@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 
-#include "policy/policy.h"
+#include "engine/engine.h"
 #include "t.h"
 
 #define SEC SLUICE_NS_PER_S

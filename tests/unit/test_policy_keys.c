@@ -8,7 +8,7 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 
-#include "policy/policy.h"
+#include "engine/engine.h"
 #include "t.h"
 
 #define SEC SLUICE_NS_PER_S

@@ -5,7 +5,7 @@
  * The model admits a request iff every counter has room for its cost and only then adds
  * the cost to all three: all-or-nothing across rules, nothing consumed on rejection.
  */
-#include "policy/policy.h"
+#include "engine/engine.h"
 #include "t.h"
 
 #define SEC SLUICE_NS_PER_S

@@ -9,7 +9,7 @@
  */
 #include <stdbool.h>
 
-#include "engine/limiter.h"
+#include "algo/limiter.h"
 #include "redis/redis.h"
 #include "redis_t.h"
 #include "core/loop.h"
@@ -213,8 +213,9 @@ static void run_equiv(const char *what, sluice_limiter **lims, int nl, int steps
         if (nleases > 0 && t_rand(&s) % 3 == 0) {
             int k = (int)(t_rand(&s) % (uint64_t)nleases);
             sluice_release(p.mem, lease_item[k].limiter, lease_item[k].key, lease_item[k].key_len, leases[k], now);
-            sl_redis_release(p.rd, lease_item[k].limiter, lease_item[k].key, lease_item[k].key_len, leases[k], now,
-                             NULL, NULL);
+            sl_sitem li = {.lim = lease_item[k].limiter, .key = lease_item[k].key,
+                           .key_len = lease_item[k].key_len};
+            sl_redis_release(p.rd, &li, leases[k], now, NULL, NULL);
             sl_redis_run(p.rd, 0);
             leases[k] = leases[--nleases];
             lease_item[k] = lease_item[nleases];
@@ -703,7 +704,7 @@ static void test_timeout_and_breaker(void) {
     pair_close(&p);
 }
 
-static void count_cb(void *ud, int rc, const sluice_decision *d) {
+static void count_cb(void *ud, int rc, const sl_sresult *d) {
     int **c = ud;
     (*c[0])++;
     if (rc == SLUICE_OK && d != NULL && d->allowed) (*c[1])++;
@@ -731,8 +732,9 @@ static void test_kill_restart(void) {
     struct cnt {
         int *n, *ok;
     } c = {&answered, &answered_ok};
+    sl_sitem si = {.lim = l, .key = "x", .key_len = 1, .cost = 1};
     for (int i = 0; i < 300; i++)
-        sl_redis_decide(p.rd, &it, 1, sluice_clock_now(p.clk), count_cb, &c);
+        sl_redis_decide(p.rd, &si, 1, 0, sluice_clock_now(p.clk), count_cb, &c);
     sl_loop_poll(&p.loop, 0);
     rt_stop(g_srv);
     for (int i = 0; i < 1000 && answered < 300; i++) sl_loop_poll(&p.loop, 5);

@@ -6,7 +6,8 @@
  */
 #include <jansson.h>
 
-#include "policy/internal.h"
+#include "config/compiled.h"
+#include "engine/internal.h"
 #include "t.h"
 
 #define MS SLUICE_NS_PER_MS

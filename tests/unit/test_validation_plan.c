@@ -7,7 +7,7 @@
  * Each identity is its own state, as the store keeps one per key.
  */
 #include "algo.h"
-#include "engine/limiter.h"
+#include "algo/limiter.h"
 #include "t.h"
 
 #define S SLUICE_NS_PER_S

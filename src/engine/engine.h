@@ -1,99 +1,26 @@
 /*
- * policy.h -- policies written once in YAML and shared by every protocol: config loading
- * (sluice format and envoyproxy/ratelimit format), the decision pipeline (match -> key ->
- * cost -> one all-or-nothing sluice_decide -> reaction/mode) and HTTP rendering (no I/O).
+ * engine.h -- the decision pipeline over a loaded config, shared by every protocol:
+ *   sl_engine_prepare   match -> key -> cost (no I/O: the verdict holds composed keys)
+ *   sl_engine_decide    ONE all-or-nothing request to the store (enforced windows, shadow
+ *                       policies, Envoy overrides and count_rejected charges together),
+ *                       completed at once (memory store) or later (Redis), then the
+ *                       reaction and mode
+ * and HTTP rendering (no I/O). A verdict is the request's continuation: it holds keys,
+ * windows and what the store answered; it must stay where it is until its completion
+ * runs, and the engine (config generation) it came from must outlive that.
  * Times are nanoseconds (int64_t) unless a name says _s; costs are whole units.
- * Nothing on the check path allocates: verdicts are fixed-size and hold their own keys.
+ * Nothing on the decision path allocates.
  */
-#ifndef SL_POLICY_H
-#define SL_POLICY_H
+#ifndef SL_ENGINE_H
+#define SL_ENGINE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/config.h"
 #include "sluice.h"
-
-/* ---- diagnostics ------------------------------------------------------------------ */
-
-#define SL_DIAG_MAX 64
-#define SL_DIAG_MSG 384
-
-/* One problem found while loading: 1-based line and column from libyaml's marks. */
-typedef struct sl_diag {
-    int line, col;
-    char msg[SL_DIAG_MSG]; /* "unknown field 'burts' (expected one of: rate, burst, ...)" */
-} sl_diag;
-
-/* Every error of one load, in file order. `file` is the name shown in front of each
- * message (the path, or the name given to sl_config_load_buffer). */
-typedef struct sl_diag_list {
-    char file[256];
-    size_t n;        /* entries in `items` */
-    size_t dropped;  /* errors beyond SL_DIAG_MAX, counted but not kept */
-    sl_diag items[SL_DIAG_MAX];
-} sl_diag_list;
-
-/* "file:line:col: message" into buf (always NUL-terminated); returns the length. */
-size_t sl_diag_format(const sl_diag_list *dl, size_t i, char *buf, size_t len);
-
-/* ---- config ----------------------------------------------------------------------- */
-
-typedef struct sl_config sl_config;
-
-#define SL_ADDR_MAX 128
-#define SL_PATH_MAX 512
-
-typedef enum sl_store_type {
-    SL_STORE_MEMORY = 0,
-    SL_STORE_REDIS = 1,
-    SL_STORE_REDIS_CLUSTER = 2
-} sl_store_type;
-
-/* The server's settings, all parsed and validated by the loader (an empty address
- * means "listener disabled"). Defaults are the values documented in docs/config.md. */
-typedef struct sl_settings {
-    char listen_http[SL_ADDR_MAX];  /* "127.0.0.1:8080" */
-    char listen_resp[SL_ADDR_MAX];  /* "127.0.0.1:6380" */
-    char listen_grpc[SL_ADDR_MAX];  /* "" unless configured */
-    char listen_admin[SL_ADDR_MAX]; /* "127.0.0.1:9090" */
-    unsigned workers;               /* 0 = one per CPU */
-    char admin_token[128];          /* "" = no token required on the admin listener */
-    int auth_deny_status;           /* status of /v1/auth on a rejection: 429 (400-599) */
-    bool legacy_headers;            /* also emit X-RateLimit-Limit/Remaining/Reset */
-    bool log_raw_keys;              /* default false: keys are personal data */
-    struct {
-        sl_store_type type;
-        uint64_t max_keys;          /* memory: 0 = library default */
-        sluice_on_full on_full;     /* memory: evict_lru (default) or refuse_new */
-        unsigned shards;            /* memory: 0 = library default */
-        char snapshot_path[SL_PATH_MAX]; /* memory: "" = no snapshots */
-        int64_t snapshot_every_ns;  /* memory: 0 = only on shutdown */
-        char redis_addr[SL_ADDR_MAX];    /* redis: "host:port" (first seed for a cluster) */
-        int64_t redis_timeout_ns;   /* redis: default 20 ms */
-        char redis_key_secret[128]; /* redis: keyed-hash secret; "" = documented default */
-        bool redis_time_local;      /* redis: time: local (the instance's clock, not TIME) */
-        uint64_t max_tokens;        /* outstanding settle/release tokens; 0 = SL_TOKENS_DEFAULT */
-    } store;
-} sl_settings;
-
-/* Loads and validates a config file. On success *out is a fully valid config and 0 is
- * returned; on failure every error found is in `diags` (may be NULL), *out is NULL and
- * SLUICE_EINVAL (or SLUICE_EIO, SLUICE_ENOMEM) is returned. The format (sluice or
- * envoyproxy/ratelimit) is detected from the top-level keys. */
-int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags);
-/* The same from memory; `name` is used in diagnostics. */
-int sl_config_load_buffer(const char *buf, size_t len, const char *name, sl_config **out,
-                          sl_diag_list *diags);
-void sl_config_destroy(sl_config *cfg);
-
-const sl_settings *sl_config_settings(const sl_config *cfg);
-size_t sl_config_policy_count(const sl_config *cfg); /* sluice policies + envoy rules */
-/* Names of the policies, in file order (envoy rules as "domain/key=value/..."). */
-const char *sl_config_policy_name(const sl_config *cfg, size_t i);
-/* Total limiters (windows, plans included) the engine will register. */
-size_t sl_config_limiter_count(const sl_config *cfg);
-bool sl_config_is_envoy(const sl_config *cfg); /* loaded from an envoy-format file */
+#include "store/store.h"
 
 /* ---- requests --------------------------------------------------------------------- */
 
@@ -130,7 +57,7 @@ typedef struct sl_descriptor {
 #define SL_MAX_DESCRIPTORS 16
 
 /* The attributes of one request; every field is optional (absent = NULL/0). Borrowed for
- * the duration of sl_engine_check. */
+ * the duration of sl_engine_prepare (the verdict keeps what it needs: composed keys). */
 typedef struct sl_request {
     sl_str method, path, host;
     sl_str client_ip;       /* textual IPv4 or IPv6 address */
@@ -166,12 +93,6 @@ typedef enum sl_action {
                       with problem+json; never admitted, whatever on_store_error says */
 } sl_action;
 
-typedef enum sl_quota_unit {
-    SL_QU_REQUESTS = 0,
-    SL_QU_CONTENT_BYTES = 1,
-    SL_QU_CONCURRENT = 2,
-    SL_QU_OTHER = 3 /* e.g. tokens: rendered as qu="<unit name>" */
-} sl_quota_unit;
 
 /* Static facts about one window of one policy (engine-owned, valid while it lives). */
 typedef struct sl_window_info {
@@ -207,11 +128,21 @@ typedef struct sl_verdict_item {
     bool consumed;              /* this window's cost was taken (what settle/release undo) */
     bool override;              /* a descriptor's limit override: result.limit is its
                                    requests_per_unit (info describes only the unit) */
+    bool charge;                /* count_rejected: charged even when the request is rejected */
+    uint8_t group;              /* shadow items: their store group (policy and key), 1.. */
     uint32_t override_limit;    /* that requests_per_unit */
     sluice_result result;
 } sl_verdict_item;
 
-typedef struct sl_verdict {
+typedef struct sl_engine sl_engine;
+typedef struct sl_verdict sl_verdict;
+
+/* A completion: `rc` is SLUICE_OK (the answer is in v->action) or the engine error that
+ * made it SL_ERROR. Called exactly once per request, possibly before the call that
+ * started it returns. */
+typedef void (*sl_engine_done)(void *ud, int rc, sl_verdict *v);
+
+struct sl_verdict {
     sl_action action;
     int status;               /* HTTP status to answer: 200, 429, 400 (missing key), 503
                                  (store failure, fail closed) or 500 (SL_ERROR);
@@ -233,14 +164,30 @@ typedef struct sl_verdict {
     unsigned char keys[SL_VERDICT_KEYS];
     /* single use: the id of this verdict's entry in the engine's token table (0 = nothing
      * to settle or release, or the table was full), and the decision's time (refunds go
-     * only to the window that counted the reservation: sluice_settle_at) */
+     * only to the window that counted the reservation) */
     uint64_t token_id;
     sluice_time decided_at;
-} sl_verdict;
+    /* engine-private: the request in flight */
+    struct {
+        const sl_engine *e;
+        sl_engine_done done;
+        void *ud;
+        int prep_rc;          /* what sl_engine_prepare returned */
+        int first_err;        /* settle/release fan-out: the first error */
+        uint8_t pending;      /* store operations outstanding */
+        uint8_t op;           /* what is in flight (decide.c) */
+        bool deny;            /* an Envoy block-list rule rejects it */
+        uint8_t nsi;          /* store items of the decision */
+        uint8_t sidx[SLUICE_MAX_ITEMS]; /* store item -> verdict item */
+        uint64_t actual;      /* settle: the actual cost */
+        unsigned tok_op;      /* token operation (SL_TOK_*) being applied */
+        int64_t tok_life;     /* its token's life */
+        int64_t actual_now;   /* shared tokens: the wall time the operation applies at */
+        void *lane;
+    } run;
+};
 
 /* ---- engine ----------------------------------------------------------------------- */
-
-typedef struct sl_engine sl_engine;
 
 /* Outstanding settle/release tokens: each admitted verdict holding a reservation or a
  * lease gets a random id here, removed on its first settle (and first release), so a
@@ -248,99 +195,111 @@ typedef struct sl_engine sl_engine;
  * expires with its reservation's window or its lease. It belongs with the store: create
  * it once, pass it to every engine on that store (reloads), destroy it after the last. */
 typedef struct sl_token_table sl_token_table;
-#define SL_TOKENS_DEFAULT 65536
 sl_token_table *sl_token_table_create(size_t capacity, int *err); /* 0 = default */
 void sl_token_table_destroy(sl_token_table *t);
 size_t sl_token_table_capacity(const sl_token_table *t);
 
-/* sl_engine_create with an explicit token table (borrowed: it must outlive the engine). */
+/* Compiles `cfg` (borrowed: it must outlive the engine) and registers every limiter with
+ * `store` (the limiter registry; with the memory store also where state lives). Decisions
+ * go through `ops` (NULL: the memory store; its lane is `store`). The token table is the
+ * one shared by every live engine on `store` (created with settings.store.max_tokens by
+ * the first, destroyed with the last), so tokens survive a reload that creates the new
+ * engine before destroying the old one. Reload = a new engine from a new config on the
+ * same store: limiters keep their identity (name = policy [+ "@" plan], index = window
+ * index), so unchanged rules keep their counters and changed ones carry over.
+ * NULL with *err and errbuf on failure. */
+sl_engine *sl_engine_create_ops(const sl_config *cfg, sluice_store *store,
+                                const sl_store_ops *ops, int *err, char *errbuf,
+                                size_t errbuf_len);
+/* The memory store: sl_engine_create_ops(cfg, store, NULL, ...). */
+sl_engine *sl_engine_create(const sl_config *cfg, sluice_store *store, int *err, char *errbuf,
+                            size_t errbuf_len);
+/* With an explicit token table (borrowed: it must outlive the engine), memory store. */
 sl_engine *sl_engine_create_with(const sl_config *cfg, sluice_store *store,
                                  sl_token_table *tokens, int *err, char *errbuf,
                                  size_t errbuf_len);
-
-/* Compiles `cfg` (borrowed: it must outlive the engine) and registers every limiter with
- * `store`. The token table is the one shared by every live engine on `store` (created
- * with settings.store.max_tokens by the first, destroyed with the last), so tokens
- * survive a reload that creates the new engine before destroying the old one. Reload = a new engine from a new config on the same store: limiters keep their
- * identity (name = policy [+ "@" plan], index = window index), so unchanged rules keep
- * their counters and changed ones carry over. NULL with *err and errbuf on failure. */
-sl_engine *sl_engine_create(const sl_config *cfg, sluice_store *store, int *err, char *errbuf,
-                            size_t errbuf_len);
 void sl_engine_destroy(sl_engine *e);
 const sl_config *sl_engine_config(const sl_engine *e);
+const sl_store_ops *sl_engine_ops(const sl_engine *e);
 
-/* The full pipeline on request attributes. Thread-safe, no allocation. Returns SLUICE_OK
- * with the decision in *out (out->action), or an error (SLUICE_ETOOMANY when more than
- * SLUICE_MAX_ITEMS windows match, SLUICE_ERANGE when keys overflow the verdict or the
- * decision's state does not fit, SLUICE_EINVAL) with out->action = SL_ERROR and
- * out->status = 500: answer 500, never admit. A store failure (SLUICE_ESTORE, EFULL,
- * ENOMEM, EIO) is not an error: see out->store_error and on_store_error. */
-int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, sl_verdict *out);
-
-/* Store hooks: when set for the calling thread, the engine's decisions, settles and
- * releases go through them instead of the memory store (the Redis store sets them in each
- * worker thread). NULL (the default) = the memory store, unchanged. */
-typedef struct sl_store_hooks {
-    void *ctx;
-    int (*decide)(void *ctx, const sluice_item *items, size_t n, sluice_time now,
-                  sluice_decision *out);
-    int (*settle)(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
-                  uint64_t reserved, uint64_t actual, sluice_time now, sluice_result *out);
-    int (*release)(void *ctx, const sluice_limiter *lim, const void *key, size_t key_len,
-                   uint64_t lease, sluice_time now);
-    /* forgets the items' state (costs ignored); may be NULL: the memory store's */
-    int (*reset)(void *ctx, const sluice_item *items, size_t n, sluice_time now);
-    /* claims operation `op` (SL_TOK_*) of token `id` for ttl_ns in the shared store:
-     * SLUICE_OK the first time anywhere, SLUICE_ENOTFOUND after; used once tokens are
-     * shared (sl_engine_tokens_shared); may be NULL */
-    int (*claim)(void *ctx, uint64_t id, unsigned op, int64_t ttl_ns, sluice_time now);
-} sl_store_hooks;
-void sl_engine_thread_hooks(const sl_store_hooks *h);
 /* Settle/release tokens valid on every instance sharing a store: authenticated with a key
  * derived from `secret` (the store's key_secret, the same on every instance) instead of a
- * per-process one, and made single-use by a claim in the shared store (hooks' claim)
+ * per-process one, and made single-use by a claim in the shared store (ops->claim)
  * instead of this process's table. Call once, before any token is issued. */
 void sl_engine_tokens_shared(const void *secret, size_t len);
-/* sluice_decide through this thread's hooks (for callers outside the engine). */
-int sl_store_decide(sluice_store *st, const sluice_item *items, size_t n, sluice_time now,
-                    sluice_decision *out);
-/* sluice_reset of every item through this thread's hooks; returns SLUICE_OK, or the
- * first error (SLUICE_ENOTFOUND, a key that held no state, is not one). */
-int sl_store_reset(sluice_store *st, const sluice_item *items, size_t n, sluice_time now);
 
+/* ---- the pipeline, asynchronous ------------------------------------------------------- */
+
+/* Match, key and cost: fills v's items (nothing decided). Returns SLUICE_OK, or an error
+ * (SLUICE_ETOOMANY when more than SLUICE_MAX_ITEMS windows match, SLUICE_ERANGE when keys
+ * overflow the verdict, SLUICE_EINVAL) with v->action = SL_ERROR and v->status 500: answer
+ * 500, never admit. Thread-safe, no allocation. */
+int sl_engine_prepare(const sl_engine *e, const sl_request *req, sl_verdict *v);
 /* Explicit form (SL.CHECK, /v1/check with a policy name): the named policy's windows on
  * `key` (bytes, its own key namespace) with `cost` (has_cost false = the policy's
- * default cost). SLUICE_ENOTFOUND for an unknown policy. */
+ * default cost; concurrency windows take 1 slot, or none for a cost of 0: a peek).
+ * SLUICE_ENOTFOUND (v->status 404) for an unknown policy. */
+int sl_engine_prepare_named(const sl_engine *e, const char *policy, const void *key,
+                            size_t key_len, bool has_cost, uint64_t cost, sl_verdict *v);
+/* Decides a prepared verdict with one request to the store through `lane` (the store's
+ * per-thread handle: the sluice_store for memory, a worker's client for Redis). A store
+ * failure is not an error: see v->store_error and the policies' on_store_error. done is
+ * called exactly once (at once when the verdict was not prepared successfully). */
+void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
+                      sl_engine_done done, void *ud);
+/* Settles every consumed `settle` item of an admitted verdict from its reservation
+ * (item.cost) to `actual`, refunding only into the window that counted the reservation;
+ * SLUICE_EINVAL for a verdict that reserved nothing, SLUICE_ENOTFOUND when it was
+ * already settled (single use, shared with its token). */
+void sl_engine_settle_async(const sl_engine *e, void *lane, sl_verdict *v, uint64_t actual,
+                            sluice_time now, sl_engine_done done, void *ud);
+/* Releases every lease an admitted verdict holds (SLUICE_ENOTFOUND: one had expired, or
+ * the verdict was released already). */
+void sl_engine_release_async(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
+                             sl_engine_done done, void *ud);
+/* A settle (op SL_TOKEN_SETTLE, with `actual`) or release (SL_TOKEN_RELEASE) from a token
+ * another connection received: the token is authenticated and loaded into `v` (the
+ * continuation), its single use taken (a claim in the store when tokens are shared), then
+ * applied. rc: SLUICE_OK, SLUICE_EINVAL (forged, malformed), SLUICE_ENOTFOUND (used,
+ * expired, unknown), or a store error. */
+#define SL_TOKEN_SETTLE 1u
+#define SL_TOKEN_RELEASE 2u
+void sl_engine_token(const sl_engine *e, void *lane, const char *token, size_t len,
+                     unsigned op, uint64_t actual, sluice_time now, sl_verdict *v,
+                     sl_engine_done done, void *ud);
+/* Forgets the state of every window of a verdict prepared with sl_engine_prepare_named
+ * (SL.RESET); v->n tells how many windows. */
+void sl_engine_reset(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
+                     sl_engine_done done, void *ud);
+
+/* ---- the pipeline, synchronous (a store that answers at once: the memory store) ------- */
+
+/* prepare + decide on the engine's own store; SLUICE_EINVAL when its store answers
+ * later (use the asynchronous form). Returns the completion's rc. */
+int sl_engine_check(const sl_engine *e, const sl_request *req, sluice_time now, sl_verdict *out);
 int sl_engine_check_named(const sl_engine *e, const char *policy, const void *key,
                           size_t key_len, bool has_cost, uint64_t cost, sluice_time now,
                           sl_verdict *out);
-
 /* Concurrency policies: acquire = check_named with cost 1 (lease in items[i].result.lease). */
 int sl_engine_acquire(const sl_engine *e, const char *policy, const void *key, size_t key_len,
                       sluice_time now, sl_verdict *out);
-/* Releases every lease an admitted verdict holds (a rejected one holds none). Returns
- * SLUICE_OK or the first error (SLUICE_ENOTFOUND: a lease had already expired, or the
- * verdict was already released: single use, shared with its token). */
-int sl_engine_release(const sl_engine *e, const sl_verdict *v, sluice_time now);
-/* Settles every consumed `settle` item of an admitted verdict from its reservation
- * (item.cost) to `actual`, refunds only into the window that counted the reservation
- * (sluice_settle_at with v->decided_at); SLUICE_EINVAL for a verdict that consumed
- * nothing, SLUICE_ENOTFOUND when it was already settled (single use, shared with its
- * token) or its reservation's window has ended. */
-int sl_engine_settle(const sl_engine *e, const sl_verdict *v, uint64_t actual, sluice_time now);
+int sl_engine_release(const sl_engine *e, sl_verdict *v, sluice_time now);
+int sl_engine_settle(const sl_engine *e, sl_verdict *v, uint64_t actual, sluice_time now);
+int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, uint64_t actual,
+                           sluice_time now);
+int sl_engine_release_token(const sl_engine *e, const char *token, size_t len, sluice_time now);
 
 /* A verdict travels between a check and a later settle/release (another connection) as
  * a token: printable ASCII, at most SL_TOKEN_MAX bytes. It names its single-use id, the
  * decision time, limiters, keys (hex), reserved costs and leases (so it is as personal as
  * the keys), only for windows that consumed, and ends in a MAC under a per-process random
- * key: a forged or altered token is refused with SLUICE_EINVAL. A token settles once and
- * releases once: a replayed, expired or unknown one is refused with SLUICE_ENOTFOUND
- * (nothing refunded or released; answer 404). Valid across reloads, not restarts. */
+ * key (or one derived from the shared secret): a forged or altered token is refused. A
+ * token settles once and releases once. Valid across reloads, not restarts (unless
+ * shared). */
 #define SL_TOKEN_MAX 2048
 int sl_verdict_token(const sl_verdict *v, char *buf, size_t len); /* bytes or SLUICE_ERANGE */
-int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, uint64_t actual,
-                           sluice_time now);
-int sl_engine_release_token(const sl_engine *e, const char *token, size_t len, sluice_time now);
+/* Whether an admitted verdict holds something a token could settle or release. */
+bool sl_verdict_needs_token(const sl_verdict *v);
 
 /* Envoy RLS: the status of request descriptor `d` (DescriptorStatus): NO_LIMIT when no
  * rule matched it (code OK, no current_limit), else OK or OVER_LIMIT with *item the window
@@ -357,8 +316,9 @@ sl_desc_code sl_verdict_descriptor(const sl_verdict *v, size_t d, const sl_verdi
 /* Header lines, each "Name: value\r\n": RateLimit-Policy, RateLimit (draft-11 lists of
  * every enforced window of policies with headers on), Retry-After on SL_REJECT (ceil
  * seconds, >= 1; none when the request can never be admitted), legacy X-RateLimit-* of the
- * deciding window with `flags`. Nothing for SL_FAIL or a missing key. Returns bytes written
- * (NUL-terminated) or SLUICE_ERANGE (buf then ""). */
+ * deciding window with `flags`. Nothing for SL_FAIL, a missing key or a fail-open
+ * admission (the store's state is unknown). Returns bytes written (NUL-terminated) or
+ * SLUICE_ERANGE (buf then ""). */
 int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags);
 /* RFC 9457 body (application/problem+json): quota-exceeded (429) or, for SL_FAIL,
  * temporary-reduced-capacity (503); `traceparent` (may be NULL) adds its trace-id when it
@@ -370,4 +330,4 @@ int sl_render_json(const sl_verdict *v, bool with_keys, char *buf, size_t len);
 /* Seconds for a header: ceil(ns / 1e9), and at least `min_s`. */
 int64_t sl_ceil_s(int64_t ns, int64_t min_s);
 
-#endif /* SL_POLICY_H */
+#endif /* SL_ENGINE_H */

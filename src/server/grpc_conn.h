@@ -25,9 +25,6 @@ int sl_grpc_preface(const char *buf, size_t len);
 int sl_grpc_conn_feed(struct sl_conn *c, sl_h2 **hp);
 /* After the write buffer drained: more of the session's queued output. */
 void sl_grpc_conn_output(struct sl_conn *c, sl_h2 *h);
-/* The shared store answered one of c's calls (`call`, a key the session gave it): the
- * call is decided again and answered; output goes to c's write buffer. */
-void sl_grpc_conn_resume(struct sl_conn *c, sl_h2 *h, void *call);
 /* From the worker's timer tick: expire grpc-timeout deadlines that passed. */
 void sl_grpc_conn_tick(struct sl_conn *c, sl_h2 *h);
 /* Server draining: starts the two-step GOAWAY (sl_grpc_conn_tick sends the final one a
@@ -43,7 +40,5 @@ void sl_grpc_http_healthcheck(struct sl_conn *c, const sl_http_req *req);
 /* gRPC calls by status code, per worker (single writer each), for /metrics. */
 void sl_grpc_count_status(struct sl_worker *w, int status);
 void sl_grpc_metrics_render(const struct sl_server *s, sl_wbuf *out);
-/* Frees the process-wide limit-override cache (at server shutdown). */
-void sl_grpc_fini(void);
 
 #endif /* SL_GRPC_CONN_H */

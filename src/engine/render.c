@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "engine/internal.h"
 
 #define SF_INT_MAX INT64_C(999999999999999) /* RFC 9651 Integer: at most 15 digits */
 #define QUOTA_EXCEEDED "https://iana.org/assignments/http-problem-types#quota-exceeded"

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "internal.h"
+#include "config/compiled.h"
 
 #define YAML_MAX_DEPTH 64
 #define YAML_MAX_NODES 1000000

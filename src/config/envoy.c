@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "config/compiled.h"
 
 static const struct {
     const char *name;
@@ -404,43 +404,34 @@ void sl__envoy_load(sl__ctx *cx, const sl_ynode *doc) {
     load_level(cx, ds, dom->domain, root, 0, &dom->roots);
 }
 
-/* ---- matching ----------------------------------------------------------------------- */
+/* ---- lookup ------------------------------------------------------------------------- */
 
-static bool str_eq(const char *a, sl_str b) {
-    return b.p != NULL && strlen(a) == b.len && memcmp(a, b.p, b.len) == 0;
+static bool key_is(const char *a, const char *k, size_t kl) {
+    return strlen(a) == kl && memcmp(a, k, kl) == 0;
 }
 
-const sl_enode *sl__envoy_match(const sl_edomain *dom, const sl_descriptor *desc,
-                                const sl_enode **path) {
-    if (dom == NULL || desc == NULL || desc->n == 0 || desc->n > SL_ENVOY_DEPTH) return NULL;
-    const sl_elevel *lv = &dom->roots;
-    const sl_enode *hit = NULL;
-    for (size_t i = 0; i < desc->n; i++) {
-        const sl_entry *en = &desc->entries[i];
-        if (en->key.p == NULL || lv->n == 0) return NULL;
-        const sl_enode *exact = NULL, *wild = NULL, *bare = NULL;
-        if (en->value.p != NULL && en->value.len > 0) {
-            size_t slot = node_hash('e', en->key.p, en->key.len, en->value.p, en->value.len) &
-                          (lv->cap - 1);
-            while (lv->idx[slot] != 0 && exact == NULL) {
-                const sl_enode *c = &lv->v[lv->idx[slot] - 1];
-                if (node_is(c, 'e', en->key.p, en->key.len, en->value.p, en->value.len)) exact = c;
-                slot = (slot + 1) & (lv->cap - 1);
-            }
+/* The child of `lv` an entry (key, value) reaches: an exact key/value node, else the
+ * first wildcard whose pattern matches the value, else a bare-key node (SPECS §4.2). */
+const sl_enode *sl__envoy_child(const sl_elevel *lv, const char *k, size_t kl, const char *v,
+                                size_t vl) {
+    if (lv == NULL || lv->n == 0 || k == NULL) return NULL;
+    if (v != NULL && vl > 0) {
+        size_t slot = node_hash('e', k, kl, v, vl) & (lv->cap - 1);
+        while (lv->idx[slot] != 0) {
+            const sl_enode *c = &lv->v[lv->idx[slot] - 1];
+            if (node_is(c, 'e', k, kl, v, vl)) return c;
+            slot = (slot + 1) & (lv->cap - 1);
         }
-        for (size_t j = 0; j < lv->n_other && exact == NULL && wild == NULL; j++) {
-            const sl_enode *c = &lv->v[lv->other[j]];
-            if (!str_eq(c->key, en->key)) continue;
-            if (c->value == NULL) {
-                if (bare == NULL) bare = c;
-            } else if (en->value.p != NULL && sl__glob(c->value, en->value.p, en->value.len)) {
-                wild = c;
-            }
-        }
-        hit = exact ? exact : wild ? wild : bare;
-        if (hit == NULL) return NULL;
-        if (path != NULL) path[i] = hit;
-        lv = &hit->children;
     }
-    return hit;
+    const sl_enode *bare = NULL;
+    for (size_t j = 0; j < lv->n_other; j++) {
+        const sl_enode *c = &lv->v[lv->other[j]];
+        if (!key_is(c->key, k, kl)) continue;
+        if (c->value == NULL) {
+            if (bare == NULL) bare = c;
+        } else if (v != NULL && sl__glob(c->value, v, vl)) {
+            return c;
+        }
+    }
+    return bare;
 }

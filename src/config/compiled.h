@@ -1,16 +1,17 @@
 /*
- * internal.h -- the compiled form of a config, shared by the files of src/policy.
- * Everything a config owns lives in its arena and is freed at once by sl_config_destroy;
- * after loading it is immutable, so engines on many threads may read it freely.
+ * compiled.h -- the compiled form of a config: what src/config produces and src/engine
+ * reads. Everything a config owns lives in its arena and is freed at once by
+ * sl_config_destroy; after loading it is immutable, so engines on many threads may read
+ * it freely.
  */
-#ifndef SL_POLICY_INTERNAL_H
-#define SL_POLICY_INTERNAL_H
+#ifndef SL_CONFIG_COMPILED_H
+#define SL_CONFIG_COMPILED_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "policy.h"
+#include "config/config.h"
 
 /* ---- arena ------------------------------------------------------------------------ */
 
@@ -217,39 +218,8 @@ struct sl_config {
     size_t n_limiters;
 };
 
-/* One window of one policy (or plan) as an engine runs it; `info` comes first so the
- * info pointer a verdict item carries leads back here (engine.c, render.c). */
-struct sl__epol;
-typedef struct sl__ewin {
-    sl_window_info info;
-    const sl_cwindow *cw;       /* NULL for an envoy `unlimited` pseudo-window */
-    const sl_cpolicy *cp;
-    struct sl__epol *ep;
-    sluice_limiter *lim;        /* NULL for deny_all and unlimited */
-} sl__ewin;
-
-static inline const sl__ewin *sl__item_win(const sl_verdict_item *it) {
-    return (const sl__ewin *)(const void *)it->info;
-}
-
-/* ---- token table (tokens.c) --------------------------------------------------------- */
-
-#define SL_TOK_SETTLE 1u
-#define SL_TOK_RELEASE 2u
-/* A new live id with `pending` operations until `expires` (monotonic ns); 0 when none
- * could be recorded (table bucket full of live ids). */
-uint64_t sl__token_issue(sl_token_table *t, unsigned pending, int64_t expires, int64_t now);
-/* A fresh id, not recorded (tokens shared between instances: their single use is
- * claimed in the shared store instead). */
-uint64_t sl__token_id(sl_token_table *t);
-/* Operation `op` of `id`, once: false when unknown, expired or already taken. */
-bool sl__token_take(sl_token_table *t, uint64_t id, unsigned op, int64_t now);
-
 /* ---- helpers shared between files ------------------------------------------------- */
 
-/* Normalises a path as requests are (engine.c: RFC 3986 6.2.2, query removed) into
- * `out` (at least len bytes; the result is never longer); returns its length. */
-size_t sl__path_norm(const char *in, size_t len, char *out);
 /* glob with '*' matching any run of bytes (including '/'); exact otherwise. */
 bool sl__glob(const char *pat, const char *s, size_t len);
 /* Parses "10/s", "100/5m": limit and period. Returns false on a bad rate. */
@@ -264,11 +234,11 @@ uint64_t sl__hash64(const void *a, size_t alen, const void *b, size_t blen);
  * sluice file's `domains:` list). Reports errors through the loader's context. */
 struct sl__ctx;
 void sl__envoy_load(struct sl__ctx *cx, const sl_ynode *doc);
-/* The rule a descriptor reaches in `dom` (SPECS §4.2), or NULL. `path` (may be NULL)
- * receives the node matched at each level (SL_ENVOY_DEPTH entries at most). */
+/* The node of level `lv` that the descriptor entry (k, v) reaches, or NULL (SPECS §4.2);
+ * v NULL or empty matches only bare-key nodes. The engine walks a descriptor with it. */
 #define SL_ENVOY_DEPTH 17
-const sl_enode *sl__envoy_match(const sl_edomain *dom, const sl_descriptor *desc,
-                                const sl_enode **path);
+const sl_enode *sl__envoy_child(const sl_elevel *lv, const char *k, size_t kl, const char *v,
+                                size_t vl);
 
 /* The loader context (config.c) and its diagnostics. */
 typedef struct sl__ctx {
@@ -309,4 +279,4 @@ bool sl__parse_leasing(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p);
 /* Validates w->spec through sluice_limiter_create (reports its message at `at`). */
 bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const char *name);
 
-#endif /* SL_POLICY_INTERNAL_H */
+#endif /* SL_CONFIG_COMPILED_H */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "config/compiled.h"
 
 static uint64_t set_hash(const char *k, size_t len) {
     /* FNV-1a: the keys come from the operator's own file, so flooding is not a concern */

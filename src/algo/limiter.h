@@ -1,9 +1,13 @@
 /*
  * limiter.h -- the layout of sluice_limiter (opaque in the public API). Immutable after
- * sluice_limiter_create, so any number of threads may share one.
+ * sluice_limiter_create, so any number of threads may share one. Reference-counted:
+ * whatever outlives the engine that created a limiter (a Redis lease slice, a late reply
+ * awaited after a timeout) holds a reference; sluice_limiter_destroy drops the creator's.
  */
 #ifndef SL_LIMITER_H
 #define SL_LIMITER_H
+
+#include <stdatomic.h>
 
 #include "algo.h"
 #include "sluice.h"
@@ -18,6 +22,11 @@ struct sluice_limiter {
      * long a slice is spent locally. */
     uint32_t lease_slice;
     int64_t lease_hold_ns;
+    _Atomic uint32_t refs; /* 1 from create; freed when the last reference goes */
 };
+
+/* Takes / drops a reference (NULL is ignored). */
+void sl_limiter_ref(const sluice_limiter *lim);
+void sl_limiter_unref(const sluice_limiter *lim);
 
 #endif /* SL_LIMITER_H */

@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "algo/algo.h"
-#include "internal.h"
+#include "config/compiled.h"
+#include "core/path.h"
 #include "store/memory.h"
 
 #define MAX_WINDOWS 16
@@ -419,7 +420,9 @@ static const char *keep_path(sl__ctx *cx, const sl_ynode *n) {
     }
     char *out = sl__alloc(&cx->cfg->arena, len + 2);
     if (out == NULL) return NULL;
-    size_t nl = sl__path_norm(n->s, len, out);
+    const char *res;
+    size_t nl = sl_path_norm(n->s, len, out, &res);
+    if (res != out) memmove(out, res, nl);
     out[nl] = '\0';
     return out;
 }

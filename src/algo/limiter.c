@@ -63,11 +63,25 @@ sluice_limiter *sluice_limiter_create(const sluice_limit_spec *spec, int *err, c
         free(lim);
         return fail(err, rc);
     }
+    atomic_init(&lim->refs, 1);
     if (err != NULL) *err = SLUICE_OK;
     return lim;
 }
 
-void sluice_limiter_destroy(sluice_limiter *lim) { free(lim); }
+/* The counter is the only field that changes after creation: a const limiter may be
+ * referenced by anyone who uses it. */
+void sl_limiter_ref(const sluice_limiter *lim) {
+    if (lim != NULL)
+        atomic_fetch_add_explicit(&((sluice_limiter *)lim)->refs, 1, memory_order_relaxed);
+}
+
+void sl_limiter_unref(const sluice_limiter *lim) {
+    if (lim == NULL) return;
+    sluice_limiter *l = (sluice_limiter *)lim;
+    if (atomic_fetch_sub_explicit(&l->refs, 1, memory_order_acq_rel) == 1) free(l);
+}
+
+void sluice_limiter_destroy(sluice_limiter *lim) { sl_limiter_unref(lim); }
 
 const sluice_limit_spec *sluice_limiter_spec(const sluice_limiter *lim) {
     return lim ? &lim->spec : NULL;

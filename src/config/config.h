@@ -1,0 +1,106 @@
+/*
+ * config.h -- loading and validating a config file (sluice format and envoyproxy/ratelimit
+ * format) into an immutable sl_config: the server's settings and the compiled policies the
+ * engine (src/engine) decides with. Diagnostics carry file:line:col. No I/O beyond reading
+ * the file; nothing here is on the decision path.
+ */
+#ifndef SL_CONFIG_H
+#define SL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+/* ---- diagnostics ------------------------------------------------------------------ */
+
+#define SL_DIAG_MAX 64
+#define SL_DIAG_MSG 384
+
+/* One problem found while loading: 1-based line and column from libyaml's marks. */
+typedef struct sl_diag {
+    int line, col;
+    char msg[SL_DIAG_MSG]; /* "unknown field 'burts' (expected one of: rate, burst, ...)" */
+} sl_diag;
+
+/* Every error of one load, in file order. `file` is the name shown in front of each
+ * message (the path, or the name given to sl_config_load_buffer). */
+typedef struct sl_diag_list {
+    char file[256];
+    size_t n;        /* entries in `items` */
+    size_t dropped;  /* errors beyond SL_DIAG_MAX, counted but not kept */
+    sl_diag items[SL_DIAG_MAX];
+} sl_diag_list;
+
+/* "file:line:col: message" into buf (always NUL-terminated); returns the length. */
+size_t sl_diag_format(const sl_diag_list *dl, size_t i, char *buf, size_t len);
+
+/* ---- config ----------------------------------------------------------------------- */
+
+typedef struct sl_config sl_config;
+
+#define SL_ADDR_MAX 128
+#define SL_TOKENS_DEFAULT 65536 /* outstanding settle/release tokens (store.max_tokens) */
+#define SL_PATH_MAX 512
+
+typedef enum sl_store_type {
+    SL_STORE_MEMORY = 0,
+    SL_STORE_REDIS = 1,
+    SL_STORE_REDIS_CLUSTER = 2
+} sl_store_type;
+
+/* The server's settings, all parsed and validated by the loader (an empty address
+ * means "listener disabled"). Defaults are the values documented in docs/config.md. */
+typedef struct sl_settings {
+    char listen_http[SL_ADDR_MAX];  /* "127.0.0.1:8080" */
+    char listen_resp[SL_ADDR_MAX];  /* "127.0.0.1:6380" */
+    char listen_grpc[SL_ADDR_MAX];  /* "" unless configured */
+    char listen_admin[SL_ADDR_MAX]; /* "127.0.0.1:9090" */
+    unsigned workers;               /* 0 = one per CPU */
+    char admin_token[128];          /* "" = no token required on the admin listener */
+    int auth_deny_status;           /* status of /v1/auth on a rejection: 429 (400-599) */
+    bool legacy_headers;            /* also emit X-RateLimit-Limit/Remaining/Reset */
+    bool log_raw_keys;              /* default false: keys are personal data */
+    struct {
+        sl_store_type type;
+        uint64_t max_keys;          /* memory: 0 = library default */
+        sluice_on_full on_full;     /* memory: evict_lru (default) or refuse_new */
+        unsigned shards;            /* memory: 0 = library default */
+        char snapshot_path[SL_PATH_MAX]; /* memory: "" = no snapshots */
+        int64_t snapshot_every_ns;  /* memory: 0 = only on shutdown */
+        char redis_addr[SL_ADDR_MAX];    /* redis: "host:port" (first seed for a cluster) */
+        int64_t redis_timeout_ns;   /* redis: default 20 ms */
+        char redis_key_secret[128]; /* redis: keyed-hash secret; "" = documented default */
+        bool redis_time_local;      /* redis: time: local (the instance's clock, not TIME) */
+        uint64_t max_tokens;        /* outstanding settle/release tokens; 0 = SL_TOKENS_DEFAULT */
+    } store;
+} sl_settings;
+
+/* Loads and validates a config file. On success *out is a fully valid config and 0 is
+ * returned; on failure every error found is in `diags` (may be NULL), *out is NULL and
+ * SLUICE_EINVAL (or SLUICE_EIO, SLUICE_ENOMEM) is returned. The format (sluice or
+ * envoyproxy/ratelimit) is detected from the top-level keys. */
+int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags);
+/* The same from memory; `name` is used in diagnostics. */
+int sl_config_load_buffer(const char *buf, size_t len, const char *name, sl_config **out,
+                          sl_diag_list *diags);
+void sl_config_destroy(sl_config *cfg);
+
+const sl_settings *sl_config_settings(const sl_config *cfg);
+size_t sl_config_policy_count(const sl_config *cfg); /* sluice policies + envoy rules */
+/* Names of the policies, in file order (envoy rules as "domain/key=value/..."). */
+const char *sl_config_policy_name(const sl_config *cfg, size_t i);
+/* Total limiters (windows, plans included) the engine will register. */
+size_t sl_config_limiter_count(const sl_config *cfg);
+bool sl_config_is_envoy(const sl_config *cfg); /* loaded from an envoy-format file */
+
+/* The unit a policy counts in (RateLimit-Policy qu=). */
+typedef enum sl_quota_unit {
+    SL_QU_REQUESTS = 0,
+    SL_QU_CONTENT_BYTES = 1,
+    SL_QU_CONCURRENT = 2,
+    SL_QU_OTHER = 3 /* e.g. tokens: rendered as qu="<unit name>" */
+} sl_quota_unit;
+
+#endif /* SL_CONFIG_H */

@@ -1,0 +1,91 @@
+/*
+ * internal.h -- what the files of src/engine share: the compiled engine (windows, policies,
+ * the override windows) and the steps of the pipeline each file implements.
+ * An engine is immutable after sl_engine_create: any number of threads may use it.
+ */
+#ifndef SL_ENGINE_INTERNAL_H
+#define SL_ENGINE_INTERNAL_H
+
+#include "algo/limiter.h"
+#include "config/compiled.h"
+#include "engine/engine.h"
+
+struct sl__epol;
+
+/* One window of one policy (or plan) as an engine runs it; `info` comes first so the
+ * info pointer a verdict item carries leads back here. */
+typedef struct sl__ewin {
+    sl_window_info info;
+    const sl_cwindow *cw;       /* NULL for an envoy `unlimited` pseudo-window */
+    const sl_cpolicy *cp;
+    struct sl__epol *ep;
+    sluice_limiter *lim;        /* NULL for deny_all and unlimited */
+} sl__ewin;
+
+typedef struct sl__epol {
+    const sl_cpolicy *cp;
+    sl__ewin *win;   /* default windows (nwin), or the one `unlimited` pseudo-window */
+    size_t nwin;
+    sl__ewin **plan_win; /* per plan */
+} sl__epol;
+
+static inline const sl__ewin *sl__item_win(const sl_verdict_item *it) {
+    return (const sl__ewin *)(const void *)it->info;
+}
+
+/* Envoy descriptor limit overrides: one fixed window limiter per RateLimitUnit (1 SECOND
+ * .. 6 YEAR), decided with the override's own limit (sl_sitem.limit), so every override of
+ * one descriptor and unit shares one counter whatever its limit, as envoyproxy/ratelimit
+ * counts them. */
+#define SL__OVR_UNITS 7
+
+struct sl_engine {
+    const sl_config *cfg;
+    sluice_store *store;        /* the limiter registry (and the memory store's state) */
+    const sl_store_ops *ops;    /* where decisions go */
+    sl_token_table *tokens;
+    bool shared_tokens;         /* from the per-store registry (sl_engine_create): drop a ref */
+    size_t n_pol;
+    sl__epol *pol;
+    size_t n_all;
+    sl__ewin **all;             /* every window, for token lookups */
+    sl_cpolicy ovr_pol;
+    sl__epol ovr_ep;
+    sl_cwindow ovr_cw[SL__OVR_UNITS];
+    sl__ewin ovr[SL__OVR_UNITS];
+};
+
+/* prepare.c */
+void sl__verdict_init(sl_verdict *v);
+/* The engine's answer for a request it could not decide (not a store failure). */
+int sl__fail(sl_verdict *v, int rc);
+
+/* decide.c */
+bool sl__admitted(const sl_verdict *v);
+/* How long a token's operation on window w stays valid after the decision. */
+int64_t sl__item_life(const sl__ewin *w, bool settle, bool lease);
+/* Settles/releases the items of v (a verdict, or a token loaded into one) through the
+ * store, then calls v's completion with the first error. */
+void sl__apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now);
+
+/* tokens.c */
+#define SL_TOK_SETTLE 1u
+#define SL_TOK_RELEASE 2u
+/* A new live id with `pending` operations until `expires` (monotonic ns); 0 when none
+ * could be recorded (table bucket full of live ids). */
+uint64_t sl__token_issue(sl_token_table *t, unsigned pending, int64_t expires, int64_t now);
+/* A fresh id, not recorded (tokens shared between instances: their single use is
+ * claimed in the shared store instead). */
+uint64_t sl__token_id(sl_token_table *t);
+/* Operation `op` of `id`, once: false when unknown, expired or already taken. */
+bool sl__token_take(sl_token_table *t, uint64_t id, unsigned op, int64_t now);
+/* Whether tokens are shared between instances (sl_engine_tokens_shared was called). */
+bool sl__tokens_shared(void);
+/* Records the single-use id of an admitted verdict holding something to settle or
+ * release. */
+void sl__issue_token(const sl_engine *e, sl_verdict *v, sluice_time now);
+/* Takes operation `op` of v's token (v->run.tok_*), then applies v (sl__apply); with
+ * shared tokens the take is a claim in the store. */
+void sl__take_and_apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now);
+
+#endif /* SL_ENGINE_INTERNAL_H */

@@ -1,0 +1,590 @@
+/*
+ * prepare.c -- the first half of a decision, with no I/O: which policies a request
+ * matches (method, path, host, headers; Envoy descriptors through the domain's tree),
+ * the key each composes, the cost it pays, the plan and the rollout: a verdict whose
+ * items the store then decides (decide.c). The check path allocates nothing: keys are
+ * composed into the verdict.
+ * Key encoding: one byte naming the chain that produced the key, then per part a tag
+ * byte, a 2-byte big-endian length and the bytes, so no two part lists collide.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/hash.h"
+#include "core/path.h"
+#include "engine/internal.h"
+
+typedef sl__ewin e_win;
+typedef sl__epol e_pol;
+
+/* ---- attributes --------------------------------------------------------------------- */
+
+static bool ieq(sl_str a, const char *b, size_t blen) {
+    return a.p != NULL && a.len == blen && strncasecmp(a.p, b, blen) == 0;
+}
+
+static sl_str find_header(const sl_request *r, const char *name, size_t nlen) {
+    for (size_t i = 0; i < r->n_headers; i++)
+        if (ieq(r->headers[i].name, name, nlen)) return r->headers[i].value;
+    return (sl_str){NULL, 0};
+}
+
+static sl_str find_entry(const sl_descriptor *d, const char *name, size_t nlen) {
+    if (d == NULL) return (sl_str){NULL, 0};
+    for (size_t i = 0; i < d->n; i++)
+        if (d->entries[i].key.p != NULL && d->entries[i].key.len == nlen &&
+            memcmp(d->entries[i].key.p, name, nlen) == 0)
+            return d->entries[i].value;
+    return (sl_str){NULL, 0};
+}
+
+/* Host without port and trailing dot, as a span of the request (any length: a long Host
+ * must not count as absent); its length is 0 when absent. Compared case-insensitively. */
+static sl_str host_span(sl_str h) {
+    if (h.p == NULL || h.len == 0) return (sl_str){NULL, 0};
+    size_t n = h.len;
+    if (h.p[0] == '[') {
+        const char *rb = memchr(h.p, ']', h.len);
+        if (rb != NULL) n = (size_t)(rb - h.p) + 1;
+    } else {
+        const char *c = memchr(h.p, ':', h.len);
+        if (c != NULL && memchr(c + 1, ':', h.len - (size_t)(c - h.p) - 1) == NULL)
+            n = (size_t)(c - h.p);
+    }
+    if (n > 1 && h.p[n - 1] == '.') n--; /* "example.com." is example.com */
+    return (sl_str){n ? h.p : NULL, n};
+}
+
+static char lower_c(char ch) { return (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch; }
+
+/* sl__glob over a host compared case-insensitively (the pattern is lowercase): '*'
+ * matches any run. Iterative with one backtrack point, so linear-ish on long hosts. */
+static bool host_glob(const char *pat, const char *s, size_t len) {
+    size_t i = 0;
+    const char *star = NULL;
+    size_t star_i = 0;
+    while (i < len) {
+        if (*pat == '*') {
+            star = pat++;
+            star_i = i;
+        } else if (*pat != '\0' && *pat == lower_c(s[i])) {
+            pat++;
+            i++;
+        } else if (star != NULL) {
+            pat = star + 1;
+            i = ++star_i;
+        } else {
+            return false;
+        }
+    }
+    while (*pat == '*') pat++;
+    return *pat == '\0';
+}
+
+/* Client address in binary (4 or 16 bytes), IPv6 masked to `prefix` bits so one /64 is
+ * one client; IPv4-mapped IPv6 addresses count as IPv4. 0 when absent or unparsable. */
+static size_t client_ip(sl_str ip, unsigned prefix, unsigned char out[16]) {
+    char buf[64];
+    if (ip.p == NULL || ip.len == 0 || ip.len >= sizeof(buf)) return 0;
+    size_t n = ip.len;
+    const char *p = ip.p;
+    if (p[0] == '[' && n > 2 && p[n - 1] == ']') {
+        p++;
+        n -= 2;
+    }
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    char *pct = strchr(buf, '%');
+    if (pct != NULL) *pct = '\0';
+    if (inet_pton(AF_INET, buf, out) == 1) return 4;
+    if (inet_pton(AF_INET6, buf, out) != 1) return 0;
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(out, mapped, 12) == 0) {
+        memmove(out, out + 12, 4);
+        return 4;
+    }
+    if (prefix < 128) {
+        for (unsigned bit = prefix; bit < 128; bit++) out[bit / 8] &= (unsigned char)~(0x80u >> (bit % 8));
+    }
+    return 16;
+}
+
+/* ---- key composition ---------------------------------------------------------------- */
+
+typedef struct kbuf {
+    unsigned char *p;
+    size_t len, cap;
+    bool overflow;
+} kbuf;
+
+static void kput(kbuf *k, unsigned char tag, const void *b, size_t n) {
+    if (n > 0xffff || k->len + 3 + n > k->cap) {
+        k->overflow = true;
+        return;
+    }
+    k->p[k->len++] = tag;
+    k->p[k->len++] = (unsigned char)(n >> 8);
+    k->p[k->len++] = (unsigned char)n;
+    if (n) memcpy(k->p + k->len, b, n);
+    k->len += n;
+}
+
+typedef struct sl_ctxreq {
+    const sl_request *req;
+    const sl_descriptor *desc;
+    const sl_enode **epath; /* envoy: node per level */
+    sl_str path;            /* normalised path (path_norm) */
+} ctxreq;
+
+/* Appends part `pt` of the request; false when the request does not carry it. An empty
+ * value counts as missing: "" must not become one bucket shared by every such client. */
+static bool put_part(kbuf *k, const ctxreq *c, const sl_cpolicy *cp, const sl_part *pt) {
+    const sl_request *r = c->req;
+    switch (pt->kind) {
+    case SL_PART_CLIENT_IP: {
+        unsigned char ip[16];
+        size_t n = client_ip(r->client_ip, pt->v6_prefix, ip);
+        if (n == 0) return false;
+        kput(k, 'i', ip, n);
+        return true;
+    }
+    case SL_PART_HEADER: {
+        sl_str v = find_header(r, pt->name, pt->name_len);
+        if (v.p == NULL || v.len == 0) return false;
+        kput(k, 'h', v.p, v.len);
+        return true;
+    }
+    case SL_PART_METHOD:
+        if (r->method.p == NULL || r->method.len == 0) return false;
+        kput(k, 'm', r->method.p, r->method.len);
+        return true;
+    case SL_PART_PATH:
+        if (c->path.p == NULL || c->path.len == 0) return false;
+        kput(k, 'p', c->path.p, c->path.len);
+        return true;
+    case SL_PART_ROUTE:
+        if (r->route.p != NULL && r->route.len > 0) {
+            kput(k, 'r', r->route.p, r->route.len);
+            return true;
+        }
+        if (cp->path != NULL) {
+            kput(k, 'r', cp->path, strlen(cp->path));
+            return true;
+        }
+        return false;
+    case SL_PART_HOST: {
+        sl_str h = host_span(r->host);
+        if (h.len == 0) return false;
+        size_t at = k->len + 3;
+        kput(k, 'o', h.p, h.len);
+        if (!k->overflow)
+            for (size_t i = 0; i < h.len; i++) k->p[at + i] = (unsigned char)lower_c(h.p[i]);
+        return true;
+    }
+    case SL_PART_DESCRIPTOR: {
+        sl_str v = find_entry(c->desc, pt->name, pt->name_len);
+        if (v.p == NULL || v.len == 0) return false; /* "" would be one shared bucket */
+        kput(k, 'd', v.p, v.len);
+        return true;
+    }
+    case SL_PART_ENVOY:
+        if (c->desc == NULL) return false;
+        for (size_t i = 0; i < c->desc->n; i++) {
+            const sl_entry *en = &c->desc->entries[i];
+            kput(k, 'k', en->key.p, en->key.len);
+            const sl_enode *node = c->epath ? c->epath[i] : NULL;
+            /* share_threshold: every value matching the pattern shares one counter */
+            if (node != NULL && node->share_threshold && node->value != NULL)
+                kput(k, 'w', node->value, strlen(node->value));
+            else
+                kput(k, 'v', en->value.p, en->value.len);
+        }
+        return true;
+    case SL_PART_BODY_BYTES: return false;
+    }
+    return false;
+}
+
+/* Tries each chain in order; returns the chain used, -1 when none is complete. */
+static int compose_key(kbuf *k, const ctxreq *c, const sl_cpolicy *cp) {
+    size_t start = k->len;
+    for (size_t ch = 0; ch < cp->n_chains; ch++) {
+        k->len = start;
+        if (k->len >= k->cap) {
+            k->overflow = true;
+            return -1;
+        }
+        k->p[k->len++] = (unsigned char)ch;
+        bool complete = true;
+        for (size_t i = 0; i < cp->chains[ch].n && complete; i++)
+            complete = put_part(k, c, cp, &cp->chains[ch].parts[i]);
+        if (complete || k->overflow) return k->overflow ? -1 : (int)ch;
+    }
+    k->len = start;
+    return -1;
+}
+
+static bool parse_cost_str(sl_str v, uint64_t *out) {
+    if (v.p == NULL || v.len == 0 || v.len > 19) return false;
+    uint64_t n = 0;
+    for (size_t i = 0; i < v.len; i++) {
+        if (v.p[i] < '0' || v.p[i] > '9') return false;
+        n = n * 10 + (uint64_t)(v.p[i] - '0');
+    }
+    *out = n;
+    return true;
+}
+
+/* Per-operation cost first ("POST /export": 50), then the attribute, then the default;
+ * descriptor requests without a stated cost use Envoy's hits_addend. */
+static uint64_t request_cost(const ctxreq *c, const sl_cpolicy *cp) {
+    const sl_request *r = c->req;
+    if (c->desc != NULL && !cp->cost_explicit) {
+        if (c->desc->has_hits_addend) return c->desc->hits_addend;
+        return r->hits_addend ? r->hits_addend : 1;
+    }
+    for (size_t i = 0; i < cp->n_ops; i++) {
+        const sl_op_cost *op = &cp->ops[i];
+        if (op->method[0] != '*' &&
+            !(r->method.p && r->method.len == strlen(op->method) &&
+              memcmp(r->method.p, op->method, r->method.len) == 0))
+            continue;
+        if (c->path.p != NULL && sl__glob(op->path, c->path.p, c->path.len)) return op->cost;
+    }
+    if (cp->cost_from_set) {
+        uint64_t v;
+        /* A header or the body size is the client's to choose: 0 would turn its request
+         * into a peek that consumes nothing, so such a cost is at least 1. */
+        switch (cp->cost_from.kind) {
+        case SL_PART_BODY_BYTES:
+            if (r->has_body_bytes) return r->body_bytes ? r->body_bytes : 1;
+            break;
+        case SL_PART_HEADER:
+            if (parse_cost_str(find_header(r, cp->cost_from.name, cp->cost_from.name_len), &v))
+                return v ? v : 1;
+            break;
+        case SL_PART_DESCRIPTOR:
+            if (parse_cost_str(find_entry(c->desc, cp->cost_from.name, cp->cost_from.name_len),
+                               &v))
+                return v;
+            break;
+        default: break;
+        }
+    }
+    return cp->cost_default;
+}
+
+/* ---- matching ----------------------------------------------------------------------- */
+
+static bool cond_ok(const sl_hdr_cond *c, sl_str v) {
+    if (c->pattern == NULL) return c->present ? v.p != NULL : v.p == NULL;
+    return v.p != NULL && sl__glob(c->pattern, v.p, v.len);
+}
+
+static bool match_http(const sl_cpolicy *cp, const sl_request *r, sl_str path) {
+    if (cp->n_methods > 0) {
+        bool any = false;
+        for (size_t i = 0; i < cp->n_methods && !any; i++)
+            any = r->method.p && r->method.len == strlen(cp->methods[i]) &&
+                  memcmp(r->method.p, cp->methods[i], r->method.len) == 0;
+        if (!any) return false;
+    }
+    if (cp->path_kind != SL_PATH_ANY) {
+        if (path.p == NULL) return false;
+        size_t pl = path.len, n = strlen(cp->path);
+        switch (cp->path_kind) {
+        case SL_PATH_EXACT:
+            if (pl != n || memcmp(path.p, cp->path, n) != 0) return false;
+            break;
+        case SL_PATH_PREFIX:
+            if (pl < n || memcmp(path.p, cp->path, n) != 0) return false;
+            break;
+        default:
+            if (!sl__glob(cp->path, path.p, pl)) return false;
+        }
+    }
+    if (cp->host != NULL) {
+        sl_str h = host_span(r->host);
+        if (h.len == 0 || !host_glob(cp->host, h.p, h.len)) return false;
+    }
+    for (size_t i = 0; i < cp->n_hdr; i++)
+        if (!cond_ok(&cp->hdr[i], find_header(r, cp->hdr[i].name, strlen(cp->hdr[i].name))))
+            return false;
+    return true;
+}
+
+static bool match_desc(const sl_cpolicy *cp, const sl_descriptor *d) {
+    for (size_t i = 0; i < cp->n_desc; i++)
+        if (!cond_ok(&cp->desc[i], find_entry(d, cp->desc[i].name, strlen(cp->desc[i].name))))
+            return false;
+    return true;
+}
+
+/* ---- building a verdict ------------------------------------------------------------- */
+
+void sl__verdict_init(sl_verdict *v) {
+    v->action = SL_ALLOW;
+    v->status = 200;
+    v->recheck = false;
+    v->shadow_limited = false;
+    v->store_error = false;
+    v->error = 0;
+    v->delay_ns = 0;
+    v->retry_after_ns = 0;
+    v->deciding = -1;
+    v->n = 0;
+    v->keys_used = 0;
+    v->missing_key_policy = NULL;
+    v->token_id = 0;
+    v->decided_at = (sluice_time){0, 0};
+    memset(&v->run, 0, sizeof(v->run));
+}
+
+static bool in_rollout(const sl_cpolicy *cp, const unsigned char *key, size_t len) {
+    if (cp->rollout_pct >= 100) return true;
+    if (cp->rollout_pct == 0) return false;
+    return sl__hash64(cp->name, strlen(cp->name), key, len) % 100 < cp->rollout_pct;
+}
+
+static const sl_cplan *pick_plan(const ctxreq *c, const sl_cpolicy *cp, size_t *idx) {
+    if (!cp->plan_from_set || c == NULL) return NULL;
+    unsigned char buf[600];
+    kbuf k = {buf, 0, sizeof(buf), false};
+    if (!put_part(&k, c, cp, &cp->plan_from) || k.overflow || k.len < 3) return NULL;
+    const char *val = (const char *)buf + 3;
+    size_t vl = k.len - 3;
+    for (size_t i = 0; i < cp->n_plans; i++)
+        if (strlen(cp->plans[i].name) == vl && memcmp(cp->plans[i].name, val, vl) == 0) {
+            *idx = i;
+            return &cp->plans[i];
+        }
+    return NULL;
+}
+
+/* Adds the windows of `ep` for the key already at v->keys[koff..koff+klen). */
+static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, uint64_t cost,
+                     int desc, const ctxreq *c) {
+    const sl_cpolicy *cp = ep->cp;
+    bool shadow = cp->react == SL_REACT_SHADOW || !in_rollout(cp, v->keys + koff, klen);
+    e_win *wins = ep->win;
+    size_t nw = ep->nwin;
+    size_t pi;
+    if (pick_plan(c, cp, &pi) != NULL) {
+        wins = ep->plan_win[pi];
+        nw = cp->plans[pi].nwin;
+    }
+    if (cp->unlimited) {
+        if (v->n >= SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
+        sl_verdict_item *it = &v->items[v->n++];
+        memset(it, 0, sizeof(*it));
+        it->info = &ep->win[0].info;
+        it->descriptor = desc;
+        it->unlimited = true;
+        it->key_off = (uint16_t)koff;
+        it->key_len = (uint16_t)klen;
+        it->result.allowed = 1;
+        it->result.remaining = UINT32_MAX;
+        return SLUICE_OK;
+    }
+    if (v->n + nw > SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
+    for (size_t i = 0; i < nw; i++) {
+        sl_verdict_item *it = &v->items[v->n++];
+        memset(it, 0, sizeof(*it));
+        it->info = &wins[i].info;
+        it->descriptor = desc;
+        it->key_off = (uint16_t)koff;
+        it->key_len = (uint16_t)klen;
+        /* a concurrency window takes one slot whatever the cost; a peek (cost 0) none */
+        bool conc = wins[i].cw->spec.algo == SLUICE_CONCURRENCY;
+        it->cost = conc ? (cost > 0 ? 1 : 0) : cost;
+        it->shadow = shadow;
+        it->settle = cp->settle && !conc;
+        it->charge = cp->count_rejected && !shadow;
+    }
+    return SLUICE_OK;
+}
+
+static int add_policy(const e_pol *ep, sl_verdict *v, const ctxreq *c, int desc) {
+    const sl_cpolicy *cp = ep->cp;
+    kbuf k = {v->keys + v->keys_used, 0, SL_VERDICT_KEYS - v->keys_used, false};
+    int ch = compose_key(&k, c, cp);
+    if (k.overflow) return SLUICE_ERANGE;
+    if (ch < 0) {
+        if (cp->on_missing == SL_MISSING_SKIP || cp->rollout_pct == 0 ||
+            cp->react == SL_REACT_SHADOW)
+            return SLUICE_OK;
+        if (v->missing_key_policy == NULL) v->missing_key_policy = cp->name;
+        return SLUICE_OK;
+    }
+    size_t koff = v->keys_used;
+    v->keys_used += k.len;
+    return add_items(ep, v, koff, k.len, request_cost(c, cp), desc, c);
+}
+
+static const e_win *item_win(const sl_verdict_item *it) { return sl__item_win(it); }
+
+/* Envoy `replaces`: a matched rule naming another rule drops that rule's items, so the
+ * replaced counter is neither checked nor consumed. */
+static void apply_replaces(sl_verdict *v) {
+    size_t out = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_cpolicy *pi = item_win(&v->items[i])->cp;
+        bool drop = false;
+        if (pi->rule_name != NULL)
+            for (size_t j = 0; j < v->n && !drop; j++) {
+                const sl_cpolicy *pj = item_win(&v->items[j])->cp;
+                if (pj == pi) continue;
+                for (size_t r = 0; r < pj->n_replaces && !drop; r++)
+                    drop = strcmp(pj->replaces[r], pi->rule_name) == 0;
+            }
+        if (!drop) v->items[out++] = v->items[i];
+    }
+    v->n = out;
+}
+
+static const sl_edomain *find_domain(const sl_config *cfg, sl_str d) {
+    for (size_t i = 0; i < cfg->n_domains; i++)
+        if (strlen(cfg->domains[i].domain) == d.len &&
+            memcmp(cfg->domains[i].domain, d.p, d.len) == 0)
+            return &cfg->domains[i];
+    return NULL;
+}
+
+/* A request the engine could not decide (not a store failure): an error answered 500,
+ * never admitted, whatever on_store_error says. */
+int sl__fail(sl_verdict *v, int rc) {
+    v->action = SL_ERROR;
+    v->status = rc == SLUICE_ENOTFOUND ? 404 : 500; /* an unknown policy name */
+    v->store_error = false;
+    v->error = rc;
+    v->run.prep_rc = rc;
+    return rc;
+}
+
+/* A descriptor carrying its own limit: counted under domain + entries in the unit's
+ * override window, with Envoy's hits_addend as the cost. */
+static int add_override(const sl_engine *e, sl_verdict *v, const sl_request *req,
+                        const sl_descriptor *desc, int d) {
+    if (v->n >= SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
+    kbuf k = {v->keys + v->keys_used, 0, SL_VERDICT_KEYS - v->keys_used, false};
+    if (k.cap == 0) return SLUICE_ERANGE;
+    k.p[k.len++] = 0;
+    kput(&k, 'D', req->domain.p, req->domain.len);
+    for (size_t i = 0; i < desc->n; i++) {
+        kput(&k, 'k', desc->entries[i].key.p, desc->entries[i].key.len);
+        kput(&k, 'v', desc->entries[i].value.p, desc->entries[i].value.len);
+    }
+    if (k.overflow) return SLUICE_ERANGE;
+    sl_verdict_item *it = &v->items[v->n++];
+    memset(it, 0, sizeof(*it));
+    it->info = &e->ovr[desc->limit_unit].info;
+    it->descriptor = d;
+    it->key_off = (uint16_t)v->keys_used;
+    it->key_len = (uint16_t)k.len;
+    v->keys_used += k.len;
+    it->cost = desc->has_hits_addend ? desc->hits_addend
+                                     : (req->hits_addend ? req->hits_addend : 1);
+    it->override = true;
+    it->override_limit = desc->limit_requests_per_unit;
+    return SLUICE_OK;
+}
+
+/* Walks descriptor `desc` down the domain's tree (SPECS §4.2): the rule it reaches, or
+ * NULL; path[i] receives the node matched at level i. */
+static const sl_enode *envoy_match(const sl_edomain *dom, const sl_descriptor *desc,
+                                   const sl_enode **path) {
+    if (dom == NULL || desc == NULL || desc->n == 0 || desc->n > SL_ENVOY_DEPTH) return NULL;
+    const sl_elevel *lv = &dom->roots;
+    const sl_enode *hit = NULL;
+    for (size_t i = 0; i < desc->n; i++) {
+        const sl_entry *en = &desc->entries[i];
+        if (en->key.p == NULL) return NULL;
+        hit = sl__envoy_child(lv, en->key.p, en->key.len, en->value.p, en->value.len);
+        if (hit == NULL) return NULL;
+        if (path != NULL) path[i] = hit;
+        lv = &hit->children;
+    }
+    return hit;
+}
+
+int sl_engine_prepare(const sl_engine *e, const sl_request *req, sl_verdict *out) {
+    if (out == NULL) return SLUICE_EINVAL;
+    sl__verdict_init(out);
+    if (e == NULL || req == NULL) return sl__fail(out, SLUICE_EINVAL);
+    int rc = SLUICE_OK;
+    /* one normalised path for both kinds of request (keys, per-operation costs, match) */
+    char np[SL_PATH_NORM_STACK];
+    char *buf = np;
+    size_t pl = sl_path_len(req->path.p, req->path.len);
+    if (pl > sizeof(np)) {
+        if (req->path_scratch == NULL || req->path_scratch_len < pl)
+            return sl__fail(out, SLUICE_ERANGE); /* never matched raw */
+        buf = req->path_scratch;
+    }
+    sl_str npath = {NULL, 0};
+    if (req->path.p != NULL) npath.len = sl_path_norm(req->path.p, req->path.len, buf, &npath.p);
+    if (req->domain.p != NULL) {
+        const sl_edomain *dom = find_domain(e->cfg, req->domain);
+        for (size_t d = 0; d < req->n_descriptors && rc == SLUICE_OK; d++) {
+            const sl_descriptor *desc = &req->descriptors[d];
+            const sl_enode *path[SL_ENVOY_DEPTH];
+            ctxreq c = {req, desc, path, npath};
+            if (desc->has_limit && desc->limit_unit > 0 && desc->limit_unit < SL__OVR_UNITS) {
+                rc = add_override(e, out, req, desc, (int)d);
+                continue; /* the config is bypassed for this descriptor */
+            }
+            const sl_enode *hit = envoy_match(dom, desc, path);
+            if (hit != NULL && hit->policy >= 0)
+                rc = add_policy(&e->pol[hit->policy], out, &c, (int)d);
+            for (size_t i = 0; i < e->n_pol && rc == SLUICE_OK; i++) {
+                const sl_cpolicy *cp = e->pol[i].cp;
+                if (cp->envoy || cp->domain == NULL || strlen(cp->domain) != req->domain.len ||
+                    memcmp(cp->domain, req->domain.p, req->domain.len) != 0 ||
+                    !match_desc(cp, desc))
+                    continue;
+                ctxreq c2 = {req, desc, NULL, npath};
+                rc = add_policy(&e->pol[i], out, &c2, (int)d);
+            }
+        }
+        if (rc == SLUICE_OK) apply_replaces(out);
+    } else {
+        ctxreq c = {req, NULL, NULL, npath};
+        for (size_t i = 0; i < e->n_pol && rc == SLUICE_OK; i++) {
+            const sl_cpolicy *cp = e->pol[i].cp;
+            if (cp->envoy || cp->domain != NULL || !match_http(cp, req, c.path)) continue;
+            rc = add_policy(&e->pol[i], out, &c, -1);
+        }
+    }
+    if (rc != SLUICE_OK) return sl__fail(out, rc);
+    return SLUICE_OK;
+}
+
+static const e_pol *find_policy(const sl_engine *e, const char *name) {
+    if (name == NULL) return NULL;
+    for (size_t i = 0; i < e->n_pol; i++)
+        if (strcmp(e->pol[i].cp->name, name) == 0) return &e->pol[i];
+    return NULL;
+}
+
+int sl_engine_prepare_named(const sl_engine *e, const char *policy, const void *key,
+                            size_t key_len, bool has_cost, uint64_t cost, sl_verdict *out) {
+    if (out == NULL) return SLUICE_EINVAL;
+    sl__verdict_init(out);
+    if (e == NULL || (key == NULL && key_len > 0)) return sl__fail(out, SLUICE_EINVAL);
+    const e_pol *ep = find_policy(e, policy);
+    if (ep == NULL) return sl__fail(out, SLUICE_ENOTFOUND);
+    /* The explicit form has its own key namespace (chain byte 0xff): a caller naming keys
+     * cannot collide with keys composed from request attributes. */
+    kbuf k = {out->keys, 0, SL_VERDICT_KEYS, false};
+    k.p[k.len++] = 0xff;
+    kput(&k, 'x', key, key_len);
+    if (k.overflow) return sl__fail(out, SLUICE_ERANGE);
+    out->keys_used = k.len;
+    uint64_t c = has_cost ? cost : ep->cp->cost_default;
+    int rc = add_items(ep, out, 0, k.len, c, -1, NULL);
+    if (rc != SLUICE_OK) return sl__fail(out, rc);
+    return SLUICE_OK;
+}
+

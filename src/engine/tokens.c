@@ -1,0 +1,461 @@
+/*
+ * tokens.c -- the table of outstanding settle/release tokens: what makes a token single
+ * use. A bounded, sharded, thread-safe set of 64-bit ids, each with the operations still
+ * pending (settle, release) and an expiry on the monotonic clock (the reservation's window
+ * or the lease). Fixed capacity, allocated once: nothing here allocates after creation.
+ * One table lives as long as the store it accompanies, across engines (reloads).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/hash.h"
+#include "engine/internal.h"
+
+#define TOK_SHARDS 64
+#define TOK_WAYS 8 /* an id lives in one bucket of TOK_WAYS slots of its shard */
+
+typedef struct tok_slot {
+    uint64_t id;     /* 0 = free */
+    int64_t expires; /* monotonic ns */
+    unsigned pending;
+} tok_slot;
+
+typedef struct tok_shard {
+    pthread_mutex_t mu;
+    tok_slot *slot;  /* nbuckets * TOK_WAYS */
+    size_t nbuckets; /* a power of two */
+    char pad[64];
+} tok_shard;
+
+struct sl_token_table {
+    tok_shard shard[TOK_SHARDS];
+    sl_hash_key key;       /* ids are keyed hashes of a counter: unpredictable, unique */
+    _Atomic uint64_t next; /* counter */
+    size_t capacity;
+};
+
+sl_token_table *sl_token_table_create(size_t capacity, int *err) {
+    if (capacity == 0) capacity = SL_TOKENS_DEFAULT;
+    sl_token_table *t = calloc(1, sizeof(*t));
+    if (t == NULL || sl_hash_random_key(&t->key) != 0) {
+        free(t);
+        if (err) *err = t == NULL ? SLUICE_ENOMEM : SLUICE_EIO;
+        return NULL;
+    }
+    size_t per = (capacity + TOK_SHARDS - 1) / TOK_SHARDS;
+    size_t nb = 1;
+    while (nb * TOK_WAYS < per) nb *= 2;
+    t->capacity = nb * TOK_WAYS * TOK_SHARDS;
+    for (int i = 0; i < TOK_SHARDS; i++) {
+        pthread_mutex_init(&t->shard[i].mu, NULL);
+        t->shard[i].nbuckets = nb;
+        t->shard[i].slot = calloc(nb * TOK_WAYS, sizeof(tok_slot));
+        if (t->shard[i].slot == NULL) {
+            sl_token_table_destroy(t);
+            if (err) *err = SLUICE_ENOMEM;
+            return NULL;
+        }
+    }
+    if (err) *err = SLUICE_OK;
+    return t;
+}
+
+void sl_token_table_destroy(sl_token_table *t) {
+    if (t == NULL) return;
+    for (int i = 0; i < TOK_SHARDS; i++) {
+        free(t->shard[i].slot);
+        pthread_mutex_destroy(&t->shard[i].mu);
+    }
+    free(t);
+}
+
+size_t sl_token_table_capacity(const sl_token_table *t) { return t ? t->capacity : 0; }
+
+static tok_slot *bucket(sl_token_table *t, uint64_t id, tok_shard **sh) {
+    *sh = &t->shard[id % TOK_SHARDS];
+    size_t b = (size_t)(id / TOK_SHARDS) & ((*sh)->nbuckets - 1);
+    return (*sh)->slot + b * TOK_WAYS;
+}
+
+/* Why refuse rather than evict when a bucket is full of live ids: evicting would make a
+ * legitimate holder's settle fail anyway; refusing leaves the reservation charged and the
+ * lease to expire on its own, both of which err on the side of limiting. */
+uint64_t sl__token_id(sl_token_table *t) {
+    if (t == NULL) return 0;
+    uint64_t n = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+    sl_hash128 h = sl_siphash128(&t->key, &n, sizeof(n), 2, 4);
+    return h.lo ? h.lo : 1;
+}
+
+uint64_t sl__token_issue(sl_token_table *t, unsigned pending, int64_t expires, int64_t now) {
+    if (t == NULL || pending == 0) return 0;
+    uint64_t id = sl__token_id(t);
+    tok_shard *sh;
+    tok_slot *b = bucket(t, id, &sh);
+    uint64_t got = 0;
+    pthread_mutex_lock(&sh->mu);
+    for (int i = 0; i < TOK_WAYS; i++)
+        if (b[i].id == 0 || b[i].expires <= now) {
+            b[i] = (tok_slot){id, expires, pending};
+            got = id;
+            break;
+        }
+    pthread_mutex_unlock(&sh->mu);
+    return got;
+}
+
+/* Takes operation `op` of `id`: true exactly once per operation while the id is live. */
+bool sl__token_take(sl_token_table *t, uint64_t id, unsigned op, int64_t now) {
+    if (t == NULL || id == 0) return false;
+    tok_shard *sh;
+    tok_slot *b = bucket(t, id, &sh);
+    bool ok = false;
+    pthread_mutex_lock(&sh->mu);
+    for (int i = 0; i < TOK_WAYS; i++)
+        if (b[i].id == id) {
+            if (b[i].expires > now && (b[i].pending & op)) {
+                b[i].pending &= ~op;
+                ok = true;
+            }
+            if (b[i].pending == 0 || b[i].expires <= now) b[i].id = 0;
+            break;
+        }
+    pthread_mutex_unlock(&sh->mu);
+    return ok;
+}
+
+/* ---- tokens ------------------------------------------------------------------------- */
+
+static const char hexd[] = "0123456789abcdef";
+
+static bool put_hex(char *buf, size_t len, size_t *off, const void *p, size_t n) {
+    const unsigned char *b = p;
+    if (*off + 2 * n >= len) return false;
+    for (size_t i = 0; i < n; i++) {
+        buf[(*off)++] = hexd[b[i] >> 4];
+        buf[(*off)++] = hexd[b[i] & 15];
+    }
+    return true;
+}
+
+static bool put_fmt(char *buf, size_t len, size_t *off, const char *fmt, unsigned long long a) {
+    int w = snprintf(buf + *off, len - *off, fmt, a);
+    if (w < 0 || (size_t)w >= len - *off) return false;
+    *off += (size_t)w;
+    return true;
+}
+
+/* Tokens are authenticated with SipHash-2-4-128 under a per-process random key: a client
+ * handed a token cannot forge one that refunds or releases another client's budget. The
+ * key is process-wide (not per engine) so a token survives a reload; it does not survive
+ * a restart, which only loses pending settlements (reservations stand as charged). */
+static sl_hash_key token_key;
+static int token_key_ok;
+/* Tokens shared between instances (sl_engine_tokens_shared): set once, before workers. */
+static bool g_tokens_shared;
+
+bool sl__tokens_shared(void) { return g_tokens_shared; }
+static pthread_once_t token_once = PTHREAD_ONCE_INIT;
+static void token_key_init(void) { token_key_ok = sl_hash_random_key(&token_key) == 0; }
+
+void sl_engine_tokens_shared(const void *secret, size_t len) {
+    pthread_once(&token_once, token_key_init);
+    /* domain-separated from the store's key hashing, which uses the same secret */
+    static const sl_hash_key tokens = {UINT64_C(0x736c75696365746f), UINT64_C(0x6b656e73206b6579)};
+    sl_hash128 h = sl_siphash128(&tokens, secret, len, 2, 4);
+    token_key = (sl_hash_key){h.lo, h.hi};
+    token_key_ok = 1;
+    g_tokens_shared = true;
+}
+
+static sl_hash128 token_mac(const char *p, size_t n) {
+    pthread_once(&token_once, token_key_init);
+    return sl_siphash128(&token_key, p, n, 2, 4);
+}
+
+/* Format: "t2,ID,MONO,WALL" (the single-use id and the decision time, decimal), then per
+ * item to settle or release ";NAMEHEX,INDEX,KEYHEX,COST,LEASE,S", then ".MAC" (32 hex
+ * digits).
+ * Why names rather than indices: a token must stay meaningful across a reload, and the
+ * limiter identity (name + index) is exactly what survives one. */
+int sl_verdict_token(const sl_verdict *v, char *buf, size_t len) {
+    if (v == NULL || buf == NULL || len < 3) return SLUICE_ERANGE;
+    size_t off = 0;
+    buf[off++] = 't';
+    buf[off++] = '2';
+    if (!put_fmt(buf, len, &off, ",%llu", v->token_id) ||
+        !put_fmt(buf, len, &off, ",%llu", (unsigned long long)(uint64_t)v->decided_at.mono_ns) ||
+        !put_fmt(buf, len, &off, ",%llu", (unsigned long long)(uint64_t)v->decided_at.wall_ns))
+        return SLUICE_ERANGE;
+    if (sl__admitted(v))
+        for (size_t i = 0; i < v->n; i++) {
+            const sl_verdict_item *it = &v->items[i];
+            const sl__ewin *w = sl__item_win(it);
+            if (it->unlimited || !it->consumed || w->lim == NULL ||
+                (!it->settle && it->result.lease == 0))
+                continue;
+            const char *name = sluice_limiter_spec(w->lim)->name;
+            if (off + 1 >= len) return SLUICE_ERANGE;
+            buf[off++] = ';';
+            if (!put_hex(buf, len, &off, name, strlen(name)) ||
+                !put_fmt(buf, len, &off, ",%llu,", sluice_limiter_spec(w->lim)->index) ||
+                !put_hex(buf, len, &off, v->keys + it->key_off, it->key_len) ||
+                !put_fmt(buf, len, &off, ",%llu", it->cost) ||
+                !put_fmt(buf, len, &off, ",%llu", it->result.lease) ||
+                !put_fmt(buf, len, &off, ",%llu", it->settle ? 1u : 0u))
+                return SLUICE_ERANGE;
+        }
+    sl_hash128 mac = token_mac(buf, off);
+    if (!token_key_ok) return SLUICE_EIO;
+    uint64_t w[2] = {mac.lo, mac.hi};
+    if (off + 1 >= len) return SLUICE_ERANGE;
+    buf[off++] = '.';
+    if (!put_hex(buf, len, &off, w, sizeof(w))) return SLUICE_ERANGE;
+    buf[off] = '\0';
+    return (int)off;
+}
+
+static int unhex(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+static size_t get_hex(const char *s, size_t n, unsigned char *out, size_t cap, bool *ok) {
+    if (n % 2 || n / 2 > cap) {
+        *ok = false;
+        return 0;
+    }
+    for (size_t i = 0; i < n / 2; i++) {
+        int a = unhex(s[2 * i]), b = unhex(s[2 * i + 1]);
+        if (a < 0 || b < 0) {
+            *ok = false;
+            return 0;
+        }
+        out[i] = (unsigned char)(a << 4 | b);
+    }
+    return n / 2;
+}
+
+/* A decimal uint64 (token fields: ids and times use the whole 64-bit range). */
+static bool get_num(const char *s, size_t n, uint64_t *out) {
+    if (n == 0 || n > 20) return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* Reads the token's "t2,ID,MONO,WALL" head; returns the offset of its first item, 0 when
+ * the head is malformed. */
+static size_t token_head(const char *t, size_t len, uint64_t *id, sluice_time *at) {
+    uint64_t f[3];
+    size_t i = 2;
+    for (int k = 0; k < 3; k++) {
+        if (i >= len || t[i] != ',') return 0;
+        size_t st = ++i;
+        while (i < len && t[i] != ',' && t[i] != ';') i++;
+        if (!get_num(t + st, i - st, &f[k])) return 0;
+    }
+    *id = f[0];
+    at->mono_ns = (int64_t)f[1];
+    at->wall_ns = (int64_t)f[2];
+    return i;
+}
+
+/*
+ * Authenticates token t and loads it into v: one item per window it names (its window
+ * found by limiter name and index, which survive a reload), marked consumed, with its key,
+ * reserved cost, lease and settle flag; v->token_id and v->decided_at from its head.
+ * Returns SLUICE_OK, SLUICE_EINVAL (forged or malformed) or SLUICE_ENOTFOUND (a window
+ * this config no longer has). Why the whole token is checked before anything is used: a
+ * malformed token must not burn its single use.
+ */
+static int token_load(const sl_engine *e, const char *t, size_t len, sl_verdict *v) {
+    if (e == NULL || t == NULL || len < 2 + 33 || t[0] != 't' || t[1] != '2') return SLUICE_EINVAL;
+    size_t body = len - 33;
+    if (t[body] != '.') return SLUICE_EINVAL;
+    sl_hash128 mac = token_mac(t, body);
+    if (!token_key_ok) return SLUICE_EIO;
+    uint64_t w[2] = {mac.lo, mac.hi};
+    unsigned char want[16], got[16];
+    memcpy(want, w, 16);
+    bool hex_ok = true;
+    get_hex(t + body + 1, 32, got, sizeof(got), &hex_ok);
+    unsigned char diff = hex_ok ? 0 : 1;
+    for (int k = 0; k < 16; k++) diff |= (unsigned char)(want[k] ^ got[k]);
+    if (diff != 0) return SLUICE_EINVAL;
+    len = body;
+    sl__verdict_init(v);
+    size_t i = token_head(t, len, &v->token_id, &v->decided_at);
+    if (i == 0) return SLUICE_EINVAL;
+    int missing = SLUICE_OK;
+    while (i < len) {
+        if (t[i] != ';') return SLUICE_EINVAL;
+        i++;
+        const char *f[6];
+        size_t fl[6], nf = 0;
+        size_t start = i;
+        while (i <= len && nf < 6) {
+            if (i == len || t[i] == ',' || t[i] == ';') {
+                f[nf] = t + start;
+                fl[nf++] = i - start;
+                if (i == len || t[i] == ';') break;
+                start = i + 1;
+            }
+            i++;
+        }
+        if (nf != 6) return SLUICE_EINVAL;
+        unsigned char name[256];
+        bool ok = true;
+        size_t nl = get_hex(f[0], fl[0], name, sizeof(name) - 1, &ok);
+        uint64_t idx, cost, lease, settle;
+        if (!ok || !get_num(f[1], fl[1], &idx) || !get_num(f[3], fl[3], &cost) ||
+            !get_num(f[4], fl[4], &lease) || !get_num(f[5], fl[5], &settle))
+            return SLUICE_EINVAL;
+        name[nl] = '\0';
+        if (v->n >= SLUICE_MAX_ITEMS || fl[2] / 2 > SL_VERDICT_KEYS - v->keys_used)
+            return SLUICE_EINVAL;
+        size_t kl = get_hex(f[2], fl[2], v->keys + v->keys_used, SL_VERDICT_KEYS - v->keys_used, &ok);
+        if (!ok || kl > 0xffff) return SLUICE_EINVAL;
+        const sl__ewin *win = NULL;
+        for (size_t j = 0; j < e->n_all && win == NULL; j++) {
+            const sluice_limit_spec *s = sluice_limiter_spec(e->all[j]->lim);
+            if (s != NULL && s->index == idx && strcmp(s->name, (const char *)name) == 0)
+                win = e->all[j];
+        }
+        if (win == NULL) {
+            missing = SLUICE_ENOTFOUND;
+            continue;
+        }
+        sl_verdict_item *it = &v->items[v->n++];
+        memset(it, 0, sizeof(*it));
+        it->info = &win->info;
+        it->descriptor = -1;
+        it->key_off = (uint16_t)v->keys_used;
+        it->key_len = (uint16_t)kl;
+        v->keys_used += kl;
+        it->cost = cost;
+        it->result.lease = lease;
+        it->settle = settle != 0;
+        it->consumed = true;
+    }
+    return missing;
+}
+
+void sl__issue_token(const sl_engine *e, sl_verdict *v, sluice_time now) {
+    unsigned pending = 0;
+    int64_t life = SLUICE_NS_PER_S;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        const sl__ewin *w = sl__item_win(it);
+        if (it->unlimited || !it->consumed || w->lim == NULL) continue;
+        if (it->settle) pending |= SL_TOK_SETTLE;
+        if (it->result.lease != 0) pending |= SL_TOK_RELEASE;
+        if (it->settle && it->result.reset_after_ns > life) life = it->result.reset_after_ns;
+        int64_t l = sl__item_life(w, it->settle, it->result.lease != 0);
+        if (l > life) life = l;
+    }
+    if (pending == 0) return;
+    if (g_tokens_shared) { /* single use is claimed in the shared store */
+        v->token_id = sl__token_id(e->tokens);
+        return;
+    }
+    int64_t exp = now.mono_ns > INT64_MAX - life ? INT64_MAX : now.mono_ns + life;
+    v->token_id = sl__token_issue(e->tokens, pending, exp, now.mono_ns);
+}
+
+bool sl_verdict_needs_token(const sl_verdict *v) {
+    if (!sl__admitted(v)) return false;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (it->consumed && !it->unlimited && (it->settle || it->result.lease)) return true;
+    }
+    return false;
+}
+
+static void complete_token(sl_verdict *v, int rc) {
+    sl_engine_done done = v->run.done;
+    v->run.done = NULL;
+    if (done != NULL) done(v->run.ud, rc, v);
+}
+
+static void on_claimed(void *ud, int rc, const sl_sresult *res) {
+    sl_verdict *v = ud;
+    if (rc != SLUICE_OK) {
+        complete_token(v, rc);
+        return;
+    }
+    if (res == NULL || !res->allowed) {
+        complete_token(v, SLUICE_ENOTFOUND); /* taken already, by this or another instance */
+        return;
+    }
+    sluice_time now = {.mono_ns = v->run.actual_now, .wall_ns = v->run.actual_now};
+    sl__apply(v->run.e, v->run.lane, v, now);
+}
+
+/*
+ * The single use of v's token for v->run.tok_op: this process's table or, with shared
+ * tokens, a claim in the shared store (answered later); then the operation is applied.
+ * With shared tokens only the wall clocks of instances compare, so `now` is the wall
+ * clock on both sides.
+ */
+void sl__take_and_apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now) {
+    unsigned op = v->run.tok_op;
+    if (!g_tokens_shared || e->ops->claim == NULL) {
+        if (!sl__token_take(e->tokens, v->token_id, op, now.mono_ns)) {
+            complete_token(v, SLUICE_ENOTFOUND);
+            return;
+        }
+        sl__apply(e, lane, v, now);
+        return;
+    }
+    int64_t life = v->run.tok_life;
+    int64_t age = now.wall_ns - v->decided_at.wall_ns;
+    if (age > life) {
+        complete_token(v, SLUICE_ENOTFOUND); /* expired */
+        return;
+    }
+    if (age < 0) age = 0;
+    v->decided_at.mono_ns = v->decided_at.wall_ns;
+    v->run.actual_now = now.wall_ns;
+    e->ops->claim(lane, v->token_id, op, life - age + SLUICE_NS_PER_S, now, on_claimed, v);
+}
+
+void sl_engine_token(const sl_engine *e, void *lane, const char *token, size_t len,
+                     unsigned op, uint64_t actual, sluice_time now, sl_verdict *v,
+                     sl_engine_done done, void *ud) {
+    int rc = token_load(e, token, len, v);
+    v->run.e = e;
+    v->run.done = done;
+    v->run.ud = ud;
+    v->run.lane = lane;
+    v->run.actual = actual;
+    v->run.tok_op = op == SL_TOKEN_SETTLE ? SL_TOK_SETTLE : SL_TOK_RELEASE;
+    if (rc != SLUICE_OK) {
+        complete_token(v, rc);
+        return;
+    }
+    bool any = false;
+    int64_t life = SLUICE_NS_PER_S;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (v->run.tok_op == SL_TOK_SETTLE ? it->settle : it->result.lease != 0) any = true;
+        int64_t l = sl__item_life(sl__item_win(it), it->settle, it->result.lease != 0);
+        if (l > life) life = l;
+    }
+    if (!any) { /* the token holds nothing for this operation: nothing to do */
+        complete_token(v, SLUICE_OK);
+        return;
+    }
+    v->run.tok_life = life;
+    sl__take_and_apply(e, lane, v, now);
+}

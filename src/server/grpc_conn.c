@@ -1,0 +1,269 @@
+/*
+ * grpc_conn.c -- the glue between the server's connections and the gRPC session: a
+ * connection whose first bytes are the HTTP/2 client preface gets a session; its read
+ * buffer is fed in whole, the session's output is copied into the connection's bounded
+ * write buffer (what does not fit waits inside nghttp2 until the peer reads). Each
+ * ShouldRateLimit call is decided through a continuation (pending.c): answered at once,
+ * or parked while its store answers, the connection's other calls going on. Also the
+ * HTTP /json and /healthcheck endpoints envoyproxy/ratelimit offers, and the metrics.
+ */
+#include "server/grpc_conn.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "grpc/rls.h"
+#include "server/pending.h"
+#include "server/server.h"
+
+static const char PREFACE[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+int sl_grpc_preface(const char *buf, size_t len) {
+    size_t n = len < 24 ? len : 24;
+    if (memcmp(buf, PREFACE, n) != 0) return 0;
+    return len >= 24 ? 1 : -1;
+}
+
+static unsigned render_flags(const sl_worker *w) {
+    return w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0;
+}
+
+/* The answer of a decided call, packed into its reply buffer. */
+static void answer(sl_pending *p, int rc, sl_grpc_reply *out) {
+    static _Thread_local sl_rls_answer ans;
+    sl_worker *w = p->w;
+    sl_server_count_verdict(w, rc, &p->v);
+    out->status = sl_rls_answer_of(&p->v, rc, p->nd, render_flags(w), &ans, out->message,
+                                   sizeof(out->message));
+    if (out->status == SL_GRPC_OK) {
+        out->len = sl_rls_pack(&ans, out->buf, out->cap);
+        if (out->len == 0) {
+            out->status = SL_GRPC_RESOURCE_EXHAUSTED;
+            snprintf(out->message, sizeof(out->message), "response too large");
+        }
+    }
+}
+
+static void pull_output(sl_conn *c, sl_h2 *h);
+
+static void finish_grpc(sl_pending *p, int rc, bool later) {
+    if (!later) {
+        answer(p, rc, p->inline_out);
+        return;
+    }
+    sl_conn *c = p->c;
+    if (p->call == NULL || c->h2 == NULL) return; /* the call went away meanwhile */
+    sl_grpc_reply r = {.status = SL_GRPC_OK, .buf = p->obuf, .cap = p->ocap};
+    answer(p, rc, &r);
+    sl_grpc_count_status(c->w, r.status);
+    sl_h2_complete(c->h2, p->call, &r);
+    pull_output(c, c->h2);
+    if (!sl_h2_alive(c->h2)) c->close_after = true;
+    sl_conn_flush_later(c); /* one write per connection per loop turn */
+}
+
+/* env->decide: a continuation for the call, the engine's decision through the worker's
+ * store lane; 0 when answered now (*out filled), 1 when parked. */
+static int grpc_decide(void *ud, void *call, const sl_rls_req *rq, sl_grpc_reply *out) {
+    sl_conn *c = ud;
+    sl_worker *w = c->w;
+    sl_pending *p = sl_pending_get(w, c, finish_grpc);
+    if (p == NULL) {
+        out->status = SL_GRPC_UNAVAILABLE;
+        snprintf(out->message, sizeof(out->message), "too many calls are waiting for the store");
+        return 0;
+    }
+    const sl_engine *e = w->gen->engine;
+    int st = sl_rls_prepare(e, rq, &p->v, out->message, sizeof(out->message));
+    if (st != SL_GRPC_OK) {
+        out->status = st;
+        sl_server_count_verdict(w, p->v.run.prep_rc ? p->v.run.prep_rc : SLUICE_EINVAL, &p->v);
+        sl_pending_put(p);
+        return 0;
+    }
+    p->call = call;
+    p->obuf = out->buf;
+    p->ocap = out->cap;
+    p->nd = rq->r.n_descriptors;
+    p->inline_out = out;
+    sl_pending_submit(p);
+    sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    if (!sl_pending_park(p)) return 0;
+    p->inline_out = NULL;
+    return 1;
+}
+
+/* A parked call the session dropped (reset by the client, deadline, connection end). */
+static void grpc_forget(void *owner, void *call) { sl_pending_call_gone(owner, call); }
+
+static void on_status(void *ud, int status) { sl_grpc_count_status(((sl_conn *)ud)->w, status); }
+
+static void env_of(sl_conn *c, sl_grpc_env *env) {
+    sl_worker *w = c->w;
+    sl_server *s = w->srv;
+    memset(env, 0, sizeof(*env));
+    env->engine = w->gen ? w->gen->engine : NULL;
+    env->mono_ns = w->now_ns;
+    env->draining = atomic_load_explicit(&s->draining, memory_order_relaxed) != 0;
+    env->decide = grpc_decide;
+    env->on_status = on_status; /* not called by /json: its calls are HTTP requests */
+    env->ud = c;
+}
+
+/* Copies the session's pending output into the connection, growing its buffer up to
+ * the connection's bound. */
+static void pull_output(sl_conn *c, sl_h2 *h) {
+    for (;;) {
+        if (sl_conn_reserve(c, 16384) != 0) {
+            if (c->wcap - c->wlen == 0) return; /* full: the rest waits in nghttp2 */
+        }
+        size_t n = sl_h2_send(h, (uint8_t *)c->wbuf + c->wlen, c->wcap - c->wlen);
+        if (n == 0) return;
+        c->wlen += n;
+    }
+}
+
+int sl_grpc_conn_feed(sl_conn *c, sl_h2 **hp) {
+    if (*hp == NULL) {
+        sl_h2_opts o = {.forget = grpc_forget, .owner = c};
+        *hp = sl_h2_create(&o);
+        if (*hp == NULL) {
+            c->close_after = true;
+            c->rlen = 0;
+            return -1;
+        }
+    }
+    sl_grpc_env env;
+    env_of(c, &env);
+    int rc = sl_h2_feed(*hp, (const uint8_t *)c->rbuf, c->rlen, &env);
+    c->rlen = 0;
+    pull_output(c, *hp);
+    if (rc != 0 || !sl_h2_alive(*hp)) c->close_after = true;
+    return rc;
+}
+
+void sl_grpc_conn_output(sl_conn *c, sl_h2 *h) {
+    pull_output(c, h);
+    if (!sl_h2_alive(h)) c->close_after = true;
+}
+
+void sl_grpc_conn_tick(sl_conn *c, sl_h2 *h) {
+    int64_t d = sl_h2_next_deadline(h);
+    if (d == 0 || d > c->w->now_ns) {
+        /* a drained session finishes between reads: its last output went out on an
+         * earlier tick, and nothing will read from it again */
+        if (!sl_h2_alive(h)) c->close_after = true;
+        return;
+    }
+    sl_grpc_env env;
+    env_of(c, &env);
+    sl_h2_tick(h, &env);
+    pull_output(c, h);
+    if (!sl_h2_alive(h)) c->close_after = true;
+}
+
+void sl_grpc_conn_drain(sl_conn *c, sl_h2 *h) {
+    sl_h2_goaway(h, c->w->now_ns);
+    pull_output(c, h);
+    if (!sl_h2_alive(h)) c->close_after = true;
+}
+
+void sl_grpc_conn_free(sl_h2 *h) { sl_h2_destroy(h); }
+
+/* ---- HTTP endpoints of envoyproxy/ratelimit ---- */
+
+static void http_reply(sl_conn *c, const sl_http_req *req, int status, const char *ctype,
+                       const char *body, size_t len) {
+    if (sl_conn_reserve(c, len + 512) != 0) {
+        c->close_after = true;
+        return;
+    }
+    sl_wbuf wb;
+    sl_conn_wbuf(c, &wb);
+    sl_http1_begin(&wb, req->minor, status);
+    sl_wbuf_puts(&wb, "Server: sluice\r\n");
+    sl_http1_end(&wb, !c->close_after, req->minor, ctype, body, len, 1);
+    if (wb.overflow) c->close_after = true;
+    sl_conn_commit(c, &wb);
+}
+
+static void json_reply(sl_conn *c, int minor, int status, const char *err, const sl_rls_answer *a) {
+    static _Thread_local char out[32768];
+    int http = 500;
+    int n = sl_rls_json_render(status, err, a, out, sizeof(out), &http);
+    sl_http_req req = {.minor = minor};
+    if (n < 0) {
+        static const char e[] = "{\"code\":13,\"message\":\"response too large\"}";
+        http_reply(c, &req, 500, "application/json", e, sizeof(e) - 1);
+        return;
+    }
+    http_reply(c, &req, http, "application/json", out, (size_t)n);
+}
+
+static void finish_json(sl_pending *p, int rc, bool later) {
+    static _Thread_local sl_rls_answer ans;
+    sl_conn *c = p->c;
+    sl_server_count_verdict(c->w, rc, &p->v);
+    char err[160] = "";
+    int st = sl_rls_answer_of(&p->v, rc, p->nd, render_flags(c->w), &ans, err, sizeof(err));
+    json_reply(c, p->minor, st, err, &ans);
+    if (later) sl_conn_resume(c);
+}
+
+void sl_grpc_http_json(sl_conn *c, const sl_http_req *req) {
+    static _Thread_local sl_rls_req rq;
+    sl_worker *w = c->w;
+    char err[160] = "";
+    int st = SL_GRPC_OK;
+    void *root = sl_rls_json_parse(req->body ? req->body : "", req->body_len, &rq, &st, err, sizeof(err));
+    sl_pending *p = NULL;
+    if (st == SL_GRPC_OK && (p = sl_pending_get(w, c, finish_json)) == NULL) {
+        st = SL_GRPC_UNAVAILABLE;
+        snprintf(err, sizeof(err), "too many requests are waiting for the store");
+    }
+    if (st == SL_GRPC_OK) st = sl_rls_prepare(w->gen ? w->gen->engine : NULL, &rq, &p->v, err, sizeof(err));
+    sl_rls_json_free(root); /* the verdict holds what it needs */
+    if (st != SL_GRPC_OK) {
+        if (p != NULL) sl_pending_put(p);
+        json_reply(c, req->minor, st, err, NULL);
+        return;
+    }
+    p->minor = req->minor;
+    p->nd = rq.r.n_descriptors;
+    sl_pending_submit(p);
+    sl_engine_decide(w->gen->engine, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    if (sl_pending_park(p)) c->suspended = true;
+}
+
+void sl_grpc_http_healthcheck(sl_conn *c, const sl_http_req *req) {
+    bool draining = atomic_load(&c->w->srv->draining) != 0;
+    if (draining)
+        http_reply(c, req, 500, "text/plain", "draining", 8);
+    else
+        http_reply(c, req, 200, "text/plain", "OK", 2);
+}
+
+/* ---- metrics ---- */
+
+#define GRPC_CODES 17
+
+/* Per worker slot, one writer each (the worker's thread); the scraper sums them. Kept
+ * here rather than in the worker's metrics struct so gRPC adds no field to it. */
+static _Atomic uint64_t grpc_calls[SL_MAX_WORKERS][GRPC_CODES];
+
+void sl_grpc_count_status(sl_worker *w, int status) {
+    if (w->id >= SL_MAX_WORKERS || status < 0 || status >= GRPC_CODES) return;
+    sl_met_inc(&grpc_calls[w->id][status], 1);
+}
+
+void sl_grpc_metrics_render(const sl_server *s, sl_wbuf *out) {
+    sl_wbuf_puts(out, "# HELP sluice_grpc_calls_total gRPC calls answered, by grpc-status code.\n"
+                      "# TYPE sluice_grpc_calls_total counter\n");
+    for (int k = 0; k < GRPC_CODES; k++) {
+        uint64_t t = 0;
+        for (unsigned i = 0; i < s->nworkers && i < SL_MAX_WORKERS; i++)
+            t += atomic_load_explicit(&grpc_calls[i][k], memory_order_relaxed);
+        if (t == 0 && k != 0) continue;
+        sl_wbuf_printf(out, "sluice_grpc_calls_total{code=\"%d\"} %llu\n", k, (unsigned long long)t);
+    }
+}
