@@ -1,0 +1,62 @@
+"""The shape of the tree, checked: folders include only folders below them (no include
+cycle; scripts/check_layers.py), and libsluice.so is exactly include/sluice.h: it exports
+the functions the header declares, nothing else, and needs no library beyond libc."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+SRC = os.environ.get("SLUICE_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
+LIB = os.environ.get("SLUICE_LIB", "")
+CHECK = os.path.join(SRC, "scripts", "check_layers.py")
+
+
+def run_check(src):
+    return subprocess.run([sys.executable, CHECK, src, "--graph"], capture_output=True, text=True)
+
+
+def test_no_include_cycle_between_folders():
+    r = run_check(os.path.join(SRC, "src"))
+    assert r.returncode == 0, r.stderr
+    graph = dict(line.split(" -> ") for line in r.stdout.strip().splitlines())
+    graph = {k.strip(): set(v.split(", ")) for k, v in graph.items()}
+    # the pipeline's arrows: nothing below the engine reaches up into it or the server
+    for low in ("core", "algo", "store"):
+        assert not graph.get(low, set()) & {"engine", "server", "redis", "grpc", "config", "cli"}, graph
+    assert "server" not in graph.get("redis", set()), graph
+
+
+def test_the_check_finds_a_cycle():
+    with tempfile.TemporaryDirectory() as d:
+        for a, b in (("low", "high"), ("high", "low")):
+            os.makedirs(os.path.join(d, a))
+            with open(os.path.join(d, a, a + ".h"), "w") as f:
+                f.write('#include "%s/%s.h"\n' % (b, b))
+        r = run_check(d)
+        assert r.returncode == 1
+        assert "include cycle" in r.stderr and "low" in r.stderr and "high" in r.stderr
+
+
+def header_functions():
+    text = open(os.path.join(SRC, "include", "sluice.h")).read()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return set(re.findall(r"\b(sluice_[a-z0-9_]+)\s*\(", text))
+
+
+def test_library_exports_exactly_the_header():
+    assert LIB and os.path.exists(LIB), "SLUICE_LIB not set"
+    out = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True, text=True, check=True).stdout
+    exported = {l.split()[-1] for l in out.splitlines() if len(l.split()) == 3 and l.split()[1] in "TDBRW"}
+    exported = {s.split("@")[0] for s in exported}
+    declared = header_functions()
+    assert declared, "no function found in sluice.h"
+    assert exported == declared, ("exported, not declared: %s; declared, not exported: %s"
+                                  % (sorted(exported - declared), sorted(declared - exported)))
+
+
+def test_library_needs_only_libc():
+    out = subprocess.run(["readelf", "-d", LIB], capture_output=True, text=True, check=True).stdout
+    needed = set(re.findall(r"Shared library: \[([^\]]+)\]", out))
+    allowed = {"libc.so.6", "libm.so.6", "libpthread.so.0"}
+    assert needed <= allowed, needed
