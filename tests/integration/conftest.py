@@ -189,7 +189,7 @@ def as_dict(reply):
 
 class Server:
     def __init__(self, config_text=None, config_path=None, test_clock=True, extra=(), workers=2,
-                 preexec_fn=None):
+                 preexec_fn=None, wrapper=(), start_timeout=10.0):
         self.dir = tempfile.mkdtemp(prefix="sluice-it-")
         if config_path is None:
             config_path = os.path.join(self.dir, "sluice.yaml")
@@ -204,7 +204,7 @@ class Server:
         for attempt in range(5):
             self.http_port, self.resp_port, self.admin_port = free_port(), free_port(), free_port()
             self.grpc_port = free_port()
-            args = [BIN, "serve", "-c", config_path,
+            args = list(wrapper) + [BIN, "serve", "-c", config_path,
                     "--http", "127.0.0.1:%d" % self.http_port,
                     "--resp", "127.0.0.1:%d" % self.resp_port,
                     "--admin", "127.0.0.1:%d" % self.admin_port,
@@ -216,7 +216,7 @@ class Server:
             self.log = open(self.log_path, "w")
             self.proc = subprocess.Popen(args, cwd=self.dir, stdout=self.log, stderr=subprocess.STDOUT,
                                          preexec_fn=preexec_fn)
-            if self._await_ports():
+            if self._await_ports(start_timeout):
                 break
             out = self.output()
             self.stop()
@@ -244,7 +244,8 @@ class Server:
         return self.proc.poll() is None
 
     def output(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path) as f:
             return f.read()
 

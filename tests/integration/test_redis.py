@@ -69,10 +69,20 @@ policies:
 """ + extra_policies
 
 
+# A generous timeout: these tests count exact admissions, and a decision that times out on
+# a loaded machine (2 shared cores, tests in parallel) would be admitted by its failure
+# mode. The tests of timeouts set their own.
+TIMEOUT_Q = "timeout_ms=1000"
+
+
+def with_timeout(query):
+    if "timeout_ms" in query:
+        return query
+    return query + ("&" if query else "?") + TIMEOUT_Q
+
+
 def start(redis_port, test_clock, time_local, workers=2):
-    url = "redis://127.0.0.1:%d" % redis_port
-    if time_local:
-        url += "?time=local"
+    url = "redis://127.0.0.1:%d" % redis_port + with_timeout("?time=local" if time_local else "")
     return Server(config_text=config(), test_clock=test_clock, workers=workers,
                   extra=["--store", url])
 
@@ -80,7 +90,7 @@ def start(redis_port, test_clock, time_local, workers=2):
 @contextlib.contextmanager
 def instances(redis, n=2, extra_policies="", hot_leasing="", query="", **kw):
     """n `sluice serve` instances sharing `redis` (server time), stopped cleanly after."""
-    url = "redis://127.0.0.1:%d%s" % (redis.port, query)
+    url = "redis://127.0.0.1:%d%s" % (redis.port, with_timeout(query))
     servers = []
     try:
         for _ in range(n):
@@ -391,7 +401,7 @@ def test_redis_cluster_store():
             if all("cluster_state:ok" in o for o in outs):
                 break
             time.sleep(0.05)
-        url = "redis-cluster://127.0.0.1:%d?time=local" % nodes[0].port
+        url = "redis-cluster://127.0.0.1:%d?time=local&" % nodes[0].port + TIMEOUT_Q
         srv = Server(config_text=config(), test_clock=True, extra=["--store", url])
         srv.clock_set(1764000000000)
         s = requests.Session()
