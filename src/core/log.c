@@ -230,8 +230,14 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
 static void escape(sl_lbuf *b, const void *src, size_t n, int quoted) {
     const unsigned char *s = src;
     size_t room_for_close = quoted ? 1 : 0;
-    if (quoted) lb_put(b, "\"", 1);
     if (b->over) return;
+    if (quoted) {
+        if (b->cap - b->len < 2) { /* not even "" fits */
+            b->over = 1;
+            return;
+        }
+        b->p[b->len++] = '"';
+    }
     static const char hex[] = "0123456789abcdef";
     size_t i = 0;
     while (i < n) {
