@@ -137,8 +137,9 @@ static uint32_t idx_find(const sl_topk *t, const tk_bank *b, uint64_t key, uint3
 }
 
 /* Linear probing without tombstones: a deleted entry's followers that would no longer
- * be found from their home are shifted back into the hole. */
-static void idx_del(const sl_topk *t, tk_bank *b, uint32_t i) {
+ * be found from their home are shifted back into the hole. Returns the one position
+ * left empty. */
+static uint32_t idx_del(const sl_topk *t, tk_bank *b, uint32_t i) {
     uint32_t j = i;
     for (;;) {
         j = (j + 1) & t->idx_mask;
@@ -150,35 +151,50 @@ static void idx_del(const sl_topk *t, tk_bank *b, uint32_t i) {
         i = j;
     }
     b->idx[i].slot1 = 0;
+    return i;
 }
 
-static void heap_swap(tk_bank *b, uint32_t x, uint32_t y) {
-    tk_heap tmp = b->heap[x];
-    b->heap[x] = b->heap[y];
-    b->heap[y] = tmp;
-    b->pos[b->heap[x].slot] = x;
-    b->pos[b->heap[y].slot] = y;
-}
-
+/* The heap is 4-ary (half the levels of a binary heap, the four children of a node share
+ * a cache line) and moves a hole rather than swapping: each level costs one compare
+ * chain and one write, the moved entry is written once at its place. */
 static void sift_up(tk_bank *b, uint32_t i) {
+    tk_heap x = b->heap[i];
     while (i > 0) {
-        uint32_t p = (i - 1) / 2;
-        if (b->heap[p].weight <= b->heap[i].weight) break;
-        heap_swap(b, p, i);
+        uint32_t p = (i - 1) / 4;
+        if (b->heap[p].weight <= x.weight) break;
+        b->heap[i] = b->heap[p];
+        b->pos[b->heap[i].slot] = i;
         i = p;
     }
+    b->heap[i] = x;
+    b->pos[x.slot] = i;
 }
 
 static void sift_down(tk_bank *b, uint32_t i, uint32_t n) {
+    tk_heap x = b->heap[i];
     for (;;) {
-        uint32_t l = 2 * i + 1;
-        if (l >= n) return;
-        uint32_t c = l;
-        if (l + 1 < n && b->heap[l + 1].weight < b->heap[l].weight) c = l + 1;
-        if (b->heap[i].weight <= b->heap[c].weight) return;
-        heap_swap(b, i, c);
-        i = c;
+        uint32_t c = 4 * i + 1;
+        if (c >= n) break;
+        uint32_t m;
+        uint64_t wm;
+        if (c + 4 <= n) { /* all four children: a tournament the compiler turns into cmovs */
+            const tk_heap *h = &b->heap[c];
+            uint32_t a = h[1].weight < h[0].weight, d = 2 + (h[3].weight < h[2].weight);
+            m = h[d].weight < h[a].weight ? d : a;
+            wm = h[m].weight;
+            m += c;
+        } else {
+            m = c;
+            for (uint32_t j = c + 1; j < n; j++) m = b->heap[j].weight < b->heap[m].weight ? j : m;
+            wm = b->heap[m].weight;
+        }
+        if (x.weight <= wm) break;
+        b->heap[i] = b->heap[m];
+        b->pos[b->heap[i].slot] = i;
+        i = m;
     }
+    b->heap[i] = x;
+    b->pos[x.slot] = i;
 }
 
 /* Empties a bank for epoch e. Readers see EPOCH_CLEARING (or a new epoch number) around
@@ -262,8 +278,11 @@ void sl_topk_add(sl_topk *t, int64_t now_ns, uint64_t key_hash, const void *raw,
         base = b->heap[0].weight;
         uint32_t old;
         idx_find(t, b, b->slots[slot].key, &old);
-        idx_del(t, b, old);
-        idx_find(t, b, key_hash, &at); /* the hole may have moved */
+        uint32_t hole = idx_del(t, b, old);
+        /* Every position from the new key's home up to `at` was taken; if the one just
+         * emptied is among them, the new key's probe now stops there. */
+        uint32_t home = idx_home(t, key_hash);
+        if (((hole - home) & t->idx_mask) < ((at - home) & t->idx_mask)) at = hole;
     }
     tk_slot *s = &b->slots[slot];
     uint64_t seq = s->seq;
