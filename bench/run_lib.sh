@@ -31,6 +31,7 @@ cc=${CC:-gcc}
 : >"$work/naive.txt"
 : >"$work/lib.txt"
 "$work/lib_bench" -hash -s 0.5 | tee -a "$work/lib.txt"
+"$cc" -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I "$root/include" -I "$root/src" -I "$root/src/core" -o "$work/topk_bench" "$here/topk_bench.c" "$root/src/core/topk.c" "$lib" -lpthread -lm && "$work/topk_bench"
 for r in $(seq "$reps"); do
   for n in $keys; do
     echo "-- $n keys: naive unlocked table (one thread, no expiry, no eviction)"
