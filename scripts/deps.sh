@@ -7,9 +7,11 @@
 set -euo pipefail
 
 BUILD_PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev tzdata
-  libyaml-dev libjansson-dev libhiredis-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler"
+  libyaml-dev libjansson-dev libhiredis-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
+  libssl-dev"
 TEST_PKGS="curl redis-server redis-tools nginx-light nghttp2-client
-  python3-pytest python3-redis python3-requests python3-grpcio python3-grpc-tools"
+  python3-pytest python3-redis python3-requests python3-grpcio python3-grpc-tools
+  prometheus python3-prometheus-client valgrind"
 BENCH_PKGS="wrk haproxy"
 
 want="$BUILD_PKGS $TEST_PKGS"
