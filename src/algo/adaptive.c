@@ -13,10 +13,12 @@
  * load is a loaded latency, and letting the estimate drift up to it is how a latency
  * controller ratchets its limit upwards (each accepted queue becomes the new "no load").
  * It is re-measured by a probe instead: for one window the limit is `min` and only
- * requests started after the probe began are timed. A probe runs at start, when the
- * limit has sat at min for probe_after windows (the backend got slower for good: the
- * gradient pulled the limit down and only a new baseline lets it back up), and every
- * probe_every_ns if set. Its cost is one window at min concurrency.
+ * requests started after the probe began are timed. A probe runs at start, after
+ * probe_after windows stuck (the limit at min, or the average latency at twice the
+ * estimate: the backend got slower for good, the controller pulled the limit down and
+ * only a new baseline lets it back up), and every probe_every_ns if set (vegas by
+ * default: a baseline that grows by less than 2x leaves it at a low limit above min).
+ * Its cost is one window at min concurrency.
  */
 #include "adaptive.h"
 
@@ -56,14 +58,14 @@ void sl_adapt_params_default(sl_adapt_params *p, sl_adapt_ctl ctl, uint32_t min,
     p->tolerance_q16 = SL_Q16 + SL_Q16 / 10;
     p->queue = 0;
     p->alpha_min = 1;
-    p->alpha_pct = 3;
+    p->alpha_pct = 5;
     p->beta_min = 2;
-    p->beta_pct = 6;
+    p->beta_pct = 10;
     p->increase = 1;
     p->backoff_q16 = SL_Q16 * 9 / 10;
     p->timeout_ns = 0;
     p->probe_after = 5;
-    p->probe_every_ns = 0;
+    p->probe_every_ns = ctl == SL_ADAPT_VEGAS ? 60 * SLUICE_NS_PER_S : 0;
 }
 
 int sl_adapt_params_check(const sl_adapt_params *p, char *errbuf, size_t errbuf_len) {
@@ -236,7 +238,7 @@ static int64_t window_len(const sl_adapt_params *p, const sl_adapt_state *s) {
 static void start_probe(sl_adapt_state *s, int64_t now_ns) {
     s->probing = 1;
     s->probe_ns = now_ns;
-    s->at_min = 0;
+    s->stuck = 0;
     reset_window(s, now_ns);
 }
 
@@ -249,7 +251,9 @@ static bool close_window(const sl_adapt_params *p, sl_adapt_state *s, int64_t no
     if (avg < 1 && s->ok) avg = 1;
 
     if (s->probing) {
-        if (s->ok >= p->min_samples || full) {
+        /* 4 x min_samples: at min concurrency samples are few, and an estimate low by a
+         * few percent reads as a standing queue to vegas (its band is that narrow). */
+        if (s->ok >= 4 * p->min_samples || full) {
             s->noload_ns = avg;
             s->last_avg_ns = avg;
         } else if (now_ns - s->probe_ns < PROBE_WINDOWS * w) {
@@ -285,13 +289,17 @@ static bool close_window(const sl_adapt_params *p, sl_adapt_state *s, int64_t no
         }
     }
     s->limit_q16 = clamp_limit(p, l);
-    if ((s->limit_q16 >> 16) <= p->min) {
-        if (s->at_min < UINT16_MAX) s->at_min++;
+    /* Stuck: the controller cannot go lower, or the latency stays at twice the no-load
+     * estimate whatever the limit (no queue of our own making holds that long at the
+     * limit a controller chose; vegas, whose floor is where limit x (1 - noload/avg)
+     * fits its band, never reaches min when the baseline moved). */
+    if ((s->limit_q16 >> 16) <= p->min || (s->ok > 0 && avg / 2 >= s->noload_ns)) {
+        if (s->stuck < UINT16_MAX) s->stuck++;
     } else {
-        s->at_min = 0;
+        s->stuck = 0;
     }
     reset_window(s, now_ns);
-    if ((p->probe_after != 0 && s->at_min >= p->probe_after) ||
+    if ((p->probe_after != 0 && s->stuck >= p->probe_after) ||
         (p->probe_every_ns != 0 && now_ns - s->probe_ns >= p->probe_every_ns))
         start_probe(s, now_ns);
     return true;
@@ -337,5 +345,5 @@ void sl_adapt_rebase(sl_adapt_state *s, int64_t delta_ns) {
 
 void sl_adapt_carry(const sl_adapt_params *np, sl_adapt_state *s) {
     s->limit_q16 = clamp_limit(np, s->limit_q16);
-    s->at_min = 0;
+    s->stuck = 0;
 }

@@ -42,7 +42,8 @@ typedef struct sl_adapt_params {
                                    min is also the concurrency of a no-load probe */
     int64_t window_ns;          /* the limit moves at most once per window (default 100 ms;
                                    stretched to 2 x the last average latency when longer) */
-    uint32_t min_samples;       /* a window closes with at least this many samples (10) */
+    uint32_t min_samples;       /* a window closes with at least this many samples (10; a
+                                   no-load probe with 4 x as many) */
     uint32_t smoothing_q16;     /* share of a step taken per window, (0, 1]: gradient2 0.2,
                                    vegas 0.5, aimd 1.0 (aimd ignores it) */
     uint32_t tolerance_q16;     /* gradient2: average latency up to noload x tolerance counts as
@@ -50,17 +51,19 @@ typedef struct sl_adapt_params {
     uint32_t queue;             /* gradient2: growth per window without queueing, slots; 0 =
                                    isqrt(limit) */
     uint32_t alpha_min, alpha_pct; /* vegas: grow while the estimated queue < max(alpha_min,
-                                      limit x alpha_pct%) (1, 3 %) */
+                                      limit x alpha_pct%) (1, 5 %) */
     uint32_t beta_min, beta_pct;   /* vegas: shrink while it is > max(beta_min, limit x
-                                      beta_pct%) (2, 6 %) */
+                                      beta_pct%) (2, 10 %) */
     uint32_t increase;          /* aimd: slots added per window when not app-limited (1) */
     uint32_t backoff_q16;       /* every controller, on a window with drops: limit x backoff
                                    (0.9); in [0.5, 1) */
     int64_t timeout_ns;         /* an ok sample slower than this counts as a drop; 0 = none
                                    (aimd needs it: it is aimd's only latency signal) */
-    uint32_t probe_after;       /* windows closed at min before re-measuring the no-load
-                                   latency (5); 0 = never for that reason */
-    int64_t probe_every_ns;     /* also re-measure it this often; 0 = only when stuck at min */
+    uint32_t probe_after;       /* windows stuck (limit at min, or average latency at least
+                                   2 x the no-load estimate) before re-measuring it (5);
+                                   0 = never for that reason */
+    int64_t probe_every_ns;     /* also re-measure it this often; 0 = only when stuck
+                                   (default 0; vegas 60 s) */
 } sl_adapt_params;
 
 /* Per-key state (64 bytes). */
@@ -76,7 +79,7 @@ typedef struct sl_adapt_state {
     uint32_t ok;             /* ok samples in the window */
     uint32_t drops;          /* drops in the window (saturating) */
     uint32_t max_inflight;   /* highest in-flight count reported in the window */
-    uint16_t at_min;         /* consecutive windows closed with the limit at min */
+    uint16_t stuck;          /* consecutive windows closed stuck (see probe_after) */
     uint8_t probing;         /* 1 while the no-load latency is being measured at min */
     uint8_t flags;           /* adaptive.c's FLAG_* */
 } sl_adapt_state;

@@ -110,6 +110,7 @@ typedef struct sim_point {
     uint32_t knee;     /* the backend's knee at t */
     int64_t noload_ns; /* the controller's no-load estimate */
     int64_t avg_ns;    /* average latency of the requests that finished in the last step */
+    bool probing;      /* the controller is measuring its no-load latency at min */
 } sim_point;
 
 typedef struct sim_adapt_run {
@@ -147,6 +148,7 @@ static inline void sim_adapt(sim_adapt_run *run) {
             pt->limit = sl_adapt_limit(&run->params, &st);
             pt->knee = sim_knee_at(&run->backend, next_trace);
             pt->noload_ns = st.noload_ns;
+            pt->probing = st.probing != 0;
             pt->avg_ns = step_n ? step_sum / (int64_t)step_n : 0;
             step_sum = 0;
             step_n = 0;
@@ -184,6 +186,7 @@ typedef struct sim_adapt_figures {
     int64_t recover_ns;         /* from the restore until it stays within 25 % of the knee */
     uint32_t recovered_min, recovered_max;
     uint64_t recovered_mean_milli;
+    int64_t steady_latency_ns, halved_latency_ns; /* mean latency over those spans */
 } sim_adapt_figures;
 
 static inline bool sim_within(uint32_t limit, uint32_t knee, uint32_t pct) {
@@ -220,12 +223,25 @@ static inline void sim_stats(const sim_adapt_run *run, int64_t from, int64_t to,
     *mean_milli = n ? sum * 1000 / n : 0;
 }
 
+static inline int64_t sim_mean_latency(const sim_adapt_run *run, int64_t from, int64_t to) {
+    int64_t sum = 0, n = 0;
+    for (uint32_t i = 0; i < run->npoints; i++) {
+        const sim_point *p = &run->trace[i];
+        if (p->t_ns < from || p->t_ns >= to || p->avg_ns == 0) continue;
+        sum += p->avg_ns;
+        n++;
+    }
+    return n ? sum / n : 0;
+}
+
 static inline void sim_adapt_measure(const sim_adapt_run *run, sim_adapt_figures *f) {
     int64_t h = run->backend.halve_at_ns, r = run->backend.restore_at_ns, end = run->duration_ns;
     f->settle_ns = sim_settle(run, 0, h, 25);
     sim_stats(run, h / 2, h, &f->steady_min, &f->steady_max, &f->steady_mean_milli);
     f->track_ns = sim_settle(run, h, r, 25);
     sim_stats(run, h + (r - h) / 2, r, &f->halved_min, &f->halved_max, &f->halved_mean_milli);
+    f->steady_latency_ns = sim_mean_latency(run, h / 2, h);
+    f->halved_latency_ns = sim_mean_latency(run, h + (r - h) / 2, r);
     f->recover_ns = sim_settle(run, r, end, 25);
     sim_stats(run, r + (end - r) / 2, end, &f->recovered_min, &f->recovered_max, &f->recovered_mean_milli);
 }
