@@ -1,19 +1,23 @@
 /*
  * borrow.c -- borrowing between tiers (see borrow.h for the contract).
  * Invariants after every apply/release: use <= cap at every tier, the root's use <= its
- * share, lent == sum over the children of max(0, use - share) for the children whose
- * decisions went through this parent (exact when every decision is applied along the full
- * path). Rate budgets count per window aligned to multiples of window_ns; a state from an
- * older window reads as empty (its reclaim mark survives: it is a time, not a count).
+ * share, lent == sum over the children of max(0, use - share) (exact when every decision
+ * is applied along the full path). Rate budgets count per window aligned to multiples of
+ * window_ns; a state from an older window reads as empty (its marks survive: they are
+ * times, not counts).
  *
  * Worst case for an owner (a tier asking within its share while siblings hold borrowed
  * units): its first refused attempt marks the parent, which then refuses every request
- * that would go beyond its share below it, so the borrowed units only flow back. With a
- * rate budget they come back at the next window boundary: the owner waits at most until
- * the end of the current window (< one window), and in the next window borrowers cannot
- * take more than their shares while the mark lasts (reclaim_ns >= window_ns keeps it over
- * the boundary). With concurrency they come back as borrowed requests finish: the owner
- * waits at most the longest borrowed request in flight (bounded by its lease).
+ * that would go beyond its share below it, so the borrowed units only flow back; the mark
+ * lasts while the owner keeps asking or using its share (each such request renews it for
+ * reclaim_ns). With a rate budget the units come back at the next window boundary: the
+ * owner waits at most until the end of the current window (< one window) and has its
+ * whole share in every later window while it stays active (reclaim_ns >= window_ns keeps
+ * the mark over the boundary). With concurrency they come back as borrowed requests
+ * finish: at most the longest borrowed request in flight (bounded by its lease).
+ * The price: while a parent reclaims, it lends nothing at all, not even the part of the
+ * owner's share the owner leaves idle; lending resumes reclaim_ns after the owner's last
+ * in-share request.
  */
 #include "borrow.h"
 
@@ -67,7 +71,7 @@ static sl_borrow_state view(const sl_borrow_params *p, const sl_borrow_state *s,
     if (s == NULL) {
         memset(&v, 0, sizeof(v));
         v.window_start_ns = w;
-        v.reclaim_until_ns = INT64_MIN;
+        v.mark.reclaim_until_ns = v.mark.owed_until_ns = INT64_MIN;
         return v;
     }
     v = *s;
@@ -84,11 +88,15 @@ static uint64_t over(uint64_t use, uint64_t share) {
 
 /* Why: the check walks from the leaf up. A tier refuses when it would pass its cap (the
  * root: its share), or when it would go beyond its share while its parent is reclaiming.
- * The first tier the request takes beyond its share is where it borrows; a refusal of a
+ * The first tier the request takes beyond its share is where it borrows. A refusal of a
  * request that was within its share at every tier below the refusing one means an owner
  * is kept out by borrowers (the shares below a tier add up to at most its share, so only
- * borrowed units can fill it): that tier must reclaim. */
-void sl_borrow_decide(const sl_borrow_tier *tiers, const uint64_t *use, const int64_t *reclaim_until_ns,
+ * borrowed units can fill it): that tier must reclaim for the child on the path. An
+ * admitted in-share request of an owner being repaid renews the reclaim, so borrowing
+ * stays stopped while the owner is active, not only for one reclaim_ns after its first
+ * refusal (else borrowers would take its share again early in every other window). Only
+ * the owner renews: an in-share sibling must not keep the parent from ever lending. */
+void sl_borrow_decide(const sl_borrow_tier *tiers, const uint64_t *use, const sl_borrow_mark *marks,
                       unsigned depth, int64_t now_ns, uint64_t cost, sl_borrow_verdict *v) {
     memset(v, 0, sizeof(*v));
     v->level = v->reclaim_level = v->borrow_level = -1;
@@ -102,15 +110,18 @@ void sl_borrow_decide(const sl_borrow_tier *tiers, const uint64_t *use, const in
         bool root = i + 1 == depth;
         uint64_t u = use[i], room_cap = u >= tiers[i].cap ? 0 : tiers[i].cap - u;
         bool within = u <= tiers[i].share && cost <= tiers[i].share - u;
+        bool reclaiming = !root && now_ns < marks[i + 1].reclaim_until_ns;
         int reason = SL_BORROW_ADMIT;
         if (cost > room_cap) reason = root ? SL_BORROW_FULL : SL_BORROW_CAP;
-        else if (!within && !root && now_ns < reclaim_until_ns[i + 1]) reason = SL_BORROW_RECLAIM;
+        else if (!within && reclaiming) reason = SL_BORROW_RECLAIM;
         if (reason != SL_BORROW_ADMIT) {
             v->reason = (uint8_t)reason;
             v->level = (int8_t)i;
             if (in_share_below && reason != SL_BORROW_RECLAIM && i > 0) v->reclaim_level = (int8_t)i;
             break;
         }
+        if (within && in_share_below && reclaiming && v->reclaim_level < 0 && now_ns < marks[i].owed_until_ns)
+            v->reclaim_level = (int8_t)(i + 1);
         if (!within && v->borrow_level < 0) {
             v->borrow_level = (int8_t)i;
             v->borrowed = cost - (u >= tiers[i].share ? 0 : tiers[i].share - u);
@@ -120,22 +131,28 @@ void sl_borrow_decide(const sl_borrow_tier *tiers, const uint64_t *use, const in
     v->admit = v->level < 0;
 }
 
-int64_t sl_borrow_mark(const sl_borrow_params *p, int64_t reclaim_until_ns, int64_t now_ns) {
+static int64_t later(int64_t t, int64_t now_ns, int64_t span) {
     int64_t until;
-    if (__builtin_add_overflow(now_ns, p->reclaim_ns, &until)) until = INT64_MAX;
-    return until > reclaim_until_ns ? until : reclaim_until_ns;
+    if (__builtin_add_overflow(now_ns, span, &until)) until = INT64_MAX;
+    return until > t ? until : t;
+}
+
+void sl_borrow_mark_apply(const sl_borrow_params *p, sl_borrow_mark *parent, sl_borrow_mark *owner,
+                          int64_t now_ns) {
+    parent->reclaim_until_ns = later(parent->reclaim_until_ns, now_ns, p->reclaim_ns);
+    owner->owed_until_ns = later(owner->owed_until_ns, now_ns, p->reclaim_ns);
 }
 
 void sl_borrow_check(const sl_borrow_params *p, const sl_borrow_tier *tiers,
                      const sl_borrow_state *const *states, unsigned depth, int64_t now_ns,
                      uint64_t cost, sl_borrow_verdict *v) {
     uint64_t use[SL_BORROW_MAX_DEPTH];
-    int64_t marks[SL_BORROW_MAX_DEPTH];
+    sl_borrow_mark marks[SL_BORROW_MAX_DEPTH];
     unsigned n = depth <= SL_BORROW_MAX_DEPTH ? depth : 0;
     for (unsigned i = 0; i < n; i++) {
         sl_borrow_state st = view(p, states[i], now_ns);
         use[i] = st.use;
-        marks[i] = st.reclaim_until_ns;
+        marks[i] = st.mark;
     }
     sl_borrow_decide(tiers, use, marks, n, now_ns, cost, v);
     if (!v->admit && p->window_ns > 0) v->retry_after_ns = window_of(p, now_ns) + p->window_ns - now_ns;
@@ -145,14 +162,13 @@ void sl_borrow_apply(const sl_borrow_params *p, const sl_borrow_tier *tiers,
                      sl_borrow_state *const *states, unsigned depth, int64_t now_ns, uint64_t cost,
                      const sl_borrow_verdict *v) {
     if (depth < 1 || depth > SL_BORROW_MAX_DEPTH) return;
-    if (!v->admit) {
-        if (v->reclaim_level >= 0 && (unsigned)v->reclaim_level < depth) {
-            sl_borrow_state *s = states[v->reclaim_level];
-            *s = view(p, s, now_ns);
-            s->reclaim_until_ns = sl_borrow_mark(p, s->reclaim_until_ns, now_ns);
-        }
-        return;
+    if (v->reclaim_level >= 1 && (unsigned)v->reclaim_level < depth) {
+        sl_borrow_state *ps = states[v->reclaim_level], *os = states[v->reclaim_level - 1];
+        *ps = view(p, ps, now_ns);
+        *os = view(p, os, now_ns);
+        sl_borrow_mark_apply(p, &ps->mark, &os->mark, now_ns);
     }
+    if (!v->admit) return;
     for (unsigned i = 0; i < depth; i++) {
         sl_borrow_state *s = states[i];
         *s = view(p, s, now_ns);
@@ -192,5 +208,7 @@ int64_t sl_borrow_fresh_at(const sl_borrow_params *p, const sl_borrow_state *s, 
         if (p->window_ns <= 0) return INT64_MAX; /* held slots: only a release frees them */
         at = v.window_start_ns + p->window_ns;
     }
-    return v.reclaim_until_ns > at ? v.reclaim_until_ns : at;
+    if (v.mark.reclaim_until_ns > at) at = v.mark.reclaim_until_ns;
+    if (v.mark.owed_until_ns > at) at = v.mark.owed_until_ns;
+    return at;
 }
