@@ -7,8 +7,7 @@
  * (borrowed slots flow back as they are released); reclaim expiry; all-or-nothing.
  * SLUICE_SEED varies the traffic.
  */
-#include "algo/borrow.h"
-#include "sluice.h"
+#include "../sim/sim_borrow.h"
 #include "t.h"
 
 #define S SLUICE_NS_PER_S
@@ -178,41 +177,27 @@ static void test_random_concurrency(void) {
     run_random(false);
 }
 
-/* Rate budget, 1 s windows: platform 100/s, products A and B share 50 each, cap 80. A is
- * idle, B takes 80 (30 of them A's idle share). A wakes up mid-window: from the next
- * window on it gets its whole share, every window; B never holds more than 80. */
+/* sim_borrow.h: B borrows A's idle share up to its cap; A wakes up mid-window: from the
+ * next window on it gets its whole share, every window; B never holds more than 80. */
 static void test_idle_then_busy_gets_share_back_within_a_window(void) {
-    sl_borrow_params bp = {1 * S, 1 * S};
-    sl_borrow_tier a[2] = {{50, 80}, {100, 100}}, b[2] = {{50, 80}, {100, 100}};
-    sl_borrow_state sa = {0, 0, 0, {INT64_MIN, INT64_MIN}}, sb = sa, sroot = sa;
-    sl_borrow_state *pa[2] = {&sa, &sroot}, *pb[2] = {&sb, &sroot};
-    uint64_t got_a[12] = {0}, got_b[12] = {0};
-    for (int64_t now = 0; now < 12 * S; now += 2 * MS) {
-        int w = (int)(now / S);
-        sl_borrow_verdict v;
-        /* B asks all the time (200/s); A from 5.3 s on (80/s), i.e. more than its share. */
-        if ((now / (2 * MS)) % 2 == 0) {
-            sl_borrow_check(&bp, b, (const sl_borrow_state *const *)pb, 2, now, 1, &v);
-            sl_borrow_apply(&bp, b, pb, 2, now, 1, &v);
-            got_b[w] += v.admit;
-            T_CHECK(sb.use <= 80);
-        }
-        if (now >= 5300 * MS && (now / (2 * MS)) % 6 == 1) {
-            sl_borrow_check(&bp, a, (const sl_borrow_state *const *)pa, 2, now, 1, &v);
-            if (!v.admit && sa.use < 50) T_EQ_I(v.reclaim_level, 1); /* an owner: reclaim */
-            sl_borrow_apply(&bp, a, pa, 2, now, 1, &v);
-            got_a[w] += v.admit;
-        }
-    }
+    static sim_borrow_run r;
+    sim_borrow_default(&r);
+    sim_borrow(&r);
     for (int w = 0; w < 5; w++) {
-        T_EQ_U(got_a[w], 0);
-        T_EQ_U(got_b[w], 80); /* B borrows A's idle share up to its cap */
+        T_EQ_U(r.got_a[w], 0);
+        T_EQ_U(r.got_b[w], 80); /* B borrows A's idle share up to its cap */
     }
-    T_CHECK(got_a[5] >= 20); /* what was left of the window */
-    for (int w = 6; w < 12; w++) {
-        if (got_a[w] < 50) T_FAIL("window %d: A got %llu < its share 50", w, (unsigned long long)got_a[w]);
-        T_CHECK(got_b[w] >= 20 && got_b[w] <= 80);
-        T_CHECK(got_a[w] + got_b[w] <= 100);
+    T_CHECK(r.got_a[5] >= 20); /* what was left of the window */
+    T_CHECK(r.refused_a_owner > 0);
+    /* A waited for its share at most until the end of the window it woke up in: no
+     * refusal within its share after that boundary */
+    T_CHECK(r.first_owner_refusal_ns >= r.a_from_ns);
+    T_CHECK(r.last_owner_refusal_ns < (r.a_from_ns / S + 1) * S);
+    for (int w = 0; w < SIM_BORROW_WINDOWS; w++) {
+        if (w >= 6 && r.got_a[w] < 50) T_FAIL("window %d: A got %llu < its share 50", w, (unsigned long long)r.got_a[w]);
+        T_CHECK(r.max_use_b[w] <= 80);
+        T_CHECK(r.got_a[w] + r.got_b[w] <= 100);
+        if (w >= 6) T_CHECK(r.got_b[w] >= 20);
     }
 }
 
