@@ -70,11 +70,11 @@ int64_t sl_penalty_period(const sl_penalty_params *p, uint32_t level) {
 static uint32_t level_cap(const sl_penalty_params *p) {
     uint32_t l = 1;
     int64_t d = p->first_ns;
+    if (p->factor_q16 <= (1u << 16)) return 1; /* never grows: one level says it all */
     while (l < SL_PENALTY_LEVEL_MAX && d < p->max_ns) {
         unsigned __int128 n = ((unsigned __int128)(uint64_t)d * p->factor_q16) >> 16;
         d = n >= (unsigned __int128)(uint64_t)p->max_ns ? p->max_ns : (int64_t)n;
         l++;
-        if (p->factor_q16 == (1u << 16)) break; /* never grows: one level says it all */
     }
     return l;
 }

@@ -70,6 +70,23 @@ static void test_escalation(void) {
     T_EQ_U(s.level, 7); /* 64 min >= 1 h: levels beyond would only slow forgiveness */
 }
 
+/* A factor of 1: every block is `first`, and one clean forgive_after forgives it all. */
+static void test_factor_one(void) {
+    sl_penalty_params p = defaults();
+    p.factor_q16 = 1u << 16;
+    sl_penalty_state s;
+    sl_penalty_result r;
+    int64_t now = 0;
+    for (int i = 0; i < 5; i++) {
+        sl_penalty_violation(&p, i ? &s : NULL, &s, now, &r);
+        T_EQ_I(r.period_ns, MIN);
+        now += MIN;
+    }
+    T_EQ_U(s.level, 1);
+    sl_penalty_check(&p, &s, now + DAY, &r);
+    T_EQ_U(r.level, 0);
+}
+
 /* A violation reported while a block runs (a retry that reached the limit anyway, or two
  * reports of one request) does not escalate. */
 static void test_no_double_count_during_block(void) {
@@ -174,7 +191,7 @@ static void test_random_against_reference(void) {
         sl_penalty_params p;
         sl_penalty_params_default(&p);
         p.first_ns = (1 + (int64_t)(t_rand(&seed) % 120)) * S;
-        p.factor_q16 = (1u << 16) + (uint32_t)(t_rand(&seed) % (3u << 16));
+        p.factor_q16 = t_rand(&seed) % 8 == 0 ? 1u << 16 : (1u << 16) + (uint32_t)(t_rand(&seed) % (3u << 16));
         p.max_ns = p.first_ns * (1 + (int64_t)(t_rand(&seed) % 100));
         p.forgive_after_ns = (1 + (int64_t)(t_rand(&seed) % 48)) * HOUR;
         p.challenge_levels = (uint32_t)(t_rand(&seed) % 4);
@@ -251,6 +268,7 @@ static void test_rebase(void) {
 int main(void) {
     T_RUN(test_params);
     T_RUN(test_escalation);
+    T_RUN(test_factor_one);
     T_RUN(test_no_double_count_during_block);
     T_RUN(test_forgiveness);
     T_RUN(test_challenge);
