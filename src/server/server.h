@@ -286,6 +286,15 @@ void sl_worker_reap(sl_worker *w);
 void sl_http_handle(sl_conn *c, const sl_http_req *req);
 /* The status and problem+json reply for a request that could not be parsed. */
 void sl_http_error(sl_conn *c, int minor, int status, const char *detail);
+/* One whole response into c's output (`hdrs`: complete header lines, or NULL). */
+void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const char *ctype,
+                   const char *body, size_t body_len, int send_body);
+/* An application/problem+json response. */
+void sl_http_problem(sl_conn *c, int minor, int status, const char *detail, int send_body);
+
+/* admin_api.c: a request on the admin listener (path without its query). */
+void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_t path_len,
+                     bool is_head);
 
 /* resp_cmds.c */
 void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd);
