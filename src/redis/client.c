@@ -124,6 +124,9 @@ typedef struct rq {
 } rq;
 
 typedef struct lease_ent {
+    uint64_t taking;    /* fp of a key whose slice request is in flight (0: none): at most
+                           one per key per client, so the overshoot bound holds (a key
+                           sharing the slot meanwhile decides strictly) */
     uint64_t fp;
     const sluice_limiter *lim;
     int64_t expires;    /* caller monotonic ns: spent locally until then */
@@ -1137,15 +1140,28 @@ static bool lease_plan(sl_redis *r, rq *q) {
             continue;
         }
         all_local = false;
+        uint64_t fp = fp_of(it);
+        lease_ent *slot = &r->leases[fp & (LEASE_SLOTS - 1)];
+        /* Why one slice request at a time: decisions that arrive while a slice is on its
+         * way would each take one and the client would hold several (merged when they
+         * come back), past the documented bound. They decide their own cost instead. */
+        if (slot->taking != 0) continue;
         if (e != NULL) lease_end(r, e, q->now); /* too small: give the rest back, take anew */
         if ((uint64_t)slice > (uint64_t)it->cost && slice <= sluice_limiter_capacity(it->lim)) {
             it->lease = LEASE_TAKE;
             it->cost = slice;
+            slot->taking = fp;
             q->leasing = true;
         }
     }
     if (q->leasing) regroup(r, q);
     return all_local;
+}
+
+/* The slice request of `it` is over (answered, refused, failed): others may ask again. */
+static void taking_done(sl_redis *r, const rq_item *it) {
+    lease_ent *slot = &r->leases[fp_of(it) & (LEASE_SLOTS - 1)];
+    if (slot->taking == fp_of(it)) slot->taking = 0;
 }
 
 /* A rejected decision that asked for slices: when every rejected item was a slice
@@ -1165,6 +1181,7 @@ static bool lease_retry(sl_redis *r, rq *q) {
     for (int i = 0; i < q->n; i++) {
         rq_item *it = &q->it[i];
         if (it->lease != LEASE_TAKE) continue;
+        taking_done(r, it);
         it->lease = LEASE_NONE;
         it->cost = it->want;
     }
@@ -1195,6 +1212,7 @@ static void lease_settle(sl_redis *r, rq *q, bool admitted) {
             o->remaining = same ? e->left : 0;
             continue;
         }
+        if (it->lease == LEASE_TAKE) taking_done(r, it);
         if (it->lease != LEASE_TAKE || !admitted) continue;
         int64_t hold = 0;
         slice_of(r, it->lim, &hold);
