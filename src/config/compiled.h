@@ -113,6 +113,7 @@ typedef enum { SL_REACT_REJECT = 0, SL_REACT_DELAY, SL_REACT_SHADOW } sl_react;
 typedef struct sl_cwindow {
     sluice_limit_spec spec;     /* spec.name/index filled per plan by the engine */
     const char *label;          /* RateLimit item name */
+    bool named;                 /* the label was written (`name:`): the identity follows it */
     int line, col;              /* where the window's name (or the window) is written */
     bool deny_all;              /* envoy requests_per_unit: 0 (block list) */
     int envoy_unit;

@@ -189,6 +189,8 @@ static bool parse_algo(sl__ctx *cx, const sl_ynode *n, sluice_algo *out) {
     return true;
 }
 
+#define SL_MAX_DELAY_NS (300 * SLUICE_NS_PER_S)
+
 static bool get_duration(sl__ctx *cx, const sl_ynode *n, int64_t *ns) {
     if (!is_scalar(n) || !sl__parse_duration(n->s, ns)) {
         sl__err(cx, n, "bad duration '%.40s' (expected a number and a unit such as 500ms, "
@@ -277,6 +279,11 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
             ok = false;
         } else {
             const char *tz = sl__get_str(cx, x, "tz");
+            if (tz != NULL && tz[0] == '\0') {
+                sl__err(cx, x, "empty time zone (expected an IANA name such as Europe/Madrid, "
+                        "or omit tz for UTC)");
+                tz = NULL;
+            }
             w->spec.tz = tz ? keep(cx, tz) : NULL;
             ok &= tz != NULL;
         }
@@ -302,6 +309,10 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
                 sl__err(cx, x, "max_delay 0s would mean no bound at all (expected a positive "
                         "duration; omit the field for no bound)");
                 ok = false;
+            } else if (w->spec.max_delay_ns > SL_MAX_DELAY_NS) {
+                sl__err(cx, x, "max_delay %.40s is out of range (expected at most 5m: a shaped "
+                        "request holds its caller that long)", x->s);
+                ok = false;
             }
         }
     }
@@ -317,6 +328,7 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
                 ok = false;
             } else {
                 w->label = keep(cx, s);
+                w->named = true;
                 w->line = x->line;
                 w->col = x->col;
             }
@@ -660,7 +672,16 @@ static bool parse_windows(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, sluice_
             ok = false;
             continue;
         }
+        /* The identity of a window's counters: its name when it has one (so reordering
+         * or inserting windows keeps each one's counters, and a reload carries state to
+         * the window of the same name), else its position. Named identities have the top
+         * bit set, so they never meet positional ones. */
         w[i].spec.index = (uint32_t)i;
+        if (w[i].named) {
+            uint32_t h = 2166136261u;
+            for (const char *c = w[i].label; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+            w[i].spec.index = 0x80000000u | (h & 0x7fffffffu);
+        }
         if (w[i].label == NULL) {
             char lab[256];
             if (n->n == 1) snprintf(lab, sizeof(lab), "%s", p->name ? p->name : "policy");
@@ -668,7 +689,7 @@ static bool parse_windows(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, sluice_
             w[i].label = keep(cx, lab);
         }
         ok &= sl__validate_spec(cx, n->v[i], &w[i], p->name ? p->name : "policy");
-        for (size_t j = 0; j < i; j++)
+        for (size_t j = 0; j < i; j++) {
             if (w[j].label != NULL && strcmp(w[j].label, w[i].label) == 0) {
                 sl__err(cx, sl__get(n->v[i], "name") ? sl__get(n->v[i], "name") : n->v[i],
                         "limit name '%s' is used twice in this list (first at %d:%d; expected "
@@ -677,6 +698,14 @@ static bool parse_windows(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, sluice_
                 ok = false;
                 break;
             }
+            if (w[j].spec.index == w[i].spec.index && w[i].named) {
+                sl__err(cx, sl__get(n->v[i], "name"), "limit names '%s' and '%s' hash to one "
+                        "counter identity (expected another name for one of them)", w[j].label,
+                        w[i].label);
+                ok = false;
+                break;
+            }
+        }
     }
     *out = w;
     *nout = n->n;
@@ -812,9 +841,8 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
     if ((x = sl__get(n, "description")) != NULL && sl__get_str(cx, x, "description") == NULL)
         ok = false;
     if ((x = sl__get(n, "objective")) == NULL) {
-        sl__err(cx, n, "policy '%s' needs an objective (expected protection, fairness, "
-                "security, cost, plan or contract)", p->name ? p->name : "?");
-        ok = false;
+        /* optional: it documents the policy and labels its metrics; no peer asks for it */
+        p->objective = "unspecified";
     } else {
         bool known = false;
         for (size_t i = 0; objectives[i]; i++)
@@ -949,7 +977,17 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
             static const char *const df[] = {"delay", NULL};
             if (sl__check_fields(cx, x, "on_exceed", df) && sl__get(x, "delay") != NULL) {
                 p->react = SL_REACT_DELAY;
-                ok &= get_duration(cx, sl__get(x, "delay"), &p->max_delay_ns);
+                const sl_ynode *d = sl__get(x, "delay");
+                if (get_duration(cx, d, &p->max_delay_ns) &&
+                    (p->max_delay_ns < SLUICE_NS_PER_MS || p->max_delay_ns > SL_MAX_DELAY_NS)) {
+                    /* a delay holds the caller (a gateway's connection) that long: 0 would
+                     * never delay, days would be a connection held for days */
+                    sl__err(cx, d, "delay %.40s is out of range (expected 1ms to 5m; beyond "
+                            "that, reject and let the client retry)", d->s);
+                    ok = false;
+                } else if (p->max_delay_ns == 0) {
+                    ok = false;
+                }
             } else {
                 sl__err(cx, x, "bad on_exceed (expected reject, shadow or {delay: 2s})");
                 ok = false;
@@ -1329,8 +1367,99 @@ static void check_identities(sl__ctx *cx) {
     sl__set_free(&set);
 }
 
+/* ---- how many windows one request can meet ------------------------------------------ */
+
+/* The literal part of a pattern before its first '*' (all of it for an exact one). */
+static size_t literal_len(const char *s, bool glob) {
+    if (!glob) return strlen(s);
+    const char *star = strchr(s, '*');
+    return star ? (size_t)(star - s) : strlen(s);
+}
+
+/* Whether two patterns can match one string: their literal beginnings must agree, and
+ * two exact strings must be equal. Conservative: true whenever unsure. */
+static bool patterns_meet(const char *a, bool aglob, const char *b, bool bglob) {
+    size_t la = literal_len(a, aglob), lb = literal_len(b, bglob);
+    size_t n = la < lb ? la : lb;
+    if (strncmp(a, b, n) != 0) return false;
+    if (!aglob && !bglob) return strcmp(a, b) == 0;
+    if (!aglob && la < lb) return false; /* a is exact and shorter than b's literal part */
+    if (!bglob && lb < la) return false;
+    return true;
+}
+
+static bool path_glob(sl_path_kind k) { return k != SL_PATH_EXACT; }
+
+/* Whether policies p and q (HTTP attribute policies) can match the same request. */
+static bool may_overlap(const sl_cpolicy *p, const sl_cpolicy *q) {
+    if (p->n_methods > 0 && q->n_methods > 0) {
+        bool common = false;
+        for (size_t i = 0; i < p->n_methods && !common; i++)
+            for (size_t j = 0; j < q->n_methods && !common; j++)
+                common = strcmp(p->methods[i], q->methods[j]) == 0;
+        if (!common) return false;
+    }
+    if (p->path_kind != SL_PATH_ANY && q->path_kind != SL_PATH_ANY &&
+        !patterns_meet(p->path, path_glob(p->path_kind), q->path, path_glob(q->path_kind)))
+        return false;
+    if (p->host != NULL && q->host != NULL &&
+        !patterns_meet(p->host, strchr(p->host, '*') != NULL, q->host, strchr(q->host, '*') != NULL))
+        return false;
+    for (size_t i = 0; i < p->n_hdr; i++)
+        for (size_t j = 0; j < q->n_hdr; j++) {
+            const sl_hdr_cond *a = &p->hdr[i], *b = &q->hdr[j];
+            if (strcmp(a->name, b->name) != 0) continue;
+            bool a_absent = a->pattern == NULL && !a->present, b_absent = b->pattern == NULL && !b->present;
+            if (a_absent != b_absent) return false; /* one needs it, the other its absence */
+            if (a->pattern != NULL && b->pattern != NULL &&
+                !patterns_meet(a->pattern, strchr(a->pattern, '*') != NULL, b->pattern,
+                               strchr(b->pattern, '*') != NULL))
+                return false;
+        }
+    return true;
+}
+
+/* The most windows one request can bring in for p (its plans' or its own). */
+static size_t max_windows(const sl_cpolicy *p) {
+    size_t n = p->nwin;
+    for (size_t k = 0; k < p->n_plans; k++)
+        if (p->plans[k].nwin > n) n = p->plans[k].nwin;
+    return n;
+}
+
+/*
+ * One decision holds at most SLUICE_MAX_ITEMS windows: a request matching more is an
+ * error at run time (500). Refused at load instead, for attribute (HTTP) policies: for
+ * each policy, its windows plus those of every policy that can match the same request
+ * (a conservative test: methods, paths, hosts and header conditions that exclude each
+ * other are seen, glob overlaps are assumed). Envoy descriptors are bounded per request
+ * by the request itself (16 descriptors): a request over the bound gets its own error.
+ */
+static void check_overlap(sl__ctx *cx) {
+    for (size_t i = 0; i < cx->n_pol; i++) {
+        const sl_cpolicy *p = cx->pol[i];
+        if (p->envoy || p->domain != NULL) continue;
+        size_t total = max_windows(p), others = 0;
+        for (size_t j = 0; j < cx->n_pol; j++) {
+            const sl_cpolicy *q = cx->pol[j];
+            if (j == i || q->envoy || q->domain != NULL || !may_overlap(p, q)) continue;
+            total += max_windows(q);
+            others++;
+        }
+        if (total > SLUICE_MAX_ITEMS) {
+            sl_ynode at = {.kind = SL_YMAP, .line = p->line, .col = p->col};
+            sl__err(cx, &at, "policy '%.60s' and %zu others can match one request: %zu windows "
+                    "in one decision, more than the %d it can hold (expected narrower match "
+                    "conditions, or fewer windows)", p->name ? p->name : "", others, total,
+                    SLUICE_MAX_ITEMS);
+            return; /* one error says it */
+        }
+    }
+}
+
 static void check_totals(sl__ctx *cx) {
     check_identities(cx);
+    check_overlap(cx);
     size_t lims = 0;
     uint64_t logs = 0;
     bool lim_done = false, log_done = false;

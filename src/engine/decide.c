@@ -40,13 +40,26 @@ bool sl__admitted(const sl_verdict *v) {
     return (v->action == SL_ALLOW || (v->action == SL_DELAY && !v->recheck)) && !v->store_error;
 }
 
-static void complete(sl_verdict *v, int rc) {
+void sl__complete(sl_verdict *v, int rc) {
+    if (v->run.tok_rest != 0 && v->run.done != NULL) {
+        /* the next operation of the token (release after settle) */
+        if (rc != SLUICE_OK && v->run.chain_rc == SLUICE_OK) v->run.chain_rc = rc;
+        unsigned next = (v->run.tok_rest & SL_TOK_SETTLE) ? SL_TOK_SETTLE : SL_TOK_RELEASE;
+        v->run.tok_rest &= ~next;
+        v->run.tok_op = next;
+        sl__take_and_apply(v->run.e, v->run.lane, v, v->run.apply_now);
+        return;
+    }
+    if (rc == SLUICE_OK && v->run.chain_rc != SLUICE_OK) rc = v->run.chain_rc;
+    v->run.chain_rc = SLUICE_OK;
     sl_engine_done done = v->run.done;
     void *ud = v->run.ud;
     v->run.done = NULL;
     v->run.op = 0;
     if (done != NULL) done(ud, rc, v);
 }
+
+static void complete(sl_verdict *v, int rc) { sl__complete(v, rc); }
 
 /* A block-list window (Envoy requests_per_unit: 0): rejects, never admits. */
 static void deny_result(const sl_verdict_item *it, sluice_time now, sluice_result *r) {
@@ -152,8 +165,11 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
             wait = it->result.retry_after_ns;
     }
     if (can_delay && !v->run.deny) {
+        /* not admitted: nothing was consumed, the caller checks again after the delay (an
+         * HTTP answer is 429 with that Retry-After, unlike a shaped admission's 200) */
         v->action = SL_DELAY;
         v->recheck = true;
+        v->status = 429;
         v->delay_ns = wait > 0 ? wait : 1;
         complete(v, SLUICE_OK);
         return;
@@ -310,6 +326,8 @@ static void start_apply(const sl_engine *e, void *lane, sl_verdict *v, unsigned 
     v->run.op = OP_APPLY;
     v->run.lane = lane;
     v->run.tok_op = op;
+    v->run.tok_rest = 0;
+    v->run.chain_rc = SLUICE_OK;
     v->run.actual = actual;
     bool any = false;
     if (sl__admitted(v))

@@ -181,6 +181,9 @@ struct sl_verdict {
         uint8_t sidx[SLUICE_MAX_ITEMS]; /* store item -> verdict item */
         uint64_t actual;      /* settle: the actual cost */
         unsigned tok_op;      /* token operation (SL_TOK_*) being applied */
+        unsigned tok_rest;    /* operations to apply after it (settle, then release) */
+        int chain_rc;         /* the first error of the operations applied before */
+        sluice_time apply_now;
         int64_t tok_life;     /* its token's life */
         int64_t actual_now;   /* shared tokens: the wall time the operation applies at */
         void *lane;
@@ -257,8 +260,9 @@ void sl_engine_settle_async(const sl_engine *e, void *lane, sl_verdict *v, uint6
  * the verdict was released already). */
 void sl_engine_release_async(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
                              sl_engine_done done, void *ud);
-/* A settle (op SL_TOKEN_SETTLE, with `actual`) or release (SL_TOKEN_RELEASE) from a token
- * another connection received: the token is authenticated and loaded into `v` (the
+/* A settle (op SL_TOKEN_SETTLE, with `actual`) or release (SL_TOKEN_RELEASE), or both
+ * (settle, then release: a gateway's "the response is over"), from a token another
+ * connection received: the token is authenticated and loaded into `v` (the
  * continuation), its single use taken (a claim in the store when tokens are shared), then
  * applied. rc: SLUICE_OK, SLUICE_EINVAL (forged, malformed), SLUICE_ENOTFOUND (used,
  * expired, unknown), or a store error. */

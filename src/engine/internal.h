@@ -62,6 +62,8 @@ int sl__fail(sl_verdict *v, int rc);
 
 /* decide.c */
 bool sl__admitted(const sl_verdict *v);
+/* The end of an operation on v: the next operation of a token, else v's completion. */
+void sl__complete(sl_verdict *v, int rc);
 /* How long a token's operation on window w stays valid after the decision. */
 int64_t sl__item_life(const sl__ewin *w, bool settle, bool lease);
 /* Settles/releases the items of v (a verdict, or a token loaded into one) through the

@@ -127,7 +127,9 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
     buf[0] = '\0';
     if (v == NULL) return SLUICE_EINVAL;
     size_t vis[SLUICE_MAX_ITEMS];
-    size_t n = (v->action == SL_FAIL || v->action == SL_ERROR || v->missing_key_policy)
+    /* nothing when the store's state is unknown: a fail-open admission telling clients
+     * r=0 would make cooperative ones back off for nothing */
+    size_t n = (v->action == SL_FAIL || v->action == SL_ERROR || v->missing_key_policy || v->store_error)
                    ? 0 : visible(v, vis);
     if (n > 0 && !(flags & SL_RENDER_NO_POLICY)) {
         ws(&w, "RateLimit-Policy: ");
@@ -164,6 +166,8 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
     }
     if (v->action == SL_REJECT && v->retry_after_ns != SLUICE_NEVER && !v->missing_key_policy)
         wf(&w, "Retry-After: %lld\r\n", (long long)sl_ceil_s(v->retry_after_ns, 1));
+    else if (v->action == SL_DELAY && v->recheck) /* nothing consumed: ask again then */
+        wf(&w, "Retry-After: %lld\r\n", (long long)sl_ceil_s(v->delay_ns, 1));
     else if (v->action == SL_FAIL && v->store_error) /* the shared store is down: try again soon */
         ws(&w, "Retry-After: 1\r\n");
     if ((flags & SL_RENDER_LEGACY) && n > 0) {
@@ -285,10 +289,10 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
     return finish(&w);
 }
 
-static const char *action_name(sl_action a) {
-    switch (a) {
+static const char *action_name(const sl_verdict *v) {
+    switch (v->action) {
     case SL_ALLOW: return "allow";
-    case SL_DELAY: return "delay";
+    case SL_DELAY: return v->recheck ? "recheck" : "delay";
     case SL_REJECT: return "reject";
     case SL_ERROR: return "error";
     default: return "fail";
@@ -311,7 +315,7 @@ int sl_render_json(const sl_verdict *v, bool with_keys, char *buf, size_t len) {
     if (v == NULL) return SLUICE_EINVAL;
     bool allowed = v->action == SL_ALLOW || (v->action == SL_DELAY && !v->recheck);
     wf(&w, "{\"allowed\":%s,\"action\":\"%s\",\"status\":%d", allowed ? "true" : "false",
-       action_name(v->action), v->status);
+       action_name(v), v->status);
     wms(&w, "delay_ms", v->delay_ns);
     wms(&w, "retry_after_ms", v->retry_after_ns);
     wf(&w, ",\"recheck\":%s,\"shadow_limited\":%s,\"store_error\":%s",

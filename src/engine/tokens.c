@@ -382,11 +382,7 @@ bool sl_verdict_needs_token(const sl_verdict *v) {
     return false;
 }
 
-static void complete_token(sl_verdict *v, int rc) {
-    sl_engine_done done = v->run.done;
-    v->run.done = NULL;
-    if (done != NULL) done(v->run.ud, rc, v);
-}
+static void complete_token(sl_verdict *v, int rc) { sl__complete(v, rc); }
 
 static void on_claimed(void *ud, int rc, const sl_sresult *res) {
     sl_verdict *v = ud;
@@ -439,23 +435,29 @@ void sl_engine_token(const sl_engine *e, void *lane, const char *token, size_t l
     v->run.ud = ud;
     v->run.lane = lane;
     v->run.actual = actual;
-    v->run.tok_op = op == SL_TOKEN_SETTLE ? SL_TOK_SETTLE : SL_TOK_RELEASE;
+    v->run.tok_rest = 0;
+    v->run.chain_rc = SLUICE_OK;
+    v->run.apply_now = now;
     if (rc != SLUICE_OK) {
         complete_token(v, rc);
         return;
     }
-    bool any = false;
+    unsigned held = 0;
     int64_t life = SLUICE_NS_PER_S;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
-        if (v->run.tok_op == SL_TOK_SETTLE ? it->settle : it->result.lease != 0) any = true;
+        if (it->settle) held |= SL_TOK_SETTLE;
+        if (it->result.lease != 0) held |= SL_TOK_RELEASE;
         int64_t l = sl__item_life(sl__item_win(it), it->settle, it->result.lease != 0);
         if (l > life) life = l;
     }
-    if (!any) { /* the token holds nothing for this operation: nothing to do */
+    unsigned ops = op & held & (SL_TOK_SETTLE | SL_TOK_RELEASE);
+    if (ops == 0) { /* the token holds nothing for this operation: nothing to do */
         complete_token(v, SLUICE_OK);
         return;
     }
+    v->run.tok_op = (ops & SL_TOK_SETTLE) ? SL_TOK_SETTLE : SL_TOK_RELEASE;
+    v->run.tok_rest = ops & ~v->run.tok_op;
     v->run.tok_life = life;
     sl__take_and_apply(e, lane, v, now);
 }

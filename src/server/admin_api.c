@@ -47,7 +47,7 @@ static json_t *parse_body(http_ctx *x) {
 
 
 static int admin_authorized(http_ctx *x) {
-    const char *tok = x->c->w->srv->opt.admin_token;
+    const char *tok = x->c->w->gen->admin_token;
     if (tok[0] == '\0') return 1;
     const sl_http_header *h = sl_http1_header(x->req, "authorization");
     size_t n = strlen(tok);
@@ -114,11 +114,22 @@ static void handle_clock(http_ctx *x) {
 static void handle_reload(http_ctx *x) {
     sl_server *s = x->c->w->srv;
     static _Thread_local char err[8192];
-    if (sl_server_reload(s, err, sizeof(err)) == 0) {
+    char notes[256];
+    if (sl_server_reload_ex(s, err, sizeof(err), notes, sizeof(notes)) == 0) {
         sl_gen *g = atomic_load(&s->gen);
-        char b[96];
-        int n = snprintf(b, sizeof(b), "{\"reloaded\":true,\"generation\":%llu}", (unsigned long long)g->id);
-        reply_json(x, 200, NULL, b, (size_t)n);
+        json_t *o = json_object();
+        json_object_set_new(o, "reloaded", json_true());
+        json_object_set_new(o, "generation", json_integer((json_int_t)g->id));
+        json_t *a = json_array();
+        for (char *tok = strtok(notes, ", "); tok != NULL; tok = strtok(NULL, ", "))
+            json_array_append_new(a, json_string(tok));
+        json_object_set_new(o, "restart_needed", a);
+        char *out = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (out) {
+            reply_json(x, 200, NULL, out, strlen(out));
+            free(out);
+        }
         return;
     }
     json_t *o = json_object();

@@ -51,7 +51,7 @@ static void conn_close(sl_conn *c) {
     if (c->kind == SL_KIND_GRPC) w->ngrpc--;
     if (c->hold_until_ns) w->nheld--;
     if (c->h2) sl_grpc_conn_free(c->h2);
-    atomic_fetch_sub(&w->srv->nconns, 1);
+    atomic_fetch_sub(c->listener == SL_KIND_ADMIN ? &w->srv->nconns_admin : &w->srv->nconns, 1);
     free(c->rbuf);
     free(c->wbuf);
     c->rbuf = c->wbuf = NULL;
@@ -92,9 +92,14 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
             close(fd);
             continue;
         }
-        unsigned n = atomic_fetch_add(&s->nconns, 1);
-        if (n >= s->opt.max_conns) {
-            atomic_fetch_sub(&s->nconns, 1);
+        /* Why the admin listener has its own budget: probes and operators must get in
+         * while the data listeners are full (10,000 idle clients must not lock out
+         * /healthz). */
+        _Atomic unsigned *cnt = kind == SL_KIND_ADMIN ? &s->nconns_admin : &s->nconns;
+        unsigned cap = kind == SL_KIND_ADMIN ? SL_ADMIN_MAX_CONNS : s->opt.max_conns;
+        unsigned n = atomic_fetch_add(cnt, 1);
+        if (n >= cap) {
+            atomic_fetch_sub(cnt, 1);
             sl_met_inc(&w->met->conns_refused, 1);
             close(fd);
             continue;
@@ -112,7 +117,7 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
                 free(c->wbuf);
                 free(c);
             }
-            atomic_fetch_sub(&s->nconns, 1);
+            atomic_fetch_sub(cnt, 1);
             close(fd);
             continue;
         }
@@ -120,6 +125,7 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
         c->wcap = SL_CONN_WINIT;
         c->w = w;
         c->kind = kind;
+        c->listener = kind;
         c->proto = 2;
         c->io = (sl_io){.fd = fd, .cb = conn_io, .ud = c};
         sl_dnode_init(&c->timer);
@@ -129,7 +135,7 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
             inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, c->peer_ip,
                       sizeof(c->peer_ip));
         if (sl_loop_add(&w->loop, &c->io, EPOLLIN | EPOLLRDHUP) != 0) {
-            atomic_fetch_sub(&s->nconns, 1);
+            atomic_fetch_sub(cnt, 1);
             close(fd);
             free(c->rbuf);
             free(c->wbuf);
@@ -141,7 +147,9 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
         if (w->conns) w->conns->prev_all = c;
         w->conns = c;
         w->nconns++;
-        sl_dlist_arm(&w->tl[SL_TL_IDLE], &c->timer, w->now_ns);
+        /* a new connection must start a request within the read timeout: one that never
+         * sends a byte is not an idle keep-alive connection and does not get its time */
+        sl_dlist_arm(&w->tl[SL_TL_READ], &c->timer, w->now_ns);
     }
 }
 
@@ -491,7 +499,8 @@ void sl_worker_tick(sl_worker *w) {
             sl_conn *c = (sl_conn *)((char *)n - offsetof(sl_conn, timer));
             if (l == SL_TL_READ) {
                 sl_met_inc(&w->met->timeouts, 1);
-                if (c->kind != SL_KIND_RESP && c->woff == c->wlen) {
+                if ((c->kind == SL_KIND_HTTP || c->kind == SL_KIND_ADMIN) && c->rlen > 0 &&
+                    c->woff == c->wlen) {
                     sl_http_error(c, 1, 408, "the request was not received in time");
                     (void)conn_flush(c); /* best effort, never waits */
                 }

@@ -25,7 +25,7 @@ int sl_grpc_preface(const char *buf, size_t len) {
 }
 
 static unsigned render_flags(const sl_worker *w) {
-    return w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0;
+    return w->gen->legacy_headers ? SL_RENDER_LEGACY : 0;
 }
 
 /* The answer of a decided call, packed into its reply buffer. */

@@ -140,7 +140,7 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
     sl_verdict *v = &p->v;
     sl_server_count_verdict(w, rc, v);
     char hbuf[HDRS_MAX];
-    unsigned rflags = w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0;
+    unsigned rflags = w->gen->legacy_headers ? SL_RENDER_LEGACY : 0;
     int hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
     if (hl < 0) hbuf[0] = '\0';
     if (rc != 0 && v->action != SL_FAIL) v->action = SL_FAIL;
@@ -154,6 +154,15 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
         if (hl < 0) hbuf[0] = '\0';
     }
     if (!rejected(v)) {
+        /* the settle/release token, for the gateway to hand back when the response ends
+         * (nginx: auth_request_set + post_action; see docs/gateways) */
+        if (rc == 0 && sl_verdict_needs_token(v)) {
+            char tok[SL_TOKEN_MAX + 1];
+            int tl = sl_verdict_token(v, tok, sizeof(tok));
+            size_t hl2 = strlen(hbuf);
+            if (tl > 0 && hl2 + (size_t)tl + 32 < sizeof(hbuf))
+                snprintf(hbuf + hl2, sizeof(hbuf) - hl2, "X-Sluice-Token: %.*s\r\n", tl, tok);
+        }
         reply(c, p->minor, 200, hbuf, NULL, "", 0, 0);
         /* shaping: the gateway forwards the request when we answer, so answer later */
         if (v->action == SL_DELAY) sl_conn_hold(c, v->delay_ns);
@@ -162,7 +171,7 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
          * request may be answered with the configured deny status, or ?status=NNN (nginx's
          * auth_request passes only 2xx/401/403 on). */
         int status = v->status >= 400 && v->status <= 599 ? v->status : (v->action == SL_FAIL ? 503 : 429);
-        if (v->action == SL_REJECT && status == 429) status = w->srv->opt.auth_deny_status;
+        if (v->action == SL_REJECT && status == 429) status = w->gen->auth_deny_status;
         if (v->action == SL_REJECT && p->status_q != 0) status = p->status_q;
         v->status = status; /* so the problem body states the status sent */
         char body[BODY_MAX];
@@ -228,6 +237,23 @@ static void handle_auth(http_ctx *x) {
     } else {
         r.client_ip = (sl_str){c->peer_ip, strlen(c->peer_ip)};
     }
+    /* the original request's size (cost: body_bytes): a gateway forwards it in
+     * X-Original-Length (its auth request has no body), or sends the body itself */
+    if ((h = sl_http1_header(req, "x-original-length")) != NULL) {
+        uint64_t n = 0;
+        bool ok = h->value_len > 0 && h->value_len <= 19;
+        for (size_t i = 0; ok && i < h->value_len; i++) {
+            ok = h->value[i] >= '0' && h->value[i] <= '9';
+            n = n * 10 + (uint64_t)(h->value[i] - '0');
+        }
+        if (ok) {
+            r.has_body_bytes = true;
+            r.body_bytes = n;
+        }
+    } else if (sl_http1_header(req, "content-length") != NULL) {
+        r.has_body_bytes = true;
+        r.body_bytes = req->body_len;
+    }
     const sl_engine *e = w->gen->engine;
     sl_engine_prepare(e, &r, &p->v);
     sl_pending_submit(p);
@@ -262,7 +288,7 @@ static int json_u64(json_t *o, const char *k, uint64_t *out, int *present) {
 static void verdict_reply(sl_conn *c, int minor, bool is_head, int rc, sl_verdict *v) {
     sl_worker *w = c->w;
     char hbuf[HDRS_MAX];
-    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->srv->opt.legacy_headers ? SL_RENDER_LEGACY : 0);
+    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->gen->legacy_headers ? SL_RENDER_LEGACY : 0);
     if (hl < 0) hbuf[0] = '\0';
     char body[BODY_MAX];
     int bl = rc == 0 ? sl_render_json(v, false, body, sizeof(body)) : -1;
@@ -427,7 +453,9 @@ static void handle_check(http_ctx *x, int acquire) {
 static void finish_token(sl_pending *p, int rc, bool later) {
     sl_conn *c = p->c;
     if (rc == 0) {
-        const char *b = p->op == SL_TOKEN_SETTLE ? "{\"settled\":true}" : "{\"released\":true}";
+        const char *b = p->op == SL_TOKEN_SETTLE   ? "{\"settled\":true}"
+                        : p->op == SL_TOKEN_RELEASE ? "{\"released\":true}"
+                                                    : "{\"settled\":true,\"released\":true}";
         reply(c, p->minor, 200, NULL, "application/json", b, strlen(b), 1);
     } else if (rc == SLUICE_ENOTFOUND) {
         problem(c, p->minor, 404, "token already used, expired or unknown", 1);
@@ -439,19 +467,41 @@ static void finish_token(sl_pending *p, int rc, bool later) {
     if (later) sl_conn_resume(c);
 }
 
+/* A decimal from a header (X-Sluice-Actual), false when absent or malformed. */
+static bool header_u64(const sl_http_req *req, const char *name, uint64_t *out) {
+    const sl_http_header *h = sl_http1_header(req, name);
+    if (h == NULL || h->value_len == 0 || h->value_len > 19) return false;
+    uint64_t n = 0;
+    for (size_t i = 0; i < h->value_len; i++) {
+        if (h->value[i] < '0' || h->value[i] > '9') return false;
+        n = n * 10 + (uint64_t)(h->value[i] - '0');
+    }
+    *out = n;
+    return true;
+}
+
+/* POST /v1/settle {"token", "actual"} and /v1/release {"token"}; a gateway that cannot
+ * build JSON sends the token in X-Sluice-Token and the actual cost in X-Sluice-Actual
+ * (nginx's post_action, with no body at all). */
 static void handle_token(http_ctx *x, int settle) {
     sl_conn *c = x->c;
     sl_worker *w = c->w;
-    json_t *j = parse_body(x);
-    const char *tok;
-    size_t tl;
+    const sl_http_header *th = sl_http1_header(x->req, "x-sluice-token");
+    json_t *j = th != NULL && x->req->body_len == 0 ? json_object() : parse_body(x);
+    const char *tok = NULL;
+    size_t tl = 0;
     uint64_t actual = 0;
     int has_actual = 0;
-    if (j == NULL || json_str(j, "token", &tok, &tl) != 0 ||
-        json_u64(j, "actual", &actual, &has_actual) != 0 || (settle && !has_actual)) {
+    if (j != NULL && th != NULL) {
+        tok = th->value;
+        tl = th->value_len;
+        has_actual = header_u64(x->req, "x-sluice-actual", &actual);
+    }
+    if (j == NULL || (tok == NULL && json_str(j, "token", &tok, &tl) != 0) ||
+        (!has_actual && json_u64(j, "actual", &actual, &has_actual) != 0) || (settle == 1 && !has_actual)) {
         if (j) json_decref(j);
         problem(c, x->req->minor, 400,
-                settle ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
+                settle == 1 ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
         return;
     }
     sl_pending *p = sl_pending_get(w, c, finish_token);
@@ -461,7 +511,10 @@ static void handle_token(http_ctx *x, int settle) {
         return;
     }
     p->minor = x->req->minor;
-    p->op = settle ? SL_TOKEN_SETTLE : SL_TOKEN_RELEASE;
+    /* /v1/finish: the response is over: settle (when an actual cost came) and release */
+    p->op = settle == 1 ? SL_TOKEN_SETTLE
+          : settle == 2 ? (has_actual ? SL_TOKEN_SETTLE | SL_TOKEN_RELEASE : SL_TOKEN_RELEASE)
+                        : SL_TOKEN_RELEASE;
     sl_pending_submit(p);
     sl_engine_token(w->gen->engine, w->lane, tok, tl, p->op, actual, sl_worker_now(w), &p->v,
                     sl_pending_done, p);
@@ -493,6 +546,8 @@ void sl_http_handle(sl_conn *c, const sl_http_req *req) {
         handle_token(&x, 1);
     } else if (path_is(&x, "/v1/release") && post) {
         handle_token(&x, 0);
+    } else if (path_is(&x, "/v1/finish") && post) {
+        handle_token(&x, 2);
     } else if (path_is(&x, "/healthz")) {
         reply(c, req->minor, 200, NULL, "text/plain", "ok\n", 3, !x.is_head);
     } else if (path_is(&x, "/json") && post) { /* envoyproxy/ratelimit's JSON form */
@@ -500,7 +555,7 @@ void sl_http_handle(sl_conn *c, const sl_http_req *req) {
     } else if (path_is(&x, "/healthcheck")) {
         sl_grpc_http_healthcheck(c, req);
     } else if (path_is(&x, "/v1/check") || path_is(&x, "/v1/acquire") || path_is(&x, "/v1/settle") ||
-               path_is(&x, "/v1/release")) {
+               path_is(&x, "/v1/release") || path_is(&x, "/v1/finish")) {
         static const char b405[] =
             "{\"type\":\"about:blank\",\"title\":\"Method Not Allowed\",\"status\":405}";
         reply(c, req->minor, 405, "Allow: POST\r\n", "application/problem+json", b405,

@@ -54,6 +54,47 @@ static void err_unknown(resp_ctx *x) {
     sl_resp_error(&x->wb, m);
 }
 
+/* Whether `given` is the admin token, in time independent of where they differ. */
+static bool token_ok(const char *tok, const char *given, size_t len) {
+    size_t n = strlen(tok);
+    unsigned char d = (unsigned char)(n != len);
+    for (size_t i = 0; i < n; i++) d |= (unsigned char)(tok[i] ^ (i < len ? given[i] : 0));
+    return d == 0;
+}
+
+/*
+ * Commands that change more than the caller's own decision (SL.RESET erases anyone's
+ * counters, SL.CLOCK moves time for everyone) need the admin token when one is set:
+ * `AUTH <token>` or `AUTH <user> <token>` (redis-cli -a, any Redis client), or HELLO's
+ * AUTH. Decisions, settles and releases carry their own authority (a key, a MAC'd token).
+ */
+static bool authorized(resp_ctx *x) {
+    if (x->c->w->gen->admin_token[0] == '\0' || x->c->authed) return true;
+    sl_resp_error(&x->wb, "NOAUTH Authentication required.");
+    return false;
+}
+
+/* AUTH [user] password, or HELLO's AUTH user password: true when accepted (reply
+ * written only on failure, or when `reply_ok`). */
+static bool do_auth(resp_ctx *x, size_t at, size_t n, bool reply_ok) {
+    const char *tok = x->c->w->gen->admin_token;
+    const sl_resp_cmd *cmd = x->cmd;
+    if (tok[0] == '\0') {
+        sl_resp_error(&x->wb, "ERR AUTH <password> called without any password configured for the "
+                              "default user. Are you sure your configuration is correct?");
+        return false;
+    }
+    size_t pw = at + n - 1; /* the password is the last argument; a user name is ignored */
+    if (!token_ok(tok, cmd->argv[pw], cmd->argl[pw])) {
+        x->c->authed = false;
+        sl_resp_error(&x->wb, "WRONGPASS invalid username-password pair or user is disabled.");
+        return false;
+    }
+    x->c->authed = true;
+    if (reply_ok) sl_resp_simple(&x->wb, "OK");
+    return true;
+}
+
 /* Copies argument i into a NUL-terminated buffer (policy names, tokens). */
 static int arg_cstr(const sl_resp_cmd *cmd, size_t i, char *buf, size_t len) {
     if (i >= cmd->argc || cmd->argl[i] >= len) return -1;
@@ -359,6 +400,7 @@ static void cmd_reset(resp_ctx *x) {
         sl_resp_error(&x->wb, "ERR policy name too long");
         return;
     }
+    if (!authorized(x)) return;
     sl_pending *p = take(x, finish_reset);
     if (p == NULL) return;
     memcpy(p->text, policy, strlen(policy) + 1);
@@ -376,6 +418,7 @@ static void cmd_clock(resp_ctx *x) {
         sl_resp_error(&x->wb, "ERR SL.CLOCK needs a server started with --test-clock");
         return;
     }
+    if (!authorized(x)) return;
     int64_t v = 0;
     int rc = 0;
     if (cmd->argc == 3 && sl_resp_arg_is(cmd, 1, "SET")) {
@@ -488,7 +531,10 @@ static void cmd_hello(resp_ctx *x) {
         }
         for (size_t i = 2; i < cmd->argc;) {
             if (sl_resp_arg_is(cmd, i, "AUTH") && i + 2 < cmd->argc) {
-                i += 3; /* no users configured: any credentials are accepted */
+                /* with an admin token, HELLO's credentials must be it; without one any
+                 * are accepted (there is no user to check them against) */
+                if (x->c->w->gen->admin_token[0] != '\0' && !do_auth(x, i + 1, 2, false)) return;
+                i += 3;
             } else if (sl_resp_arg_is(cmd, i, "SETNAME") && i + 1 < cmd->argc) {
                 i += 2;
             } else {
@@ -643,8 +689,8 @@ void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd) {
         else if (db != 0) sl_resp_error(&x.wb, "ERR DB index is out of range");
         else sl_resp_simple(&x.wb, "OK");
     } else if (sl_resp_arg_is(cmd, 0, "AUTH")) {
-        sl_resp_error(&x.wb, "ERR AUTH <password> called without any password configured for the "
-                             "default user. Are you sure your configuration is correct?");
+        if (cmd->argc != 2 && cmd->argc != 3) err_arity(&x);
+        else do_auth(&x, 1, cmd->argc - 1, true);
     } else if (sl_resp_arg_is(cmd, 0, "RESET")) {
         c->proto = 2;
         sl_resp_simple(&x.wb, "RESET");

@@ -206,6 +206,13 @@ static sl_gen *gen_create(sl_server *s, char *err, size_t errlen) {
         g->names[h] = name;
         g->slots[h] = (uint16_t)met_slot_for(s, name);
     }
+    /* the settings a reload may change; the command line's values win */
+    const sl_settings *st = sl_config_settings(cfg);
+    snprintf(g->admin_token, sizeof(g->admin_token), "%s",
+             s->opt.admin_token[0] ? s->opt.admin_token : st->admin_token);
+    g->auth_deny_status = s->opt.auth_deny_status ? s->opt.auth_deny_status : st->auth_deny_status;
+    if (g->auth_deny_status < 400 || g->auth_deny_status > 599) g->auth_deny_status = 429;
+    g->legacy_headers = s->opt.legacy_headers || st->legacy_headers;
     g->id = ++s->next_gen_id;
     return g;
 }
@@ -232,7 +239,32 @@ sl_gen *sl_worker_pin(sl_worker *w) {
     return g;
 }
 
-int sl_server_reload(sl_server *s, char *err, size_t errlen) {
+/* The settings a running server reads only at start, that differ between two configs:
+ * "listen.http, store" into out (comma separated); 0 when none. */
+static size_t start_only_changes(const sl_settings *a, const sl_settings *b, char *out, size_t len) {
+    struct {
+        const char *name;
+        bool differs;
+    } f[] = {
+        {"listen.http", strcmp(a->listen_http, b->listen_http) != 0},
+        {"listen.resp", strcmp(a->listen_resp, b->listen_resp) != 0},
+        {"listen.grpc", strcmp(a->listen_grpc, b->listen_grpc) != 0},
+        {"listen.admin", strcmp(a->listen_admin, b->listen_admin) != 0},
+        {"workers", a->workers != b->workers},
+        {"store", memcmp(&a->store, &b->store, sizeof(a->store)) != 0},
+    };
+    size_t off = 0;
+    if (len > 0) out[0] = '\0';
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        if (!f[i].differs) continue;
+        int n = snprintf(out + off, len > off ? len - off : 0, "%s%s", off ? ", " : "", f[i].name);
+        if (n > 0) off += (size_t)n < len - off ? (size_t)n : len - off - 1;
+    }
+    return off;
+}
+
+int sl_server_reload_ex(sl_server *s, char *err, size_t errlen, char *notes, size_t noteslen) {
+    if (notes != NULL && noteslen > 0) notes[0] = '\0';
     pthread_mutex_lock(&s->reload_mu);
     sl_gen *g = gen_create(s, err, errlen);
     if (g == NULL) {
@@ -241,11 +273,19 @@ int sl_server_reload(sl_server *s, char *err, size_t errlen) {
         return -1;
     }
     sl_gen *old = atomic_exchange(&s->gen, g);
+    /* policies, tokens, deny status and headers follow the reload; listeners, workers and
+     * the store are the process's: a change there waits for the next start (said so) */
+    if (notes != NULL)
+        start_only_changes(sl_config_settings(old->cfg), sl_config_settings(g->cfg), notes, noteslen);
     old->retired_next = s->retired;
     s->retired = old;
     atomic_fetch_add(&s->reloads_ok, 1);
     pthread_mutex_unlock(&s->reload_mu);
     return 0;
+}
+
+int sl_server_reload(sl_server *s, char *err, size_t errlen) {
+    return sl_server_reload_ex(s, err, errlen, NULL, 0);
 }
 
 /* Frees retired generations that no worker's hazard names any more. */
@@ -501,11 +541,6 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     if (s->opt.admin[0] == '\0')
         snprintf(s->opt.admin, sizeof(s->opt.admin), "%s", st->listen_admin);
     if (s->opt.workers == 0) s->opt.workers = st->workers;
-    if (s->opt.auth_deny_status == 0) s->opt.auth_deny_status = st->auth_deny_status;
-    if (s->opt.auth_deny_status < 400 || s->opt.auth_deny_status > 599) s->opt.auth_deny_status = 429;
-    if (s->opt.admin_token[0] == '\0')
-        snprintf(s->opt.admin_token, sizeof(s->opt.admin_token), "%s", st->admin_token);
-    s->opt.legacy_headers = s->opt.legacy_headers || st->legacy_headers;
     /* gRPC: the flag, else listen.grpc (127.0.0.1:8081 unless the file says otherwise, also
      * for an envoyproxy/ratelimit file, whose port it is, so such a file is a drop-in) */
     if (s->opt.grpc[0] == '\0') snprintf(s->opt.grpc, sizeof(s->opt.grpc), "%s", st->listen_grpc);
@@ -627,9 +662,12 @@ int sl_server_run(sl_server *s) {
             for (int k = 0; k < SL_KINDS; k++)
                 if (s->lfd[k] >= 0) shutdown(s->lfd[k], SHUT_RDWR);
         } else if (sig == SIGHUP) {
-            char err[4096];
-            if (sl_server_reload(s, err, sizeof(err)) != 0)
+            char err[4096], notes[256];
+            if (sl_server_reload_ex(s, err, sizeof(err), notes, sizeof(notes)) != 0)
                 fprintf(stderr, "sluice serve: reload refused, old config kept:\n%s\n", err);
+            else if (notes[0] != '\0')
+                fprintf(stderr, "sluice serve: config reloaded; changed settings that take effect at the "
+                                "next start: %s\n", notes);
             else
                 fprintf(stderr, "sluice serve: config reloaded\n");
         }

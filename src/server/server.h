@@ -62,6 +62,10 @@ typedef struct sl_gen {
     sl_engine *engine;
     uint64_t id;
     _Atomic int refs;
+    /* settings that follow a reload (the command line's value wins when given) */
+    char admin_token[128];
+    int auth_deny_status;
+    bool legacy_headers;
     /* policy name -> metrics slot, open addressing over a power-of-two table */
     size_t name_cap;
     const char **names;
@@ -120,6 +124,8 @@ typedef struct sl_conn {
     sl_io io;
     struct sl_worker *w;
     sl_conn_kind kind;
+    sl_conn_kind listener;  /* the listener that accepted it (kind may become GRPC) */
+    bool authed;            /* RESP: AUTH given with the admin token */
     sl_dnode timer;
     char *rbuf;
     size_t rlen, rcap;
@@ -196,6 +202,7 @@ typedef struct sl_worker {
 #define SL_MAX_WORKERS 64
 
 #define SL_PENDING_MAX 4096 /* requests one worker lets wait for its store */
+#define SL_ADMIN_MAX_CONNS 64 /* the admin listener's connections, apart from max_conns */
 
 struct sl_server {
     sl_server_opts opt;
@@ -215,7 +222,8 @@ struct sl_server {
     _Atomic uint64_t reloads_ok, reloads_failed;
     _Atomic int draining;
     _Atomic int stop_now;
-    _Atomic unsigned nconns;  /* across workers, for the connection cap */
+    _Atomic unsigned nconns;  /* data listeners, across workers, for the connection cap */
+    _Atomic unsigned nconns_admin; /* the admin listener's own (SL_ADMIN_MAX_CONNS) */
     int64_t started_wall_ns;
     /* metrics names: slot -> policy name; slot 0 is "" (nothing matched) */
     pthread_mutex_t names_mu;
@@ -245,6 +253,9 @@ void sl_server_destroy(sl_server *s);
 /* Loads the config file again; on failure the old config stays and `err` holds every
  * error (one per line). Thread-safe; called from SIGHUP and POST /v1/reload. */
 int sl_server_reload(sl_server *s, char *err, size_t errlen);
+/* The same; `notes` receives the changed settings that only a restart applies
+ * (listeners, workers, store), comma separated, "" when none. */
+int sl_server_reload_ex(sl_server *s, char *err, size_t errlen, char *notes, size_t noteslen);
 /* The generation for the next request: publishes a hazard so it is not freed. */
 sl_gen *sl_worker_pin(sl_worker *w);
 /* Drops a reference a waiting request held (pending.c). */
