@@ -1132,7 +1132,8 @@ static void copy_str(sl__ctx *cx, const sl_ynode *n, const char *what, char *out
 
 static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     static const char *const f[] = {"type", "max_keys", "on_full", "shards", "snapshot",
-                                    "addr", "timeout", "key_secret", "time", "max_tokens", NULL};
+                                    "addr", "timeout", "key_secret", "time", "max_tokens",
+                                    "unready_when_down", NULL};
     if (!sl__check_fields(cx, n, "store", f) && n->kind != SL_YMAP) return;
     const sl_ynode *x = sl__get(n, "type");
     if (x != NULL) {
@@ -1148,7 +1149,7 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     }
     bool mem = st->store.type == SL_STORE_MEMORY;
     static const char *const memf[] = {"max_keys", "on_full", "shards", "snapshot", NULL};
-    static const char *const redf[] = {"addr", "timeout", "key_secret", "time", NULL};
+    static const char *const redf[] = {"addr", "timeout", "key_secret", "time", "unready_when_down", NULL};
     const char *const *wrong = mem ? redf : memf;
     for (size_t i = 0; wrong[i]; i++)
         if ((x = sl__get(n, wrong[i])) != NULL)
@@ -1200,6 +1201,8 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
         if ((x = sl__get(n, "key_secret")) != NULL)
             copy_str(cx, x, "key_secret", st->store.redis_key_secret,
                      sizeof(st->store.redis_key_secret));
+        if ((x = sl__get(n, "unready_when_down")) != NULL)
+            sl__get_bool(cx, x, &st->store.unready_when_down);
         if ((x = sl__get(n, "time")) != NULL) {
             if (is_scalar(x) && !strcmp(x->s, "local")) st->store.redis_time_local = true;
             else if (is_scalar(x) && !strcmp(x->s, "redis")) st->store.redis_time_local = false;
@@ -1647,3 +1650,6 @@ const char *sl_config_policy_name(const sl_config *cfg, size_t i) {
 }
 size_t sl_config_limiter_count(const sl_config *cfg) { return cfg ? cfg->n_limiters : 0; }
 bool sl_config_is_envoy(const sl_config *cfg) { return cfg && cfg->envoy_format; }
+bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i) {
+    return cfg != NULL && i < cfg->n_pol && cfg->pol[i].fail_closed;
+}

@@ -73,6 +73,8 @@ typedef struct sl_settings {
         int64_t redis_timeout_ns;   /* redis: default 20 ms */
         char redis_key_secret[128]; /* redis: keyed-hash secret; "" = documented default */
         bool redis_time_local;      /* redis: time: local (the instance's clock, not TIME) */
+        bool unready_when_down;     /* redis: /readyz answers 503 while the store is down and
+                                       a policy fails closed (default: degraded, still 200) */
         uint64_t max_tokens;        /* outstanding settle/release tokens; 0 = SL_TOKENS_DEFAULT */
     } store;
 } sl_settings;
@@ -94,6 +96,8 @@ const char *sl_config_policy_name(const sl_config *cfg, size_t i);
 /* Total limiters (windows, plans included) the engine will register. */
 size_t sl_config_limiter_count(const sl_config *cfg);
 bool sl_config_is_envoy(const sl_config *cfg); /* loaded from an envoy-format file */
+/* Policy i answers 503 when its store is unreachable (on_store_error: closed). */
+bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i);
 
 /* The unit a policy counts in (RateLimit-Policy qu=). */
 typedef enum sl_quota_unit {

@@ -165,12 +165,9 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
         return;
     }
     if (path_is(x, "/readyz")) {
-        if (atomic_load(&s->draining))
-            reply(c, x->req->minor, 503, NULL, "text/plain", "draining\n", 9, !x->is_head);
-        else if (!sl_server_store_ready(s))
-            reply(c, x->req->minor, 503, NULL, "text/plain", "store unavailable\n", 18, !x->is_head);
-        else
-            reply(c, x->req->minor, 200, NULL, "text/plain", "ready\n", 6, !x->is_head);
+        char body[512];
+        int status = sl_server_readiness(s, c->w->gen, body, sizeof(body));
+        reply(c, x->req->minor, status, NULL, "text/plain", body, strlen(body), !x->is_head);
         return;
     }
     if (!admin_authorized(x)) {

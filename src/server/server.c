@@ -508,6 +508,36 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
 
 bool sl_server_store_ready(const sl_server *s) { return !s->redis || sl_redis_store_ready(); }
 
+/*
+ * Ready when every policy can be answered as configured. A store that is down leaves
+ * fail-open policies answering (degraded, still ready: a readiness probe that took every
+ * instance out of service at once would turn a store blip into an outage) and fail-closed
+ * ones answering 503, which is unready only when the config says readiness follows the
+ * store (store.unready_when_down).
+ */
+int sl_server_readiness(const sl_server *s, const sl_gen *g, char *body, size_t len) {
+    if (atomic_load(&s->draining)) {
+        snprintf(body, len, "draining\n");
+        return 503;
+    }
+    if (sl_server_store_ready(s)) {
+        snprintf(body, len, "ready\n");
+        return 200;
+    }
+    size_t open = 0, closed = 0, n = sl_config_policy_count(g->cfg);
+    for (size_t i = 0; i < n; i++) {
+        if (sl_config_policy_fails_closed(g->cfg, i)) closed++;
+        else open++;
+    }
+    bool unready = closed > 0 && sl_config_settings(g->cfg)->store.unready_when_down;
+    snprintf(body, len,
+             "%s: the %s store is unavailable; %zu policies fail open (admitting), %zu fail "
+             "closed (answering 503)%s\n",
+             unready ? "unready" : "degraded", s->ops->name, open, closed,
+             unready ? "; store.unready_when_down is set" : "");
+    return unready ? 503 : 200;
+}
+
 /* ---- lifecycle ---- */
 
 int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size_t errlen) {

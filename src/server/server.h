@@ -247,6 +247,8 @@ static inline sluice_time sl_worker_now(sl_worker *w) {
 /* server.c */
 /* Every policy can be answered by its store as configured (the memory store always). */
 bool sl_server_store_ready(const sl_server *s);
+/* /readyz: its status (200 ready or degraded, 503 draining or unready) and body. */
+int sl_server_readiness(const sl_server *s, const sl_gen *g, char *body, size_t len);
 int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size_t errlen);
 int sl_server_run(sl_server *s); /* until SIGTERM/SIGINT; returns the exit status */
 void sl_server_destroy(sl_server *s);

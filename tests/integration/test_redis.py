@@ -310,7 +310,11 @@ def test_redis_killed_and_restarted(redis):
         assert r_closed.headers.get("Retry-After", "").isdigit()
         assert "temporary-reduced-capacity" in r_closed.text
         assert set(codes) <= {200}, set(codes)
-        assert requests.get(srv.admin + "/readyz", timeout=5).status_code == 503
+        # degraded, not unready: every policy is still answered as configured (a probe
+        # that took every instance out at once would turn the blip into an outage)
+        r = requests.get(srv.admin + "/readyz", timeout=5)
+        assert r.status_code == 200 and r.text.startswith("degraded:"), r.text
+        assert "fail open" in r.text and "fail closed" in r.text
         m = requests.get(srv.admin + "/metrics", timeout=5).text
         fo = [l for l in m.splitlines() if "fail_open" in l and not l.startswith("#")]
         assert any(float(l.split()[-1]) > 0 for l in fo), fo
@@ -351,15 +355,36 @@ def test_start_while_redis_down():
     r = None
     try:
         s = requests.Session()
-        assert requests.get(srv.admin + "/readyz", timeout=5).status_code == 503
+        r = requests.get(srv.admin + "/readyz", timeout=5)
+        assert r.status_code == 200 and r.text.startswith("degraded:"), r.text
         assert auth(s, srv, "/open/a", "k").status_code == 200
         assert auth(s, srv, "/closed/a", "k").status_code == 503
         r = Redis(port)
         deadline = time.time() + 3
-        while time.time() < deadline and requests.get(srv.admin + "/readyz", timeout=5).status_code != 200:
+        while time.time() < deadline and requests.get(srv.admin + "/readyz", timeout=5).text != "ready\n":
             time.sleep(0.02)
-        assert requests.get(srv.admin + "/readyz", timeout=5).status_code == 200
+        assert requests.get(srv.admin + "/readyz", timeout=5).text == "ready\n"
         assert auth(s, srv, "/closed/a", "k").status_code == 200
+    finally:
+        code = srv.stop()
+        if r:
+            r.close()
+        assert code == 0, srv.output()
+
+
+def test_readiness_follows_the_store_when_asked():
+    """store.unready_when_down: with a fail-closed policy, a store that is down makes the
+    instance unready (503), and ready again when it is back."""
+    port = free_port()
+    cfg = config().replace("store:\n  type: memory\n",
+                           "store:\n  type: redis\n  addr: 127.0.0.1:%d\n  unready_when_down: true\n" % port)
+    srv = Server(config_text=cfg, test_clock=False)
+    r = None
+    try:
+        got = requests.get(srv.admin + "/readyz", timeout=5)
+        assert got.status_code == 503 and got.text.startswith("unready:"), got.text
+        r = Redis(port)
+        assert ready_within(srv, 3)
     finally:
         code = srv.stop()
         if r:
