@@ -19,7 +19,7 @@ LIB_PKGS="build-essential cmake pkg-config libyaml-dev libjansson-dev libhiredis
 RUN_PKGS="$LIB_PKGS tzdata"
 BUILD_PKGS="$RUN_PKGS scdoc"
 TEST_PKGS="$BUILD_PKGS curl openssl redis-server redis-tools redis-sentinel nginx-light
-  haproxy caddy prometheus librsvg2-bin debhelper dpkg-dev systemd man-db
+  haproxy caddy prometheus librsvg2-bin debhelper dpkg-dev fakeroot systemd man-db
   python3-pytest python3-redis python3-requests python3-grpcio python3-grpc-tools
   python3-prometheus-client python3-yaml"
 BENCH_PKGS="$RUN_PKGS python3 curl redis-server redis-tools nginx-light haproxy wrk nghttp2-client"
