@@ -14,10 +14,10 @@ set -euo pipefail
 
 # What compiling the program needs (CMake stops early naming any of these when absent).
 LIB_PKGS="build-essential cmake pkg-config libyaml-dev libjansson-dev libhiredis-dev
-  libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev zlib1g-dev
-  libcurl4-openssl-dev"
+  libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev zlib1g-dev"
 RUN_PKGS="$LIB_PKGS tzdata"
-BUILD_PKGS="$RUN_PKGS scdoc"
+# Everything `make` builds: also the man pages and the libcurl client example.
+BUILD_PKGS="$RUN_PKGS scdoc libcurl4-openssl-dev"
 TEST_PKGS="$BUILD_PKGS curl openssl redis-server redis-tools redis-sentinel nginx-light
   haproxy caddy prometheus librsvg2-bin debhelper dpkg-dev fakeroot systemd man-db
   python3-pytest python3-redis python3-requests python3-grpcio python3-grpc-tools
