@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """hold-ports.py PORT... -- COMMAND...: runs COMMAND while 127.0.0.1:PORT is taken for
 each PORT (listening, never accepting), the way a developer's `make run` or another
 service takes sluice's default ports. A port that some other process already holds is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # deps.sh -- the one place that installs what sluice needs, by purpose, on Debian 12
 # (apt-get). Idempotent and quiet when everything is present.
 #   scripts/deps.sh [--for PURPOSE ...] [--check] [--list]
@@ -21,7 +22,7 @@ BUILD_PKGS="$RUN_PKGS scdoc libcurl4-openssl-dev"
 TEST_PKGS="$BUILD_PKGS curl openssl redis-server redis-tools redis-sentinel nginx-light
   haproxy caddy prometheus librsvg2-bin debhelper dpkg-dev fakeroot systemd man-db
   python3-pytest python3-redis python3-requests python3-grpcio python3-grpc-tools
-  python3-prometheus-client python3-yaml"
+  python3-prometheus-client python3-yaml valgrind"
 BENCH_PKGS="$RUN_PKGS python3 curl redis-server redis-tools nginx-light haproxy wrk nghttp2-client"
 FUZZ_PKGS="$BUILD_PKGS clang libclang-rt-14-dev"
 
@@ -33,13 +34,13 @@ manual_hint() {
 deps.sh: this system has no apt-get/dpkg-query, so nothing was installed. Install by hand:
   to build and run: a C11 compiler (gcc >= 12 or clang >= 14), make, cmake >= 3.25,
     pkg-config, and the development files of libyaml, jansson, hiredis, nghttp2,
-    protobuf-c (with protoc-c), openssl, zlib and libcurl; the IANA time zone database
-  for man pages: scdoc
+    protobuf-c (with protoc-c), openssl and zlib; the IANA time zone database
+  for the man pages and the client example: scdoc, libcurl's development files
   for the tests: curl, openssl, redis-server and redis-cli (with redis-sentinel), nginx
     with the auth_request module, haproxy >= 2.6 with Lua, caddy 2, prometheus
     (promtool), rsvg-convert, man, systemd-analyze, dpkg-buildpackage with debhelper,
-    and for /usr/bin/python3: pytest, redis, requests, grpcio, grpcio-tools,
-    prometheus_client, PyYAML
+    fakeroot, valgrind; for /usr/bin/python3: pytest, redis, requests, grpcio,
+    grpcio-tools, prometheus_client, PyYAML
   for the benchmarks: wrk, h2load (nghttp2), haproxy, nginx, redis-benchmark
   for fuzzing: clang with libFuzzer
 Then run make again; CMake names any library it still cannot find.

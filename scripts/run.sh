@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run.sh SLUICE_BIN [CONFIG] -- what `make run` starts: sluice serve on a config
 # (default examples/sluice.yaml: memory store, loopback ports), after one banner saying
 # how to try it. HTTP, RESP, GRPC, ADMIN (ADDR:PORT or off), STORE and WORKERS in the

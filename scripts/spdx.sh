@@ -7,7 +7,7 @@
 #   --check  change nothing; list the files without the line and exit 1 if there are any
 #   --list   print the files this script covers
 # Files: git's tracked and untracked-but-not-ignored files when DIR is a git work tree
-# (else every file), minus fuzz corpora. Which files: *.c *.h *.py *.sh *.lua, and files
+# (else every file outside build trees), minus fuzz corpora. Which files: *.c *.h *.py *.sh *.lua, and files
 # without one of those names whose first line is a #! for sh, bash or python.
 set -euo pipefail
 mode=apply
@@ -24,7 +24,9 @@ files() {
   if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     git ls-files -co --exclude-standard -z
   else
-    find . -type f -not -path './.git/*' -print0 | sed -z 's#^\./##'
+    # no git: every file but build trees (build*/, Debian's obj-*/, debian/tmp)
+    find . \( -path './.git' -o -path './build*' -o -path './obj-*' -o -path './debian/tmp' \) \
+      -prune -o -type f -print0 | sed -z 's#^\./##'
   fi
 }
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * version.c -- the version libsluice was built as, from the build (git describe, the
  * packager's version, or the project version; see cmake/version.cmake). A static string.
