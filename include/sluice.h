@@ -21,6 +21,13 @@ extern "C" {
 
 #define SLUICE_VERSION "0.1.0"
 
+/* ---- version ------------------------------------------------------------------ */
+
+/* The version this library was built as: "0.1.0", or what `git describe` said at build
+ * time ("0.1.0-12-gabc1234", "-dirty" for a modified tree), or a packager's version.
+ * SLUICE_VERSION is the release the header belongs to. A static string; never NULL. */
+const char *sluice_version(void);
+
 /* ---- errors ------------------------------------------------------------------- */
 
 enum {

@@ -16,6 +16,17 @@ def run_serve(*args, timeout=10):
     return subprocess.run([BIN, "serve"] + list(args), capture_output=True, text=True, timeout=timeout)
 
 
+def free_listeners(*given):
+    """--http, --resp, --grpc and --admin on free loopback ports, except the listeners
+    named in `given`: a startup case must fail for its own reason, never because a
+    default port (8080, 6380, 8081, 9090) happens to be taken on this machine."""
+    out = []
+    for name in ("http", "resp", "grpc", "admin"):
+        if name not in given:
+            out += ["--" + name, "127.0.0.1:%d" % free_port()]
+    return out
+
+
 def test_startup_errors_are_one_line_and_exit_1(tmp_path):
     cfg = tmp_path / "ok.yaml"
     cfg.write_text(TEST_CONFIG)
@@ -23,14 +34,16 @@ def test_startup_errors_are_one_line_and_exit_1(tmp_path):
     busy.bind(("127.0.0.1", 0))
     busy.listen(1)
     port = busy.getsockname()[1]
-    free = ["--resp", "127.0.0.1:%d" % free_port(), "--admin", "127.0.0.1:%d" % free_port()]
+    free = free_listeners()
     cases = [
-        (["-c", str(cfg), "--http", "127.0.0.1:%d" % port] + free, "address already in use"),
-        (["-c", str(tmp_path / "missing.yaml")], "cannot read config file"),
-        (["-c", str(cfg), "--bogus"], "unknown option '--bogus'"),
-        (["-c", str(cfg), "--workers", "many"], "--workers"),
-        (["-c", str(cfg), "--grpc", "127.0.0.1:%d" % port] + free, "cannot listen on grpc address"),
-        (["-c", str(cfg), "--http", "nonsense"] + free, "invalid http address"),
+        (["-c", str(cfg), "--http", "127.0.0.1:%d" % port] + free_listeners("http"),
+         "address already in use"),
+        (["-c", str(tmp_path / "missing.yaml")] + free, "cannot read config file"),
+        (["-c", str(cfg), "--bogus"] + free, "unknown option '--bogus'"),
+        (["-c", str(cfg), "--workers", "many"] + free, "--workers"),
+        (["-c", str(cfg), "--grpc", "127.0.0.1:%d" % port] + free_listeners("grpc"),
+         "cannot listen on grpc address"),
+        (["-c", str(cfg), "--http", "nonsense"] + free_listeners("http"), "invalid http address"),
         (["-c", str(cfg), "--store", "redis://no-port"] + free, "bad store URL"),
     ]
     bad = tmp_path / "bad.yaml"
