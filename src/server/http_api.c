@@ -171,10 +171,20 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
          * request may be answered with the configured deny status, or ?status=NNN (nginx's
          * auth_request passes only 2xx/401/403 on). */
         int status = v->status >= 400 && v->status <= 599 ? v->status : (v->action == SL_FAIL ? 503 : 429);
+        char body[BODY_MAX];
+        /* the problem again, as a header, with the status a client should see (nginx's
+         * auth_request drops a subrequest's body but hands its headers on, and turns the
+         * 403 it is given back into a 429: the gateway sends sluice's problem verbatim;
+         * it is one line of ASCII JSON) */
+        v->status = status;
+        int pl = sl_render_problem(v, p->text[0] ? p->text : NULL, body, sizeof(body));
+        size_t hl2 = strlen(hbuf);
+        if (pl > 0 && hl2 + (size_t)pl + 24 < sizeof(hbuf) && memchr(body, '\n', (size_t)pl) == NULL &&
+            memchr(body, '\r', (size_t)pl) == NULL)
+            snprintf(hbuf + hl2, sizeof(hbuf) - hl2, "X-Sluice-Problem: %.*s\r\n", pl, body);
         if (v->action == SL_REJECT && status == 429) status = w->gen->auth_deny_status;
         if (v->action == SL_REJECT && p->status_q != 0) status = p->status_q;
-        v->status = status; /* so the problem body states the status sent */
-        char body[BODY_MAX];
+        v->status = status; /* so the body states the status sent */
         int bl = sl_render_problem(v, p->text[0] ? p->text : NULL, body, sizeof(body));
         if (bl < 0) bl = 0;
         reply(c, p->minor, status, hbuf, "application/problem+json", body, (size_t)bl, !p->is_head);

@@ -71,54 +71,47 @@ class Upstream(http.server.BaseHTTPRequestHandler):
 
 
 def start_nginx(sluice_port, up_port):
+    """The shipped examples/nginx/nginx.conf with the finish snippets included, and one
+    location forwarding the request's size (X-Original-Length)."""
     d = tempfile.mkdtemp(prefix="sluice-nginx-")
-    for f in ("sluice-auth.conf", "sluice-protect.conf", "sluice-finish.conf",
-              "sluice-finish-location.conf"):
-        shutil.copy(os.path.join(SRC, "examples", "nginx", f), d)
+    ex = os.path.join(SRC, "examples", "nginx")
+    for f in os.listdir(ex):
+        shutil.copy(os.path.join(ex, f), d)
     port = free_port()
-    conf = """
-worker_processes 1;
-error_log %(d)s/error.log warn;
-pid %(d)s/nginx.pid;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path %(d)s/body;
-    proxy_temp_path %(d)s/proxy;
-    fastcgi_temp_path %(d)s/fastcgi;
-    uwsgi_temp_path %(d)s/uwsgi;
-    scgi_temp_path %(d)s/scgi;
-    upstream sluice_auth { server 127.0.0.1:%(s)d; keepalive 8; }
-    upstream app { server 127.0.0.1:%(u)d; }
-    server {
-        listen 127.0.0.1:%(p)d;
-        include %(d)s/sluice-auth.conf;
-        include %(d)s/sluice-finish-location.conf;
-        location = /_sluice_auth_len {
-            internal;
-            proxy_pass http://sluice_auth/v1/auth?status=403;
-            proxy_pass_request_body off;
-            proxy_set_header Content-Length "";
-            proxy_set_header X-Original-URI $request_uri;
-            proxy_set_header X-Original-Length $content_length;
-        }
-        location /upload/ {
-            auth_request /_sluice_auth_len;
-            error_page 403 = @sluice_limited;
-            proxy_pass http://app;
-        }
-        location / {
-            include %(d)s/sluice-protect.conf;
-            include %(d)s/sluice-finish.conf;
-            proxy_pass http://app;
-        }
-    }
-}
-""" % {"d": d, "s": sluice_port, "u": up_port, "p": port}
-    path = os.path.join(d, "nginx.conf")
-    with open(path, "w") as f:
+    with open(os.path.join(d, "nginx.conf")) as f:
+        conf = f.read()
+    for old, new in (("listen 127.0.0.1:8000;", "listen 127.0.0.1:%d;" % port),
+                     ("server 127.0.0.1:9000;", "server 127.0.0.1:%d;" % up_port),
+                     ("http {\n", "http {\n" + "".join("    %s_temp_path %s/%s;\n" % (t, d, t) for t in
+                                                    ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))),
+                     ("        include sluice-fail-open.conf;\n",
+                      "        include sluice-fail-open.conf;\n"
+                      "        include sluice-finish-location.conf;\n"
+                      "        location = /_sluice_auth_len {\n"
+                      "            internal;\n"
+                      "            proxy_pass http://sluice_auth/v1/auth?status=403;\n"
+                      "            proxy_pass_request_body off;\n"
+                      "            proxy_set_header Content-Length \"\";\n"
+                      "            proxy_set_header X-Original-URI $request_uri;\n"
+                      "            proxy_set_header X-Original-Length $content_length;\n"
+                      "        }\n"
+                      "        location /upload/ {\n"
+                      "            auth_request /_sluice_auth_len;\n"
+                      "            error_page 403 = @sluice_limited;\n"
+                      "            proxy_pass http://app;\n"
+                      "        }\n"),
+                     ("            include sluice-protect.conf;\n",
+                      "            include sluice-protect.conf;\n            include sluice-finish.conf;\n")):
+        assert conf.count(old) == 1, old
+        conf = conf.replace(old, new)
+    with open(os.path.join(d, "nginx.conf"), "w") as f:
         f.write(conf)
-    proc = subprocess.Popen(["nginx", "-p", d, "-c", path, "-g", "daemon off;"],
+    with open(os.path.join(d, "sluice-http.conf")) as f:
+        http = f.read()
+    with open(os.path.join(d, "sluice-http.conf"), "w") as f:
+        f.write(http.replace("server 127.0.0.1:8080;", "server 127.0.0.1:%d;" % sluice_port))
+    proc = subprocess.Popen(["nginx", "-p", d, "-c", os.path.join(d, "nginx.conf"),
+                             "-g", "daemon off; pid %s/nginx.pid; error_log %s/error.log warn;" % (d, d)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_port(port)
     return proc, port, d
