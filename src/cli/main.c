@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "config") == 0) return sl_cli_config(argc - 1, argv + 1);
     if (strcmp(cmd, "simulate") == 0) return sl_cli_simulate(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("sluice %s\n", SLUICE_VERSION);
+        printf("sluice %s\n", sluice_version());
         return 0;
     }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

@@ -551,7 +551,7 @@ static void cmd_hello(resp_ctx *x) {
     sl_resp_bulk_str(&x->wb, "server");
     sl_resp_bulk_str(&x->wb, "sluice");
     sl_resp_bulk_str(&x->wb, "version");
-    sl_resp_bulk_str(&x->wb, SLUICE_VERSION);
+    sl_resp_bulk_str(&x->wb, sluice_version());
     sl_resp_bulk_str(&x->wb, "proto");
     sl_resp_int(&x->wb, proto);
     sl_resp_bulk_str(&x->wb, "id");
@@ -609,7 +609,7 @@ static void cmd_info(resp_ctx *x) {
                      "# Server\r\nredis_version:7.2.0\r\nsluice_version:%s\r\nredis_mode:standalone\r\n"
                      "process_id:%ld\r\nuptime_in_seconds:%lld\r\n\r\n# Clients\r\nconnected_clients:%u\r\n"
                      "\r\n# Keyspace\r\nkeys_held:%llu\r\n",
-                     SLUICE_VERSION, (long)getpid(),
+                     sluice_version(), (long)getpid(),
                      (long long)((sluice_clock_now(s->clock).wall_ns - s->started_wall_ns) / SLUICE_NS_PER_S),
                      atomic_load(&s->nconns), (unsigned long long)st.keys);
     if (n < 0) n = 0;
