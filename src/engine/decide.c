@@ -16,6 +16,20 @@ typedef sl__ewin e_win;
 
 enum { OP_DECIDE = 1, OP_APPLY, OP_RESET };
 
+static void on_decided(void *ud, int rc, const sl_sresult *res);
+
+static void batch_done(void *ud, int rc, sl_verdict *v) {
+    (void)v;
+    *(int *)ud = rc;
+}
+
+/* One verdict through the general path, its completion's rc into *rc (the store must
+ * answer at once). */
+static void sync_done_rc(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now, int *rc) {
+    *rc = SLUICE_EINVAL;
+    sl_engine_decide(e, lane, v, now, batch_done, rc);
+}
+
 static const e_win *item_win(const sl_verdict_item *it) { return sl__item_win(it); }
 
 static bool later_retry(int64_t a, int64_t b) {
@@ -249,6 +263,70 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
         return;
     }
     e->ops->decide(lane, si, n, v->run.deny ? SL_SREQ_REJECT : 0, now, on_decided, v);
+}
+
+/* ---- several decisions at once ----------------------------------------------------- */
+
+/* A verdict the store's batch can decide: one enforced item of its own limit, nothing
+ * else to carry (no shadow, charge, override, block-list, missing key). */
+static bool batchable(const sl_verdict *v) {
+    if (v->run.prep_rc != SLUICE_OK || v->action == SL_ERROR || v->missing_key_policy != NULL ||
+        v->n != 1)
+        return false;
+    const sl_verdict_item *it = &v->items[0];
+    const e_win *w = item_win(it);
+    return !it->shadow && !it->unlimited && !it->charge && !it->override && w->lim != NULL &&
+           !(w->cw != NULL && w->cw->deny_all);
+}
+
+/*
+ * Decides n prepared verdicts in order, as n sl_engine_decide calls would (a later one on
+ * the same key sees the earlier ones), each completing at once into rcs[i]: the store
+ * must answer at once. Runs of verdicts its batch can take go through it in one call (a
+ * pipeline's decisions: their keys' memory fetched ahead of their turn); the others one
+ * by one, in their place.
+ */
+void sl_engine_decide_batch(const sl_engine *e, void *lane, sl_verdict *const *vs, size_t n,
+                            sluice_time now, int *rcs) {
+    sluice_item items[SL_ENGINE_BATCH];
+    sluice_result out[SL_ENGINE_BATCH];
+    size_t i = 0;
+    while (i < n) {
+        size_t m = 0;
+        while (i + m < n && m < SL_ENGINE_BATCH && e->ops->decide_batch != NULL && batchable(vs[i + m])) {
+            const sl_verdict *v = vs[i + m];
+            items[m] = (sluice_item){item_win(&v->items[0])->lim, v->keys + v->items[0].key_off,
+                                     v->items[0].key_len, v->items[0].cost};
+            m++;
+        }
+        if (m < 2) { /* nothing to batch: the general path */
+            sync_done_rc(e, lane, vs[i], now, &rcs[i]);
+            i++;
+            continue;
+        }
+        int k = e->ops->decide_batch(lane, items, m, now, out);
+        size_t done = k < 0 ? 0 : (size_t)k;
+        for (size_t j = 0; j < done; j++) {
+            sl_verdict *v = vs[i + j];
+            v->run.e = e;
+            v->run.done = batch_done;
+            v->run.ud = &rcs[i + j];
+            v->run.op = OP_DECIDE;
+            v->run.lane = lane;
+            v->decided_at = now;
+            v->run.nsi = 1;
+            v->run.sidx[0] = 0;
+            v->items[0].group = 0;
+            sl_sresult res = {.allowed = out[j].allowed, .n = 1};
+            res.r[0] = out[j];
+            on_decided(v, SLUICE_OK, &res);
+        }
+        if (done < m) { /* item `done` failed in the batch: the general path says why */
+            sync_done_rc(e, lane, vs[i + done], now, &rcs[i + done]);
+            done++;
+        }
+        i += done;
+    }
 }
 
 /* ---- settle and release ---------------------------------------------------------------- */

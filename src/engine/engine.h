@@ -250,6 +250,13 @@ int sl_engine_prepare_named(const sl_engine *e, const char *policy, const void *
  * called exactly once (at once when the verdict was not prepared successfully). */
 void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
                       sl_engine_done done, void *ud);
+/* n prepared verdicts decided in order, each as sl_engine_decide would, their completions'
+ * rc in rcs[i]; only for a store that answers at once (sl_store_ops.immediate). Simple
+ * one-window decisions go through the store's batch (a pipeline's requests: their memory
+ * fetched ahead of their turn). */
+#define SL_ENGINE_BATCH 32
+void sl_engine_decide_batch(const sl_engine *e, void *lane, sl_verdict *const *vs, size_t n,
+                            sluice_time now, int *rcs);
 /* Settles every consumed `settle` item of an admitted verdict from its reservation
  * (item.cost) to `actual`, refunding only into the window that counted the reservation;
  * SLUICE_EINVAL for a verdict that reserved nothing, SLUICE_ENOTFOUND when it was

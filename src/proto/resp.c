@@ -7,6 +7,8 @@
  */
 #include "proto/resp.h"
 
+#include <stdbool.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -51,15 +53,41 @@ static int parse_i64(const char *s, size_t n, int64_t *out) {
 
 /* One "<type><int>\r\n" line at pos; returns the position after it, 0 if incomplete,
  * -1 if the line has no CRLF within `max_line` bytes. */
+/*
+ * A "*N" or "$N" line from `pos`: the position after its CRLF, 0 when incomplete, -1 when
+ * longer than max_line without one. Digits are read as they are scanned (one pass: this
+ * runs for every argument of every command); *bad is set for anything but an optional
+ * '-' and digits before "\r\n", or a value past int64.
+ */
 static long count_line(const char *buf, size_t len, size_t pos, size_t max_line, int64_t *v,
                        int *bad) {
-    const char *cr = memchr(buf + pos, '\r', len - pos);
+    size_t i = pos + 1, end = len - pos > max_line ? pos + max_line : len;
+    bool neg = false;
+    uint64_t n = 0;
+    size_t digits = 0;
     *bad = 0;
-    if (cr == NULL) return (len - pos > max_line) ? -1 : 0;
-    size_t end = (size_t)(cr - buf);
-    if (end + 1 >= len) return 0;
-    if (parse_i64(buf + pos + 1, end - pos - 1, v) != 0 || buf[end + 1] != '\n') *bad = 1;
-    return (long)(end + 2);
+    if (i < end && buf[i] == '-') neg = true, i++;
+    for (; i < end; i++) {
+        unsigned d = (unsigned)((unsigned char)buf[i] - '0');
+        if (d > 9) break;
+        if (n > (UINT64_MAX - d) / 10) *bad = 1;
+        n = n * 10 + d;
+        digits++;
+    }
+    if (i >= end) return len - pos > max_line ? -1 : 0;
+    if (buf[i] != '\r') {
+        /* not a number: find the end of the line to report it whole */
+        const char *cr = memchr(buf + i, '\r', end - i);
+        if (cr == NULL) return len - pos > max_line ? -1 : 0;
+        i = (size_t)(cr - buf);
+        *bad = 1;
+    }
+    if (i + 1 >= len) return 0;
+    if (buf[i + 1] != '\n' || digits == 0 || digits > 20 || (neg && n == 0) ||
+        (digits > 1 && buf[i - digits] == '0') || (neg ? n > (uint64_t)INT64_MAX + 1 : n > (uint64_t)INT64_MAX))
+        *bad = 1;
+    *v = neg ? (int64_t)(0 - n) : (int64_t)n;
+    return (long)(i + 2);
 }
 
 static int parse_multibulk(const char *buf, size_t len, sl_resp_cmd *cmd) {

@@ -276,6 +276,7 @@ static void conn_process(sl_conn *c) {
                 break;
             }
             if (rc < 0) {
+                sl_resp_batch_flush(c); /* the answers before the error, in order */
                 char line[128];
                 snprintf(line, sizeof(line), "-ERR %s\r\n", cmd.err);
                 raw_reply(c, line);
@@ -287,6 +288,8 @@ static void conn_process(sl_conn *c) {
             off += (size_t)rc;
             if (cmd.argc > 0) {
                 sl_met_inc(&w->met->resp_commands, 1);
+                if (sl_resp_batch_take(c, &cmd)) continue; /* decided with the others */
+                sl_resp_batch_flush(c);
                 sl_resp_handle(c, &cmd);
                 if (c->suspended) break; /* its answer comes from the store later */
             }
@@ -326,6 +329,7 @@ static void conn_process(sl_conn *c) {
         if (sample) sl_server_observe_latency(w, sl_clock_mono_ns() - t0);
         if (draining) c->close_after = true;
     }
+    if (c->kind == SL_KIND_RESP) sl_resp_batch_flush(c); /* its keys are in rbuf */
     if (off > 0) {
         memmove(c->rbuf, c->rbuf + off, c->rlen - off);
         c->rlen -= off;

@@ -414,9 +414,10 @@ static sl_worker *worker_create(sl_server *s, unsigned id, char *err, size_t err
     sl_worker *w = calloc(1, sizeof(*w));
     if (w == NULL) goto oom;
     w->met = calloc(1, sizeof(*w->met));
+    w->rbatch = sl_resp_batch_create();
     w->pmax = SL_PENDING_MAX;
     w->body_buf = malloc(s->opt.http_limits.max_body + 1);
-    if (w->met == NULL || w->body_buf == NULL) goto oom;
+    if (w->met == NULL || w->body_buf == NULL || w->rbatch == NULL) goto oom;
     w->srv = s;
     w->id = id;
     if (sl_loop_init(&w->loop) != 0) {
@@ -447,6 +448,7 @@ fail:
         sl_loop_deinit(&w->loop);
         free(w->met);
         free(w->body_buf);
+        sl_resp_batch_destroy(w->rbatch);
         free(w);
     }
     return NULL;
@@ -457,6 +459,7 @@ static void worker_destroy(sl_worker *w) {
     sl_loop_deinit(&w->loop);
     free(w->met);
     free(w->body_buf);
+    sl_resp_batch_destroy(w->rbatch);
     free(w);
 }
 

@@ -188,6 +188,7 @@ typedef struct sl_worker {
     unsigned nflushq;
     sl_conn *dead;            /* connections closed this turn, freed by sl_worker_reap */
     void *lane;               /* the store's handle for this thread (store.h) */
+    struct sl_resp_batch *rbatch; /* pipelined RESP checks (resp_cmds.c) */
     struct sl_pending *pfree, *pchunks; /* the continuation pool (pending.c) */
     size_t pcount, pmax, nparked;
     struct sl_pending *ready, *ready_tail; /* answers arrived, to finish this turn */
@@ -311,6 +312,14 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
 
 /* resp_cmds.c */
 void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd);
+/* Pipelined SL.CHECK/SL.PEEK of one read, decided together: take adds a command (false:
+ * not batchable, handle it in its place after a flush); flush decides and answers what
+ * was taken (before anything else is written, and before the read buffer moves). */
+typedef struct sl_resp_batch sl_resp_batch;
+sl_resp_batch *sl_resp_batch_create(void);
+void sl_resp_batch_destroy(sl_resp_batch *b);
+bool sl_resp_batch_take(sl_conn *c, const sl_resp_cmd *cmd);
+void sl_resp_batch_flush(sl_conn *c);
 
 /* cell.c */
 void sl_cell_init(sl_cell_cache *cc);

@@ -46,6 +46,11 @@ static void m_reset(void *lane, const sl_sitem *items, size_t n, sluice_time now
     cb(ud, first, first == SLUICE_OK ? &r : NULL);
 }
 
+static int m_decide_batch(void *lane, const sluice_item *items, size_t n, sluice_time now,
+                          sluice_result *out) {
+    return sluice_decide_batch(lane, items, n, now, out);
+}
+
 const sl_store_ops sl_memory_ops = {
     .name = "memory",
     .immediate = true,
@@ -55,4 +60,5 @@ const sl_store_ops sl_memory_ops = {
     .release = m_release,
     .reset = m_reset,
     .claim = NULL,
+    .decide_batch = m_decide_batch,
 };

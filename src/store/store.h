@@ -83,6 +83,12 @@ typedef struct sl_store_ops {
      * 1 the first time anywhere, 0 after. NULL when tokens are this process's own. */
     void (*claim)(void *lane, uint64_t id, unsigned op, int64_t ttl_ns, sluice_time now,
                  sl_store_cb cb, void *ud);
+    /* Optional (NULL: none): n independent one-item decisions (group 0, no flags, no
+     * limit override) in order, answered at once into out[]; returns how many were
+     * decided (k < n: item k failed with the error sluice_decide_batch describes). For
+     * pipelined requests: the store can overlap their memory accesses. */
+    int (*decide_batch)(void *lane, const sluice_item *items, size_t n, sluice_time now,
+                        sluice_result *out);
 } sl_store_ops;
 
 /* The memory store (lane: the sluice_store). */

@@ -185,3 +185,51 @@ def test_settle_over_resp(server):
     assert c.command("SL.SETTLE", d["token"], 30) == "OK"
     assert as_dict(c.command("SL.PEEK", "tokens", "u1"))["remaining"] == 970  # 70 refunded
     assert isinstance(c.command("SL.SETTLE", d["token"], "x"), RespError)
+
+
+def bulk(*args):
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+def test_pipelined_checks_answered_in_order_and_exact(server):
+    """Pipelined SL.CHECKs are decided together (one pass over the store): their answers
+    come back in order, exact as one by one, interleaved with everything else in its
+    place: other commands, peeks, errors, a key that repeats, several read buffers."""
+    c = server.resp()
+    pipeline = []
+    expect = []
+    for i in range(60):  # the api bucket holds 20: the 21st check of one key is refused
+        pipeline.append(bulk(b"SL.CHECK", b"api", b"same"))
+        expect.append(("check", i < 20))
+        if i % 7 == 3:
+            pipeline.append(bulk(b"PING"))
+            expect.append(("ping", None))
+        if i % 11 == 5:
+            pipeline.append(bulk(b"SL.PEEK", b"api", b"same"))
+            expect.append(("peek", None))
+        if i == 30:
+            pipeline.append(bulk(b"SL.CHECK", b"api", b"other", b"COST", b"-1"))
+            expect.append(("error", None))
+            pipeline.append(bulk(b"SL.CHECK", b"api", b"other", b"COST", b"3"))
+            expect.append(("check3", True))
+    c.send_raw(b"".join(pipeline))
+    remaining_seen = []
+    for kind, allowed in expect:
+        r = c.read()
+        if kind == "ping":
+            assert r == "PONG"
+        elif kind == "error":
+            assert isinstance(r, RespError), r
+        else:
+            d = as_dict(r)
+            if kind == "peek":
+                remaining_seen.append(d["remaining"])
+            elif kind == "check3":
+                assert d["allowed"] in (1, True) and d["remaining"] == 17, d
+            else:
+                assert bool(d["allowed"]) is allowed, (d, allowed)
+    # peeks saw the remaining at their place in the pipeline (never taking anything)
+    assert remaining_seen == sorted(remaining_seen, reverse=True), remaining_seen
+    d = as_dict(c.command("SL.PEEK", "api", "same"))
+    assert d["remaining"] == 0
+    c.close()
