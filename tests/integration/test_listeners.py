@@ -101,7 +101,15 @@ def test_silent_clients_do_not_lock_out_admin_or_new_clients():
     try:
         for _ in range(40):  # fill the data listeners with clients that never send a byte
             socks.append(socket.create_connection(("127.0.0.1", srv.http_port), timeout=5))
-        time.sleep(0.2)
+
+        def held():  # every silent client accepted (a loaded machine may lag behind connect)
+            m = requests.get(srv.admin + "/metrics", timeout=5,
+                             headers={"Authorization": "Bearer s3cret-one"}).text
+            return any(l.startswith("sluice_connections ") and float(l.split()[1]) >= 40 for l in m.splitlines())
+        deadline = time.time() + 10
+        while not held() and time.time() < deadline:
+            time.sleep(0.05)
+        assert held()
         # the admin listener has its own budget
         t0 = time.time()
         assert requests.get(srv.admin + "/healthz", timeout=2).status_code == 200

@@ -223,17 +223,35 @@ def test_reload_between_submission_and_answer(redis):
 
 # ---- store requests per decision -----------------------------------------------------
 
-def test_admitted_decision_is_one_call(redis):
-    """Five windows of three policies on a single node: one EVALSHA per decision."""
+def test_admitted_decision_is_one_call(redis, pb):
+    """Five windows of three policies on a single node: one EVALSHA per decision, on
+    HTTP, RESP and gRPC (an Envoy rule and a limit override in one request too)."""
     srv = serve(redis, cfg())
+    cl = Client(pb, srv)
     try:
         s = requests.Session()
         assert auth(s, srv, "/multi/a", "u", tenant="t").status_code == 200  # scripts loaded
         before = evalsha_calls(redis)
         for _ in range(20):
             assert auth(s, srv, "/multi/a", "u", tenant="t").status_code == 200
-        assert evalsha_calls(redis) - before == 20
+        http = evalsha_calls(redis) - before
+        c = srv.resp()
+        before = evalsha_calls(redis)
+        for _ in range(20):
+            d = as_dict(c.command("SL.CHECKREQ", "PATH", "/multi/a", "HEADER", "x-key", "u",
+                                  "HEADER", "x-tenant", "t"))
+            assert d["allowed"] == 1
+        resp = evalsha_calls(redis) - before
+        c.close()
+        before = evalsha_calls(redis)
+        for i in range(20):
+            r = cl.check("rl", [[("k", "g%d" % (i % 2))], {"entries": [("o", "y")], "limit": (100, MINUTE)}])
+            assert r.overall_code == OK
+        grpc = evalsha_calls(redis) - before
+        print("EVALSHA per admitted decision: HTTP %.2f, RESP %.2f, gRPC %.2f" % (http / 20, resp / 20, grpc / 20))
+        assert (http, resp, grpc) == (20, 20, 20)
     finally:
+        cl.close()
         srv.stop()
     srv.assert_clean()
 
