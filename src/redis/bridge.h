@@ -14,15 +14,19 @@
 
 typedef struct sl_redis_worker sl_redis_worker;
 
-/* url: "redis://h:p[?time=local&timeout_ms=N&lease=N]", "redis-cluster://h:p,h:p" or
- * "" / "redis:" to use addr + cluster from the config file; time_local is the config's
- * `store.time: local` (a URL's ?time= overrides it); test_clock forces caller time (the
- * scripts then follow the test clock). Returns SLUICE_OK or SLUICE_EINVAL. */
+/* url: any store URL of redis.h (redis://, rediss://, unix://, redis-cluster://,
+ * redis-sentinel://...) or "" / "redis:" to use addr + cluster from the config file;
+ * conn: the config file's credentials, TLS and sentinel settings (may be NULL);
+ * time_local is the config's `store.time: local` (a URL's ?time= overrides it);
+ * test_clock forces caller time (the scripts then follow the test clock). Returns
+ * SLUICE_OK or SLUICE_EINVAL (err never repeats the URL or a credential). */
+struct sl_redis_conn_cfg;
 int sl_redis_bridge_config(const char *url, const char *addr, bool cluster, int64_t timeout_ns,
-                           const char *secret, bool time_local, bool test_clock, char *err,
-                           size_t errlen);
+                           const char *secret, bool time_local, bool test_clock,
+                           const struct sl_redis_conn_cfg *conn, char *err, size_t errlen);
 bool sl_redis_bridge_enabled(void);
 bool sl_redis_bridge_default_secret(void);
+/* What the store connects to, for the start-up line: never a credential. */
 const char *sl_redis_bridge_seeds(void);
 
 /* In the worker's thread: its client (NULL when the store is not Redis), on a private loop
@@ -69,7 +73,11 @@ int sl_redis_bridge_claim_async(void *ctx, uint64_t id, unsigned bit, int64_t tt
 
 /* Every worker's client connected with its breaker closed (true when not Redis). */
 bool sl_redis_bridge_ready(void);
-/* Prometheus text of the summed counters into buf; returns bytes written. */
+/* Prometheus text of the summed counters and the per-node gauges into buf; returns bytes
+ * written. */
 int sl_redis_bridge_metrics(char *buf, size_t cap);
+/* One line per node that is not up ("redis 127.0.0.1:6379 down: <Redis's error>"), for
+ * a readiness body; returns bytes written ("" when every node is up). No credential. */
+int sl_redis_bridge_health(char *buf, size_t cap);
 
 #endif

@@ -417,11 +417,10 @@ static void worker_destroy(sl_worker *w) {
 static int open_store(sl_server *s, const sl_settings *st, char *err, size_t errlen) {
     const char *url = s->opt.store_url;
     if (url[0] == '\0') url = st->store.type == SL_STORE_MEMORY ? "memory:" : "redis:";
-    if (strncmp(url, "redis://", 8) == 0 || strncmp(url, "redis-cluster://", 16) == 0 ||
-        strcmp(url, "redis:") == 0) {
+    if (sl_redis_url_is_redis(url) || strcmp(url, "redis:") == 0) {
         if (sl_redis_bridge_config(url, st->store.redis_addr, st->store.type == SL_STORE_REDIS_CLUSTER,
                                    st->store.redis_timeout_ns, st->store.redis_key_secret,
-                                   st->store.redis_time_local, s->opt.test_clock,
+                                   st->store.redis_time_local, s->opt.test_clock, &st->store.redis,
                                    err, errlen) != 0)
             return -1;
         if (sl_redis_bridge_default_secret())
@@ -430,7 +429,7 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
                             "that issued them (set one secret shared by every instance)\n");
         else /* tokens any instance can verify, single use claimed in Redis */
             sl_engine_tokens_shared(st->store.redis_key_secret, strlen(st->store.redis_key_secret));
-        fprintf(stderr, "sluice serve: redis store %s\n", sl_redis_bridge_seeds());
+        fprintf(stderr, "sluice serve: %s\n", sl_redis_bridge_seeds()); /* no credentials */
         /* the memory store still holds the limiter registry; decisions go to Redis */
         int e = 0;
         s->store = sluice_store_create(NULL, &e);
@@ -441,8 +440,9 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
         return 0;
     }
     if (strncmp(url, "memory:", 7) != 0) {
-        snprintf(err, errlen, "unknown store '%s' (expected memory:, redis://HOST:PORT or "
-                 "redis-cluster://HOST:PORT[,HOST:PORT...])", url);
+        /* only the scheme: the rest may hold a password */
+        snprintf(err, errlen, "unknown store '%.*s' (expected memory:, redis://, rediss://, unix://, "
+                 "redis-cluster:// or redis-sentinel://; see docs/redis.md)", (int)strcspn(url, ":/@"), url);
         return -1;
     }
     sluice_store_options so = {0};
