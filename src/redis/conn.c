@@ -410,8 +410,18 @@ static void tls_fail(sl_conn *c, int ret, const char *when) {
         return;
     }
     if (e == SSL_ERROR_SYSCALL) {
+        int saved = errno;
         ssl_first_err(why, sizeof(why));
-        if (!why[0]) snprintf(why, sizeof(why), "%s", errno ? strerror(errno) : "connection closed");
+        /* a server that refuses us (no client certificate) sends an alert and resets: a
+         * write then fails with ECONNRESET while the alert, which says why, waits unread */
+        if (!why[0] && strcmp(when, "write") == 0) {
+            char b[256];
+            ERR_clear_error();
+            int r2 = SSL_read(c->ssl, b, sizeof(b));
+            if (r2 <= 0 && SSL_get_error(c->ssl, r2) == SSL_ERROR_SSL) ssl_first_err(why, sizeof(why));
+            ERR_clear_error();
+        }
+        if (!why[0]) snprintf(why, sizeof(why), "%s", saved ? strerror(saved) : "connection closed");
     } else if (e == SSL_ERROR_ZERO_RETURN) {
         fail(c, SL_CONN_EIO, "connection closed by the server");
         return;
