@@ -266,6 +266,8 @@ static bool breaker_allows(sl_redis *r) {
 
 /* ---- connections (conn.c) ---------------------------------------------------------- */
 
+static void refresh_topology(sl_redis *r, bool force);
+
 static void node_log(sl_redis_node *nd, const char *line) {
     sl_redis *r = nd->r;
     if (r->o.log != NULL) r->o.log(r->o.log_ud, line);
@@ -328,6 +330,9 @@ static void on_conn_state(void *owner, sl_conn *c, bool up, sl_conn_why why, con
     nd->c = NULL;
     sl_conn_close(c);
     node_down(nd);
+    /* in a cluster, a lost node may have been failed over: ask a live one for the map
+     * (and again at each reconnection attempt, see node_connect) */
+    if (r->o.cluster) refresh_topology(r, false);
     /* behind sentinels: whatever went wrong with the primary, ask where it is now */
     if (r->sen != NULL && nd->idx == 0 && !r->switching) sl_sentinel_refresh(r->sen);
 }
@@ -344,8 +349,6 @@ static void queue_script_load(sl_redis_node *nd) {
     size_t len[3] = {6, 4, nd->r->script_len};
     sl_conn_command(nd->c, on_script_load, NULL, 3, argv, len);
 }
-
-static void refresh_topology(sl_redis *r, bool force);
 
 /* Starts a non-blocking connection (its handshake queued by conn.c); SCRIPT LOAD is
  * queued first so every EVALSHA sent on this connection finds the script (NOSCRIPT
@@ -476,20 +479,23 @@ static void on_shards(void *owner, redisReply *rep, void *priv) {
 static void refresh_topology(sl_redis *r, bool force) {
     int64_t t = mono_now();
     if (!force && (r->topo_pending || t - r->topo_at < 100 * SLUICE_NS_PER_MS)) return;
+    /* a node that is up answers now; a connecting one may be the one that died */
+    int pick = -1;
     for (int i = 0; i < r->nnodes; i++) {
-        sl_redis_node *nd = &r->nodes[i];
-        if (nd->c == NULL) continue;
-        r->topo_pending = true;
-        r->topo_at = t;
-        if (r->tls != NULL) {
-            ask_slots(nd);
-            return;
-        }
-        static const char *const argv[2] = {"CLUSTER", "SHARDS"};
-        static const size_t lens[2] = {7, 6};
-        if (sl_conn_command(nd->c, on_shards, NULL, 2, argv, lens) != 0) r->topo_pending = false;
+        if (r->nodes[i].c == NULL) continue;
+        if (pick < 0 || (r->nodes[i].state == 2 && r->nodes[pick].state != 2)) pick = i;
+    }
+    if (pick < 0) return;
+    sl_redis_node *nd = &r->nodes[pick];
+    r->topo_pending = true;
+    r->topo_at = t;
+    if (r->tls != NULL) {
+        ask_slots(nd);
         return;
     }
+    static const char *const argv[2] = {"CLUSTER", "SHARDS"};
+    static const size_t lens[2] = {7, 6};
+    if (sl_conn_command(nd->c, on_shards, NULL, 2, argv, lens) != 0) r->topo_pending = false;
 }
 
 /* ---- local over-limit cache ------------------------------------------------------- */
