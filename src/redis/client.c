@@ -1439,6 +1439,7 @@ void sl_redis_destroy(sl_redis *r) {
         sl_loop_del(r->loop, &r->tio);
         close(r->tfd);
     }
+    sl_conn_reap();
     sl_conn_tls_destroy(r->tls);
     pthread_mutex_destroy(&r->hmu);
     free(r->cache);
@@ -1460,6 +1461,7 @@ bool sl_redis_ready(const sl_redis *r) {
  * the loop sleeps. conn.c arms EPOLLOUT when a turn's first command is queued, so a
  * caller that never flushes still gets its commands sent (one turn later). */
 void sl_redis_flush(sl_redis *r) {
+    sl_conn_reap(); /* the turn is over: what it closed can go */
     for (int i = 0; i < r->nnodes; i++) {
         sl_redis_node *nd = &r->nodes[i];
         if (nd->c != NULL && nd->state == 2) sl_conn_flush(nd->c);
@@ -1728,11 +1730,17 @@ int sl_redis_wait(sl_redis *r, sl_redis_issue_fn issue, const void *arg, sluice_
     if (rc != SLUICE_OK) return rc;
     sl_redis_flush(r);
     int64_t until = mono_now() + 2 * r->o.timeout_ns + 50 * SLUICE_NS_PER_MS;
-    while (!w.done && mono_now() < until) sl_loop_poll(r->loop, 1);
+    while (!w.done && mono_now() < until) {
+        sl_loop_poll(r->loop, 1);
+        sl_conn_reap();
+    }
     return w.done ? w.rc : SLUICE_ESTORE;
 }
 
 void sl_redis_run(sl_redis *r, int ms) {
     int64_t until = mono_now() + (int64_t)ms * SLUICE_NS_PER_MS;
-    while (mono_now() < until) sl_loop_poll(r->loop, 2);
+    while (mono_now() < until) {
+        sl_loop_poll(r->loop, 2);
+        sl_conn_reap();
+    }
 }

@@ -86,7 +86,13 @@ struct sl_conn {
     char host[256];        /* the name TLS checks when no server_name is set */
     char peer[SL_REDIS_UNIX_MAX + 16]; /* "host:port" or the path, for messages */
     char secret[SL_REDIS_PASS_MAX]; /* to scrub an echo out of error texts */
+    struct sl_conn *next_dead;
 };
+
+/* Closed connections of this thread, freed by sl_conn_reap. Why not free at once: the
+ * loop's current batch of events may still name one (another connection's callback
+ * closed it, e.g. the sentinel moving the primary), and its sl_io lives inside it. */
+static __thread sl_conn *g_dead;
 
 /* ---- TLS context -------------------------------------------------------------------- */
 
@@ -247,15 +253,33 @@ static void update_events(sl_conn *c) {
     want(c, ev);
 }
 
+/* Releases everything but the struct, which waits in g_dead (see there). */
 static void conn_free(sl_conn *c) {
     if (c->in_loop) sl_loop_del(c->loop, &c->io);
+    c->in_loop = false;
     if (c->ssl) SSL_free(c->ssl);
+    c->ssl = NULL;
     if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
     if (c->rd) redisReaderFree(c->rd);
+    c->rd = NULL;
     free(c->out);
     free(c->q);
+    c->out = NULL;
+    c->q = NULL;
+    c->qn = c->olen = c->ooff = 0;
     memset(c->secret, 0, sizeof(c->secret));
-    free(c);
+    c->closed = true;
+    c->next_dead = g_dead;
+    g_dead = c;
+}
+
+void sl_conn_reap(void) {
+    while (g_dead != NULL) {
+        sl_conn *c = g_dead;
+        g_dead = c->next_dead;
+        free(c);
+    }
 }
 
 /* Leaves one of our entry points: a close asked for inside it happens now. */
@@ -553,6 +577,7 @@ static void tls_start(sl_conn *c, sl_conn_tls *t, const char *host) {
 
 static void conn_io(void *ud, uint32_t ev) {
     sl_conn *c = ud;
+    if (c->closed) return; /* an event of this batch for a connection closed in it */
     c->depth++;
     if (c->st == ST_CONNECTING) {
         int e = 0;
@@ -669,6 +694,7 @@ sl_conn *sl_conn_open(sl_loop *loop, const sl_conn_opts *o, void *owner, sl_conn
     return c;
 fail:
     conn_free(c);
+    sl_conn_reap(); /* (never in the loop: nothing can name it) */
     return NULL;
 }
 

@@ -71,8 +71,13 @@ void sl_conn_flush(sl_conn *c);
 /* Fails the connection now (a timeout the owner measured, a protocol surprise): pending
  * callbacks get NULL, then the DOWN event. */
 void sl_conn_fail(sl_conn *c, sl_conn_why why, const char *msg);
-/* No callback after this; freed at once or when the callback running now returns. */
+/* No callback after this; its socket is closed at once or when the callback running now
+ * returns, its memory by the next sl_conn_reap. */
 void sl_conn_close(sl_conn *c);
+/* Frees the connections this thread closed. Call it where no batch of the loop is being
+ * dispatched (between sl_loop_poll calls): sl_redis_flush, sl_redis_run and sl_redis_wait
+ * do. */
+void sl_conn_reap(void);
 bool sl_conn_is_up(const sl_conn *c);
 /* Commands queued but not yet written (tests). */
 size_t sl_conn_unsent(const sl_conn *c);

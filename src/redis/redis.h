@@ -282,7 +282,8 @@ int sl_redis_reset(sl_redis *r, const sluice_item *items, size_t n, sluice_time 
                    void *ud);
 
 /* Sends the commands queued during this loop turn now (call before the loop sleeps;
- * without it they go out on the next EPOLLOUT). */
+ * without it they go out on the next EPOLLOUT), and frees the connections the turn
+ * closed: call it between loop turns, never from a callback of r's loop. */
 void sl_redis_flush(sl_redis *r);
 
 /* For tests and tools: decide and run the loop until the answer (or 2 s) arrives. */
