@@ -253,8 +253,8 @@ static size_t render_nodes(char *buf, size_t cap) {
     }
     size_t off = 0;
     static const char *const head[3] = {
-        "# HELP sluice_redis_node_up 1 when every worker is connected to this Redis node (role: node, "
-        "primary behind sentinels, or the sentinel in use).\n# TYPE sluice_redis_node_up gauge\n",
+        ("# HELP sluice_redis_node_up 1 when every worker is connected to this Redis node (role: node, "
+         "primary behind sentinels, or the sentinel in use).\n# TYPE sluice_redis_node_up gauge\n"),
         "# TYPE sluice_redis_node_auth_failures_total counter\n",
         "# TYPE sluice_redis_node_tls_failures_total counter\n"};
     for (int part = 0; part < 3; part++) {

@@ -184,7 +184,7 @@ static int option(ctx *x, const char *k, const char *ke, const char *v, const ch
     key[kl] = '\0';
     if (v == NULL) return bad(x, ke, "option '%s' needs a value (expected %s=...)", key, key);
     if (decode(x, v, ve, val, sizeof(val), "option value") != SLUICE_OK) return SLUICE_EINVAL;
-    unsigned long n;
+    unsigned long n = 0;
     bool b;
 #define IS(s) (strcmp(key, s) == 0)
     if (IS("time")) {
@@ -305,7 +305,7 @@ int sl_redis_url_parse(const char *url, sl_redis_opts *o, char *err, size_t errl
             pp++; /* '/' */
             const char *seg_end = memchr(pp, '/', (size_t)(main_end - pp));
             if (seg_end == NULL) seg_end = main_end;
-            unsigned long n;
+            unsigned long n = 0;
             if (sc->kind == K_SENTINEL) {
                 if (seg_end == pp) return bad(&x, pp, "missing primary name (expected .../mymaster)");
                 if (decode(&x, pp, seg_end, o->master, sizeof(o->master), "primary name") != SLUICE_OK)
