@@ -73,13 +73,17 @@ done
 # TLS: the same client, the same server and depths, over TLS (verification on)
 tls_url="rediss://127.0.0.1:$tport?tls_ca_file=$work/ca.crt"
 for d in $depths; do
-  plain="" tls=""
+  plain="" tls="" pcpu="" tcpu=""
   for _ in $(seq "$reps"); do
-    plain="$plain $("$work/redis_bench" "$port" "$secs" "$d" admit | grep -o '[0-9]* decisions/s' | cut -d' ' -f1)"
-    tls="$tls $("$work/redis_bench" "$tls_url" "$secs" "$d" admit | grep -o '[0-9]* decisions/s' | cut -d' ' -f1)"
+    line=$("$work/redis_bench" "$port" "$secs" "$d" admit)
+    plain="$plain $(echo "$line" | grep -o '[0-9]* decisions/s' | cut -d' ' -f1)"
+    pcpu="$pcpu $(echo "$line" | grep -o '[0-9.]* us client CPU' | cut -d' ' -f1)"
+    line=$("$work/redis_bench" "$tls_url" "$secs" "$d" admit)
+    tls="$tls $(echo "$line" | grep -o '[0-9]* decisions/s' | cut -d' ' -f1)"
+    tcpu="$tcpu $(echo "$line" | grep -o '[0-9.]* us client CPU' | cut -d' ' -f1)"
   done
-  mp=$(echo "$plain" | median) mt=$(echo "$tls" | median)
-  python3 -c "p=float('$mp'); t=float('$mt'); print(f'depth {$d:>3}: sluice over TLS {t:8.0f} decisions/s, plain TCP {p:8.0f}   TLS/plain {t/p:.2f}x   (runs: TLS$tls; plain$plain)')"
+  mp=$(echo "$plain" | median) mt=$(echo "$tls" | median) cp=$(echo "$pcpu" | median) ct=$(echo "$tcpu" | median)
+  python3 -c "p=float('$mp'); t=float('$mt'); cp=float('$cp'); ct=float('$ct'); print(f'depth {$d:>3}: sluice over TLS {t:8.0f} decisions/s ({ct:.2f} us client CPU each), plain TCP {p:8.0f} ({cp:.2f} us)   TLS/plain {t/p:.2f}x   (runs: TLS$tls; plain$plain)')"
 done
 naive=$(redis-benchmark -p "$port" -c 32 -P 1 -n "$((n / 2))" -r 10000 -q EVAL "$body" "${args[@]}" | rb_rate)
 echo "naive: one EVAL with the script body per request (32 conns, no pipelining): $naive req/s"

@@ -5,9 +5,12 @@
  * missing one is a config error with line:col; no message ever contains a password.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -49,15 +52,20 @@ static void get_password(sl__ctx *cx, const sl_ynode *map, const char *what, cha
     } else if (f != NULL) {
         const char *path = sl__get_str(cx, f, "password_file");
         if (path == NULL) return;
-        FILE *fp = fopen(path, "r");
-        if (fp == NULL) {
-            sl__err(cx, f, "cannot read password_file '%.200s': %s", path, strerror(errno));
+        /* a regular file only: a FIFO or a device would block or never end */
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            sl__err(cx, f, "cannot read password_file '%.200s': %s", path,
+                    fd < 0 ? strerror(errno) : "not a regular file");
+            if (fd >= 0) close(fd);
             return;
         }
         char buf[SECRET_FILE_MAX];
-        size_t n = fread(buf, 1, sizeof(buf), fp);
+        ssize_t got = read(fd, buf, sizeof(buf));
+        close(fd);
+        size_t n = got > 0 ? (size_t)got : 0;
         bool more = n == sizeof(buf);
-        fclose(fp);
         if (n > 0 && buf[n - 1] == '\n') n--;
         if (n > 0 && buf[n - 1] == '\r') n--;
         if (more || n >= cap) {

@@ -104,6 +104,8 @@ static void password_sources(void) {
            "4:17: environment variable SLUICE_TEST_NOT_SET_X (password_env) is not set");
     err_is("store:\n  type: redis\n  addr: h:1\n  password_file: /nonexistent/pw\n",
            "4:18: cannot read password_file '/nonexistent/pw'");
+    err_is("store:\n  type: redis\n  addr: h:1\n  password_file: /dev/zero\n", "not a regular file");
+    err_is("store:\n  type: redis\n  addr: h:1\n  password_file: /tmp\n", "not a regular file");
     snprintf(store, sizeof(store), "store:\n  type: redis\n  addr: h:1\n  password: x\n  password_file: %s\n", path);
     err_is(store, "5:18: store: give one of password, password_file or password_env");
     /* a file of two lines is not a password (the message shows neither line) */
