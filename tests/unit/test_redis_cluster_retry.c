@@ -4,7 +4,8 @@
  * split between the old and the new owner is retried with a bounded backoff inside its
  * deadline, and answered once the migration completes (the state moved with the keys);
  * decisions that run out of time fail as store errors without opening the breaker, so
- * other slots keep being decided.
+ * other slots keep being decided; CLUSTERDOWN (a slot nobody serves) is retried the same
+ * way and the decision is answered once the slot is served again.
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -215,6 +216,53 @@ out:
     sl_loop_deinit(&loop);
 }
 
+static void clusterdown_then_answered(void) {
+    sl_loop loop;
+    sl_loop_init(&loop);
+    sl_redis *rd = client(&loop, 2 * SLUICE_NS_PER_S);
+    T_CHECK(rd != NULL);
+    if (rd == NULL) return;
+    const sl_redis_stats *st = sl_redis_stats_get(rd);
+    sluice_clock *clk = sluice_clock_create_manual(INT64_C(1764000000000000000));
+    sluice_item it = {lim[0], "down", 4, 1};
+    sluice_decision d;
+    T_EQ_I(sl_redis_decide_sync(rd, &it, 1, sluice_clock_now(clk), &d), SLUICE_OK);
+    char k0[SL_REDIS_KEY_MAX];
+    size_t l0 = sl_redis_key(&sk, lim[0], "down", 4, k0);
+    unsigned slot = sl_redis_keyslot(k0, l0);
+    int a = owner_of(slot);
+    T_CHECK(a >= 0);
+    if (a < 0) goto out;
+    /* the owner stops serving the slot: the cluster is down (full coverage) */
+    T_CHECK(ok_reply(rt_cmd(ports[a], "CLUSTER DELSLOTS %u", slot)));
+    wait_t w = {0};
+    sluice_clock_advance(clk, SLUICE_NS_PER_MS);
+    T_EQ_I(sl_redis_decide(rd, &it, 1, sluice_clock_now(clk), on_answer, &w), SLUICE_OK);
+    sl_redis_flush(rd);
+    for (int i = 0; i < 100 && atomic_load(&st->clusterdown) < 1; i++) sl_loop_poll(&loop, 2);
+    T_CHECK(atomic_load(&st->clusterdown) >= 1);
+    T_CHECK(!w.done);
+    T_CHECK(ok_reply(rt_cmd(ports[a], "CLUSTER ADDSLOTS %u", slot)));
+    for (int i = 0; i < 1000 && !w.done; i++) sl_loop_poll(&loop, 2);
+    T_CHECK(w.done);
+    T_EQ_I(w.rc, SLUICE_OK);
+    T_EQ_I(w.d.allowed, 1);
+    T_EQ_U(w.d.results[0].remaining, 98);
+    T_EQ_U(atomic_load(&st->breaker_open), 0);
+    printf("     CLUSTERDOWN %llu, retries %llu, then answered\n", (unsigned long long)atomic_load(&st->clusterdown),
+           (unsigned long long)atomic_load(&st->cluster_retries));
+    for (int i = 0; i < 500; i++) { /* the cluster agrees again before the next test */
+        bool ok = true;
+        for (int k = 0; k < 3; k++) ok = ok && cluster_ok(ports[k]);
+        if (ok) break;
+        rt_sleep_ms(10);
+    }
+out:
+    sl_redis_destroy(rd);
+    sluice_clock_destroy(clk);
+    sl_loop_deinit(&loop);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     int err = 0;
@@ -231,6 +279,7 @@ int main(void) {
     }
     T_RUN(tryagain_then_answered);
     T_RUN(tryagain_out_of_time_keeps_breaker_closed);
+    T_RUN(clusterdown_then_answered);
     for (int i = 0; i < 2; i++) sluice_limiter_destroy(lim[i]);
     rt_kill_all();
     return T_DONE();
