@@ -264,10 +264,16 @@ static size_t render_nodes(char *buf, size_t cap) {
         for (int m = 0; m < n; m++) {
             const char *role = all[m].role ? "sentinel" : g_opts.sentinel ? "primary" : "node";
             uint64_t v = part == 0 ? !all[m].down : part == 1 ? all[m].h.auth_failures : all[m].h.tls_failures;
+            char label[2 * sizeof(all[m].h.addr)], *p = label; /* Prometheus label escapes */
+            for (const char *a = all[m].h.addr; *a; a++) {
+                if (*a == '"' || *a == '\\' || *a == '\n') *p++ = '\\';
+                *p++ = *a == '\n' ? 'n' : *a;
+            }
+            *p = '\0';
             w = snprintf(buf + off, cap - off, "%s{node=\"%s\",role=\"%s\"} %llu\n",
                          part == 0 ? "sluice_redis_node_up" : part == 1 ? "sluice_redis_node_auth_failures_total"
                                                                         : "sluice_redis_node_tls_failures_total",
-                         all[m].h.addr, role, (unsigned long long)v);
+                         label, role, (unsigned long long)v);
             if (w < 0 || (size_t)w >= cap - off) break;
             off += (size_t)w;
         }
