@@ -71,6 +71,7 @@ struct sl_conn {
     SSL *ssl;
     size_t tls_wlen;       /* an SSL_write to repeat with this length (0: none) */
     bool tls_write_wants_read;
+    bool tls_read_wants_write; /* (TLS may need to send before it can read more) */
     redisReader *rd;
     char *out;
     size_t olen, ooff, ocap;
@@ -249,7 +250,7 @@ static void update_events(sl_conn *c) {
     uint32_t ev = EPOLLIN;
     if (c->st == ST_CONNECTING) ev |= EPOLLOUT;
     else if (c->st == ST_TLS) ev = c->events; /* set by the handshake step */
-    else if (c->ooff < writable_end(c) && !c->tls_write_wants_read) ev |= EPOLLOUT;
+    else if ((c->ooff < writable_end(c) && !c->tls_write_wants_read) || c->tls_read_wants_write) ev |= EPOLLOUT;
     want(c, ev);
 }
 
@@ -465,11 +466,13 @@ static void do_read(sl_conn *c) {
             ERR_clear_error();
             errno = 0;
             int r = SSL_read(c->ssl, buf, sizeof(buf));
+            c->tls_read_wants_write = false;
             if (r <= 0) {
                 int e = SSL_get_error(c->ssl, r);
                 if (e == SSL_ERROR_WANT_READ) return;
-                if (e == SSL_ERROR_WANT_WRITE) { /* renegotiation-like: wait until writable */
-                    want(c, EPOLLIN | EPOLLOUT);
+                if (e == SSL_ERROR_WANT_WRITE) { /* read again once writable */
+                    c->tls_read_wants_write = true;
+                    update_events(c);
                     return;
                 }
                 tls_fail(c, r, "read");
@@ -597,7 +600,7 @@ static void conn_io(void *ud, uint32_t ev) {
     } else if (c->st == ST_TLS) {
         tls_step(c);
     } else if (c->st != ST_FAILED) {
-        if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP)) do_read(c);
+        if ((ev & (EPOLLIN | EPOLLERR | EPOLLHUP)) || (c->tls_read_wants_write && (ev & EPOLLOUT))) do_read(c);
         if (c->st != ST_FAILED && !c->closed && (ev & EPOLLOUT)) do_write(c);
         else if (c->st != ST_FAILED && !c->closed && c->tls_write_wants_read) do_write(c);
     }
