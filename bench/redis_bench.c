@@ -4,7 +4,8 @@
  * turn pipelines what the previous turn's replies released. Modes: "admit" (10,000 keys
  * with a high GCRA limit: every decision is one EVALSHA) and "reject" (one over-limit
  * key: answered by the local cache, counting the EVALSHAs that still went out).
- * usage: redis_bench PORT SECONDS INFLIGHT admit|reject
+ * usage: redis_bench PORT|URL SECONDS INFLIGHT admit|reject   (a URL such as
+ * rediss://127.0.0.1:6380?tls_ca_file=ca.crt measures the same client over TLS)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,10 +42,9 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: redis_bench PORT SECONDS INFLIGHT admit|reject\n");
+        fprintf(stderr, "usage: redis_bench PORT|URL SECONDS INFLIGHT admit|reject\n");
         return 2;
     }
-    int port = atoi(argv[1]);
     double secs = atof(argv[2]);
     long inflight = atol(argv[3]);
     int reject = strcmp(argv[4], "reject") == 0;
@@ -52,13 +52,27 @@ int main(int argc, char **argv) {
     sl_loop_init(&loop);
     sl_redis_opts o;
     sl_redis_opts_default(&o);
-    snprintf(o.seeds, sizeof(o.seeds), "127.0.0.1:%d", port);
+    if (strstr(argv[1], "://") != NULL) {
+        char err[200];
+        if (sl_redis_url_parse(argv[1], &o, err, sizeof(err)) != SLUICE_OK) {
+            fprintf(stderr, "redis_bench: bad URL: %s\n", err);
+            return 2;
+        }
+    } else {
+        snprintf(o.seeds, sizeof(o.seeds), "127.0.0.1:%d", atoi(argv[1]));
+    }
     o.timeout_ns = 500 * SLUICE_NS_PER_MS;
     o.max_pending = 4096;
     int err = 0;
     sl_redis *r = sl_redis_create(&loop, &o, &err);
     if (r == NULL) return 1;
     for (int i = 0; i < 200 && !sl_redis_ready(r); i++) sl_redis_run(r, 10);
+    if (!sl_redis_ready(r)) {
+        sl_redis_node_health h;
+        sl_redis_health(r, &h, 1);
+        fprintf(stderr, "redis_bench: not connected: %s\n", h.last_error);
+        return 1;
+    }
     sluice_limit_spec sp = {.algo = SLUICE_GCRA, .name = "bench", .limit = reject ? 10 : 1000000000,
                             .period_ns = reject ? 3600 * SLUICE_NS_PER_S : SLUICE_NS_PER_S};
     sluice_limiter *lim = sluice_limiter_create(&sp, &err, NULL, 0);

@@ -4,7 +4,9 @@
 # with the same script and arguments, redis-benchmark sending EVALSHA on one connection
 # at the same pipeline depth (the ceiling), and a naive client sending one EVAL with the
 # script body per request (32 connections, no pipelining); then rejected traffic on an
-# over-limit key (EVALSHA per decision: ~0).
+# over-limit key (EVALSHA per decision: ~0). The same redis-server also listens with TLS
+# (certificates made here with openssl): the client over TLS against the client over
+# plain TCP, same depths, back to back, as a ratio.
 # Depths 32, 64 and 128 in flight; each pair runs back to back, REPS times (medians), so
 # both sides see the same machine. Both are closed loops: a batch returns before the
 # next one leaves, so the client's own CPU per batch shows up as Redis idle time.
@@ -25,10 +27,20 @@ trap cleanup EXIT
 cc=${CC:-gcc}
 "$cc" -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I "$root/include" -I "$root/src" -I "$root/src/core" \
   -I "$root/src/algo" -o "$work/redis_bench" "$here/redis_bench.c" "$build/libsluice_srv.a" \
-  "$build/libsluice.a" $(pkg-config --libs hiredis) $(pkg-config --libs libnghttp2 libprotobuf-c 2>/dev/null) \
+  "$build/libsluice.a" $(pkg-config --libs hiredis openssl) $(pkg-config --libs libnghttp2 libprotobuf-c 2>/dev/null) \
   -lyaml -ljansson -lpthread -lm
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-(cd "$work" && exec redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null) &
+tport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+(cd "$work" && set -e
+ k() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out "$1" 2>/dev/null; }
+ k ca.key; openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj /CN=bench-ca 2>/dev/null
+ k server.key; openssl req -new -key server.key -out server.csr -subj /CN=localhost 2>/dev/null
+ printf 'subjectAltName=IP:127.0.0.1\n' >server.ext
+ openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 \
+   -extfile server.ext 2>/dev/null)
+(cd "$work" && exec redis-server --port "$port" --tls-port "$tport" --tls-cert-file server.crt \
+   --tls-key-file server.key --tls-ca-cert-file ca.crt --tls-auth-clients no --bind 127.0.0.1 --save '' \
+   --appendonly no >/dev/null) &
 pid=$!
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*'), $reps reps of ${secs}s per case"
@@ -57,6 +69,21 @@ for d in $depths; do
   python3 -c "o=float('$mo'); r=float('$mr'); print(f'depth {$d:>3}: sluice {o:8.0f} decisions/s ({float(\"$mc\"):.2f} us client CPU each)   redis-benchmark EVALSHA {r:8.0f} req/s   ratio {o/r:.2f}x   (runs: sluice$ours; redis-benchmark$rbs)')"
   best_ours=$(python3 -c "print(max(float('$best_ours'), float('$mo')))")
   best_rb=$(python3 -c "print(max(float('$best_rb'), float('$mr')))")
+done
+# TLS: the same client, the same server and depths, over TLS (verification on)
+tls_url="rediss://127.0.0.1:$tport?tls_ca_file=$work/ca.crt"
+for d in $depths; do
+  plain="" tls="" pcpu="" tcpu=""
+  for _ in $(seq "$reps"); do
+    line=$("$work/redis_bench" "$port" "$secs" "$d" admit)
+    plain="$plain $(echo "$line" | grep -o '[0-9]* decisions/s' | cut -d' ' -f1)"
+    pcpu="$pcpu $(echo "$line" | grep -o '[0-9.]* us client CPU' | cut -d' ' -f1)"
+    line=$("$work/redis_bench" "$tls_url" "$secs" "$d" admit)
+    tls="$tls $(echo "$line" | grep -o '[0-9]* decisions/s' | cut -d' ' -f1)"
+    tcpu="$tcpu $(echo "$line" | grep -o '[0-9.]* us client CPU' | cut -d' ' -f1)"
+  done
+  mp=$(echo "$plain" | median) mt=$(echo "$tls" | median) cp=$(echo "$pcpu" | median) ct=$(echo "$tcpu" | median)
+  python3 -c "p=float('$mp'); t=float('$mt'); cp=float('$cp'); ct=float('$ct'); print(f'depth {$d:>3}: sluice over TLS {t:8.0f} decisions/s ({ct:.2f} us client CPU each), plain TCP {p:8.0f} ({cp:.2f} us)   TLS/plain {t/p:.2f}x   (runs: TLS$tls; plain$plain)')"
 done
 naive=$(redis-benchmark -p "$port" -c 32 -P 1 -n "$((n / 2))" -r 10000 -q EVAL "$body" "${args[@]}" | rb_rate)
 echo "naive: one EVAL with the script body per request (32 conns, no pipelining): $naive req/s"

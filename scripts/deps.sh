@@ -23,7 +23,7 @@ TEST_PKGS="$BUILD_PKGS curl openssl redis-server redis-tools redis-sentinel ngin
   haproxy caddy prometheus librsvg2-bin debhelper dpkg-dev fakeroot systemd man-db
   python3-pytest python3-redis python3-requests python3-grpcio python3-grpc-tools
   python3-prometheus-client python3-yaml valgrind nghttp2-client"
-BENCH_PKGS="$RUN_PKGS python3 curl redis-server redis-tools nginx-light haproxy wrk nghttp2-client"
+BENCH_PKGS="$RUN_PKGS python3 curl openssl redis-server redis-tools nginx-light haproxy wrk nghttp2-client"
 FUZZ_PKGS="$BUILD_PKGS clang libclang-rt-14-dev"
 
 # What the same purposes need in words, for systems without apt (the names are Debian's;

@@ -268,6 +268,12 @@ bool sl__check_fields(sl__ctx *cx, const sl_ynode *map, const char *what,
 /* Reports every repeated key of a mapping (linear time); false when there is one. */
 bool sl__check_dups(sl__ctx *cx, const sl_ynode *map, const char *what);
 bool sl__get_bool(sl__ctx *cx, const sl_ynode *n, bool *out);
+/* store_redis.c: the Redis store's connection fields of the `store:` section */
+#define SL_STORE_REDIS_FIELDS "username", "password", "password_file", "password_env", "db", "tls", "sentinel"
+void sl__parse_store_redis(sl__ctx *cx, const sl_ynode *n, sl_settings *st);
+/* store_redis.c: the Redis store's connection fields of the `store:` section */
+#define SL_STORE_REDIS_FIELDS "username", "password", "password_file", "password_env", "db", "tls", "sentinel"
+void sl__parse_store_redis(struct sl__ctx *cx, const sl_ynode *n, sl_settings *st);
 bool sl__get_u64(sl__ctx *cx, const sl_ynode *n, uint64_t max, uint64_t *out);
 const char *sl__get_str(sl__ctx *cx, const sl_ynode *n, const char *what);
 /* Reads one window (a `limits:` entry) of `algo` into w; returns false on an error. */

@@ -1133,7 +1133,7 @@ static void copy_str(sl__ctx *cx, const sl_ynode *n, const char *what, char *out
 static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     static const char *const f[] = {"type", "max_keys", "on_full", "shards", "snapshot",
                                     "addr", "timeout", "key_secret", "time", "max_tokens",
-                                    "unready_when_down", NULL};
+                                    "unready_when_down", SL_STORE_REDIS_FIELDS, NULL};
     if (!sl__check_fields(cx, n, "store", f) && n->kind != SL_YMAP) return;
     const sl_ynode *x = sl__get(n, "type");
     if (x != NULL) {
@@ -1149,7 +1149,8 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     }
     bool mem = st->store.type == SL_STORE_MEMORY;
     static const char *const memf[] = {"max_keys", "on_full", "shards", "snapshot", NULL};
-    static const char *const redf[] = {"addr", "timeout", "key_secret", "time", "unready_when_down", NULL};
+    static const char *const redf[] = {"addr", "timeout", "key_secret", "time", "unready_when_down",
+                                       SL_STORE_REDIS_FIELDS, NULL};
     const char *const *wrong = mem ? redf : memf;
     for (size_t i = 0; wrong[i]; i++)
         if ((x = sl__get(n, wrong[i])) != NULL)
@@ -1190,9 +1191,11 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
         }
     }
     if (!mem) {
-        if ((x = sl__get(n, "addr")) == NULL)
-            sl__err(cx, n, "a redis store needs addr (expected addr: 127.0.0.1:6379)");
-        else if (!is_scalar(x) || !addr_ok(x->s) || x->len >= SL_ADDR_MAX)
+        sl__parse_store_redis(cx, n, st); /* credentials, tls, sentinel (store_redis.c) */
+        if ((x = sl__get(n, "addr")) == NULL) {
+            if (!st->store.redis.sentinel_master[0])
+                sl__err(cx, n, "a redis store needs addr (expected addr: 127.0.0.1:6379)");
+        } else if (!is_scalar(x) || !addr_ok(x->s) || x->len >= SL_ADDR_MAX)
             sl__err(cx, x, "bad redis address '%.60s' (expected host:port)",
                     is_scalar(x) ? x->s : "");
         else

@@ -50,6 +50,26 @@ typedef enum sl_store_type {
     SL_STORE_REDIS_CLUSTER = 2
 } sl_store_type;
 
+/* The Redis store's connection settings (store: username, password, password_file,
+ * password_env, db, tls: {...}, sentinel: {...}; parsed by store_redis.c). Passwords
+ * from a file or an environment variable are read when the config is loaded; none of
+ * these is ever printed. */
+typedef struct sl_redis_conn_cfg {
+    char username[128];
+    char password[256];         /* "" = none */
+    unsigned db;
+    bool tls;                   /* a tls section is present: connect with TLS */
+    bool tls_insecure;          /* tls.verify: false */
+    char tls_ca_file[SL_PATH_MAX];
+    char tls_cert_file[SL_PATH_MAX];
+    char tls_key_file[SL_PATH_MAX];
+    char tls_server_name[256];
+    char sentinel_master[128];  /* "" = no sentinel */
+    char sentinel_addrs[512];   /* "h:p,h:p" */
+    char sentinel_username[128];
+    char sentinel_password[256];
+} sl_redis_conn_cfg;
+
 /* The server's settings, all parsed and validated by the loader (an empty address
  * means "listener disabled"). Defaults are the values documented in docs/config.md. */
 typedef struct sl_settings {
@@ -76,6 +96,7 @@ typedef struct sl_settings {
         bool unready_when_down;     /* redis: /readyz answers 503 while the store is down and
                                        a policy fails closed (default: degraded, still 200) */
         uint64_t max_tokens;        /* outstanding settle/release tokens; 0 = SL_TOKENS_DEFAULT */
+        sl_redis_conn_cfg redis;    /* redis: credentials, TLS, sentinel */
     } store;
 } sl_settings;
 

@@ -1,16 +1,17 @@
 /*
  * client.c -- the Redis store's client: one per worker, bound to the worker's sl_loop.
- * Each node gets one hiredis async connection attached through a small adapter (the hooks
- * map onto sl_loop_add/mod/del); commands issued during one loop turn are written
- * together on the next writable event, so concurrent decisions share round trips.
+ * Each node gets one connection of conn.c (our socket, TLS, handshake; hiredis's reply
+ * reader); commands issued during one loop turn are written together (sl_redis_flush,
+ * or the next writable event), so concurrent decisions share round trips. With
+ * sentinels, node 0 is the primary sentinel.c reports.
  * A decision is split by cluster slot into groups, one EVALSHA each; replies are decoded
  * into the C algorithms' results. Failure handling: a deadline per decision (a timerfd
  * in the same loop), a circuit breaker over consecutive failures, reconnection with
  * exponential backoff, MOVED/ASK/NOSCRIPT recovery, every degraded answer counted.
  *
- * Allocation: requests live in a fixed pool created with the client; hiredis allocates
- * per command (its output buffer growth and one callback node) and per reply (the reply
- * tree), which we cannot avoid without replacing hiredis.
+ * Allocation: requests live in a fixed pool created with the client; a connection's
+ * output buffer and callback FIFO grow to the deepest pipeline seen and are reused;
+ * hiredis's reader allocates per reply (the reply tree).
  * Cross-slot decisions: every group consumes in its own call; if one rejects, the groups
  * that admitted are refunded by a second call. Between the two calls (one round trip) the
  * refunded units look consumed to other decisions (under-admission, never over-admission);
@@ -18,8 +19,8 @@
  * window or bucket refills on its own.
  */
 #include <errno.h>
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,12 +31,20 @@
 
 #include "algo/algo.h"
 #include "algo/limiter.h"
+#include "redis/conn.h"
 #include "redis/redis.h"
+#include "redis/sentinel.h"
 #include "store/decision.h"
 #include "store/group.h"
 
 #define MAX_NODES 64
 #define MAX_REDIRECTS 5
+/* TRYAGAIN / CLUSTERDOWN (a slot migrating, a failover in the cluster): the call goes
+ * again after 1, 2, 4, 8, 16, 32 ms... while the decision's deadline allows, then fails
+ * as an error without counting toward the breaker (Redis answered; the cluster is busy). */
+#define MAX_RETRIES 10
+#define RETRY_MIN_NS (1 * SLUICE_NS_PER_MS)
+#define RETRY_SLOTS 256
 #define MAX_RANGES 4096
 /* A decision that timed out waits this long for the replies still in flight, to undo
  * what Redis applied after the caller had its answer; beyond it they are forgotten. */
@@ -55,18 +64,26 @@ typedef struct sl_redis_node sl_redis_node;
 struct sl_redis_node {
     sl_redis *r;
     int idx;
-    char host[SL_REDIS_HOST_MAX];
+    char host[SL_REDIS_HOST_MAX]; /* "" with a sentinel until the primary is known */
     int port;
-    redisAsyncContext *ac;
-    sl_io io;
-    uint32_t events;
-    bool in_loop;
-    bool unsent;          /* commands appended since the last flush */
+    sl_conn *c;           /* NULL when down */
     int state;            /* 0 down, 1 connecting, 2 up */
     int64_t retry_at;     /* down: next connection attempt (local monotonic ns) */
     int64_t connect_by;   /* connecting: give up then */
     int64_t backoff;
+    unsigned attempt;     /* connection attempts (rotates over a name's addresses) */
+    bool logged;          /* its last error was logged (its recovery will be too) */
+    /* health, written by the owner thread under r->hmu, read by anyone under it */
+    char err[200];
+    uint64_t auth_failures, tls_failures;
 };
+
+typedef struct retry_ent {
+    struct rq *q;
+    uint32_t gen;
+    uint8_t g;
+    int64_t at;
+} retry_ent;
 
 typedef struct rq_item {
     const sluice_limiter *lim;
@@ -190,6 +207,13 @@ struct sl_redis {
     sl_redis_stats st;
     _Atomic bool ready; /* every node up and the breaker closed (read by other threads) */
     char last_error[128];
+    sl_conn_tls *tls;        /* TLS context shared by the nodes (NULL: plain) */
+    sl_sentinel *sen;        /* with sentinels: finds node 0's address */
+    pthread_mutex_t hmu;     /* node addresses, states and errors for sl_redis_health */
+    _Atomic int nnodes_pub;  /* nodes visible to sl_redis_health */
+    retry_ent retries[RETRY_SLOTS]; /* groups waiting to be sent again (TRYAGAIN...) */
+    unsigned nretries;
+    bool switching;          /* node 0 is being moved to the primary the sentinel named */
 };
 
 static void update_ready(sl_redis *r) {
@@ -214,47 +238,6 @@ static int64_t mono_now(void) {
 void sl_redis_opts_default(sl_redis_opts *o) {
     memset(o, 0, sizeof(*o));
     snprintf(o->seeds, sizeof(o->seeds), "127.0.0.1:6379");
-}
-
-int sl_redis_parse_url(const char *url, sl_redis_opts *o) {
-    const char *rest;
-    if (strncmp(url, "redis://", 8) == 0) o->cluster = false, rest = url + 8;
-    else if (strncmp(url, "redis-cluster://", 16) == 0) o->cluster = true, rest = url + 16;
-    else return SLUICE_EINVAL;
-    size_t n = strlen(rest);
-    while (n > 0 && rest[n - 1] == '/') n--;
-    if (n == 0 || n >= sizeof(o->seeds)) return SLUICE_EINVAL;
-    /* options after '?': time=local|redis, timeout_ms=N */
-    const char *q = memchr(rest, '?', n);
-    size_t hn = q ? (size_t)(q - rest) : n;
-    if (hn == 0 || memchr(rest, ':', hn) == NULL) return SLUICE_EINVAL;
-    memcpy(o->seeds, rest, hn);
-    o->seeds[hn] = '\0';
-    while (q != NULL && (size_t)(q - rest) < n) {
-        const char *p = q + 1, *end = rest + n;
-        const char *amp = memchr(p, '&', (size_t)(end - p));
-        size_t l = (size_t)((amp ? amp : end) - p);
-        if (l == 10 && memcmp(p, "time=local", 10) == 0) o->time_mode = SL_REDIS_TIME_CALLER;
-        else if (l == 10 && memcmp(p, "time=redis", 10) == 0) o->time_mode = SL_REDIS_TIME_SERVER;
-        else if (l > 6 && memcmp(p, "lease=", 6) == 0) {
-            unsigned long v = 0;
-            for (size_t k = 6; k < l; k++) {
-                if (p[k] < '0' || p[k] > '9' || v > 1000000) return SLUICE_EINVAL;
-                v = v * 10 + (unsigned long)(p[k] - '0');
-            }
-            o->lease_slice = (unsigned)v;
-        } else if (l > 11 && memcmp(p, "timeout_ms=", 11) == 0) {
-            long ms = 0;
-            for (size_t k = 11; k < l; k++) {
-                if (p[k] < '0' || p[k] > '9' || ms > 100000) return SLUICE_EINVAL;
-                ms = ms * 10 + (p[k] - '0');
-            }
-            if (ms <= 0) return SLUICE_EINVAL;
-            o->timeout_ns = ms * SLUICE_NS_PER_MS;
-        } else return SLUICE_EINVAL;
-        q = amp;
-    }
-    return SLUICE_OK;
 }
 
 /* ---- timer ------------------------------------------------------------------------ */
@@ -299,53 +282,21 @@ static bool breaker_allows(sl_redis *r) {
     return true;
 }
 
-/* ---- adapter: hiredis hooks onto sl_loop ------------------------------------------- */
+/* ---- connections (conn.c) ---------------------------------------------------------- */
 
-static void node_io(void *ud, uint32_t ev);
+static void refresh_topology(sl_redis *r, bool force);
 
-static void ev_update(sl_redis_node *nd, uint32_t want) {
-    if (nd->ac == NULL) return;
-    if (want == nd->events && nd->in_loop) return;
-    nd->io.fd = nd->ac->c.fd;
-    nd->io.cb = node_io;
-    nd->io.ud = nd;
-    if (!nd->in_loop) {
-        if (sl_loop_add(nd->r->loop, &nd->io, want) == 0) nd->in_loop = true;
-    } else {
-        sl_loop_mod(nd->r->loop, &nd->io, want);
-    }
-    nd->events = want;
+static void node_log(sl_redis_node *nd, const char *line) {
+    sl_redis *r = nd->r;
+    if (r->o.log != NULL) r->o.log(r->o.log_ud, line);
 }
-
-static void ev_add_read(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events | EPOLLIN); }
-static void ev_del_read(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events & ~(uint32_t)EPOLLIN); }
-static void ev_add_write(void *p) {
-    sl_redis_node *nd = p;
-    nd->unsent = true;
-    ev_update(nd, nd->events | EPOLLOUT);
-}
-static void ev_del_write(void *p) { sl_redis_node *nd = p; ev_update(nd, nd->events & ~(uint32_t)EPOLLOUT); }
-
-static void ev_cleanup(void *p) {
-    sl_redis_node *nd = p;
-    if (nd->in_loop) sl_loop_del(nd->r->loop, &nd->io);
-    nd->in_loop = false;
-    nd->events = 0;
-    nd->ac = NULL;
-}
-
-static void node_io(void *ud, uint32_t ev) {
-    sl_redis_node *nd = ud;
-    if (nd->ac != NULL && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))) redisAsyncHandleRead(nd->ac);
-    if (nd->ac != NULL && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) redisAsyncHandleWrite(nd->ac);
-}
-
-/* ---- connections ------------------------------------------------------------------ */
 
 static void node_down(sl_redis_node *nd) {
     if (nd->state == 0) return;
-    nd->state = 0;
     sl_redis *r = nd->r;
+    pthread_mutex_lock(&r->hmu);
+    nd->state = 0;
+    pthread_mutex_unlock(&r->hmu);
     nd->backoff = nd->backoff == 0 ? r->o.backoff_min_ns : nd->backoff * 2;
     if (nd->backoff > r->o.backoff_max_ns) nd->backoff = r->o.backoff_max_ns;
     nd->retry_at = mono_now() + nd->backoff;
@@ -353,68 +304,92 @@ static void node_down(sl_redis_node *nd) {
     update_ready(r);
 }
 
-static void on_connect(const redisAsyncContext *ac, int status) {
-    sl_redis_node *nd = ac->data;
-    if (nd == NULL) return;
-    if (status != REDIS_OK) {
-        node_down(nd);
+/* Keeps why a node failed (for the metrics and readiness), counts it by cause, and logs
+ * it when it differs from what was logged last (every reconnection would repeat it). */
+static void node_error(sl_redis_node *nd, sl_conn_why why, const char *msg) {
+    sl_redis *r = nd->r;
+    pthread_mutex_lock(&r->hmu);
+    bool same = strncmp(nd->err, msg, sizeof(nd->err) - 1) == 0;
+    snprintf(nd->err, sizeof(nd->err), "%.199s", msg);
+    if (why == SL_CONN_EAUTH) nd->auth_failures++;
+    if (why == SL_CONN_ETLS) nd->tls_failures++;
+    pthread_mutex_unlock(&r->hmu);
+    if (why == SL_CONN_EAUTH) inc(&r->st.auth_failures);
+    else if (why == SL_CONN_ETLS) inc(&r->st.tls_failures);
+    else if (nd->state != 2) inc(&r->st.connect_failures);
+    snprintf(r->last_error, sizeof(r->last_error), "%.127s", msg);
+    if (!same || !nd->logged) node_log(nd, msg);
+    nd->logged = true;
+}
+
+static void on_conn_state(void *owner, sl_conn *c, bool up, sl_conn_why why, const char *msg) {
+    sl_redis_node *nd = owner;
+    sl_redis *r = nd->r;
+    if (c != nd->c) return;
+    if (up) {
+        pthread_mutex_lock(&r->hmu);
+        nd->state = 2;
+        nd->err[0] = '\0';
+        pthread_mutex_unlock(&r->hmu);
+        nd->backoff = 0;
+        inc(&r->st.reconnects);
+        if (nd->logged) {
+            char line[200];
+            snprintf(line, sizeof(line), "%s:%d: connected", nd->host[0] ? nd->host : r->o.unix_path, nd->port);
+            node_log(nd, line);
+            nd->logged = false;
+        }
+        /* a fresh connection closes the breaker (failures count again from zero) */
+        r->open_until = 0, r->half_open = false, r->fails = 0;
+        update_ready(r);
         return;
     }
-    nd->state = 2;
-    nd->backoff = 0;
-    inc(&nd->r->st.reconnects);
-    /* a fresh connection closes the breaker (failures count again from zero) */
-    nd->r->open_until = 0, nd->r->half_open = false, nd->r->fails = 0;
-    update_ready(nd->r);
+    node_error(nd, why, msg);
+    nd->c = NULL;
+    sl_conn_close(c);
+    node_down(nd);
+    /* in a cluster, a lost node may have been failed over: ask a live one for the map
+     * (and again at each reconnection attempt, see node_connect) */
+    if (r->o.cluster) refresh_topology(r, false);
+    /* behind sentinels: whatever went wrong with the primary, ask where it is now */
+    if (r->sen != NULL && nd->idx == 0 && !r->switching) sl_sentinel_refresh(r->sen);
 }
 
-static void on_disconnect(const redisAsyncContext *ac, int status) {
-    (void)status;
-    sl_redis_node *nd = ac->data;
-    if (nd != NULL) node_down(nd);
-}
-
-static void on_script_load(redisAsyncContext *ac, void *reply, void *priv) {
+static void on_script_load(void *owner, redisReply *rep, void *priv) {
     (void)priv;
-    redisReply *rep = reply;
-    sl_redis_node *nd = ac->data;
-    if (nd != NULL && rep != NULL && rep->type == REDIS_REPLY_ERROR)
+    sl_redis_node *nd = owner;
+    if (rep != NULL && rep->type == REDIS_REPLY_ERROR)
         snprintf(nd->r->last_error, sizeof(nd->r->last_error), "SCRIPT LOAD: %.100s", rep->str);
 }
 
 static void queue_script_load(sl_redis_node *nd) {
     const char *argv[3] = {"SCRIPT", "LOAD", nd->r->script};
     size_t len[3] = {6, 4, nd->r->script_len};
-    redisAsyncCommandArgv(nd->ac, on_script_load, NULL, 3, argv, len);
+    sl_conn_command(nd->c, on_script_load, NULL, 3, argv, len);
 }
 
-static void refresh_topology(sl_redis *r, bool force);
-
-/* Starts a non-blocking connection; SCRIPT LOAD is queued first so every EVALSHA sent
- * on this connection finds the script (NOSCRIPT stays possible after SCRIPT FLUSH). */
+/* Starts a non-blocking connection (its handshake queued by conn.c); SCRIPT LOAD is
+ * queued first so every EVALSHA sent on this connection finds the script (NOSCRIPT
+ * stays possible after SCRIPT FLUSH). */
 static void node_connect(sl_redis_node *nd) {
     sl_redis *r = nd->r;
-    redisAsyncContext *ac = redisAsyncConnect(nd->host, nd->port);
-    if (ac == NULL || ac->err) {
-        if (ac) redisAsyncFree(ac);
-        nd->state = 1;
+    if (nd->host[0] == '\0' && r->o.unix_path[0] == '\0') { /* sentinel: no primary yet */
+        nd->retry_at = mono_now() + SLUICE_NS_PER_S;           /* (on_primary connects) */
+        return;
+    }
+    sl_conn_opts co = {.host = nd->host, .port = nd->port, .unix_path = r->o.unix_path, .attempt = nd->attempt++,
+                       .tls = r->tls, .username = r->o.username, .password = r->o.password, .db = r->o.db,
+                       .want_primary = r->o.sentinel};
+    char err[300];
+    pthread_mutex_lock(&r->hmu);
+    nd->state = 1;
+    pthread_mutex_unlock(&r->hmu);
+    nd->c = sl_conn_open(r->loop, &co, nd, on_conn_state, err, sizeof(err));
+    if (nd->c == NULL) {
+        node_error(nd, SL_CONN_EIO, err);
         node_down(nd);
         return;
     }
-    sl_redis_reader_guard(ac->c.reader);
-    nd->ac = ac;
-    ac->data = nd;
-    ac->ev.data = nd;
-    ac->ev.addRead = ev_add_read;
-    ac->ev.delRead = ev_del_read;
-    ac->ev.addWrite = ev_add_write;
-    ac->ev.delWrite = ev_del_write;
-    ac->ev.cleanup = ev_cleanup;
-    nd->events = 0;
-    nd->in_loop = false;
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    nd->state = 1;
     nd->connect_by = mono_now() + 4 * r->o.timeout_ns + 100 * SLUICE_NS_PER_MS;
     arm(r, nd->connect_by);
     queue_script_load(nd);
@@ -426,14 +401,46 @@ static int node_find(sl_redis *r, const char *host, int port, bool create) {
         if (r->nodes[i].port == port && strcmp(r->nodes[i].host, host) == 0) return i;
     if (!create || r->nnodes >= MAX_NODES || strlen(host) >= SL_REDIS_HOST_MAX) return -1;
     sl_redis_node *nd = &r->nodes[r->nnodes];
+    pthread_mutex_lock(&r->hmu);
     memset(nd, 0, sizeof(*nd));
     nd->r = r;
     nd->idx = r->nnodes;
     snprintf(nd->host, sizeof(nd->host), "%s", host);
     nd->port = port;
     r->nnodes++;
+    atomic_store(&r->nnodes_pub, r->nnodes);
+    pthread_mutex_unlock(&r->hmu);
     node_connect(nd);
     return nd->idx;
+}
+
+/* ---- sentinel: node 0 follows the primary ------------------------------------------- */
+
+/* The sentinel reports where the primary is: a new address replaces node 0's (its
+ * connection is failed: pending calls fail now, the breaker is reset by the new
+ * connection) and is connected at once. */
+static void on_primary(void *ud, const char *host, int port) {
+    sl_redis *r = ud;
+    sl_redis_node *nd = &r->nodes[0];
+    bool same = nd->port == port && strcmp(nd->host, host) == 0;
+    if (same && nd->state != 0) return;
+    if (!same) {
+        if (nd->host[0]) inc(&r->st.failovers);
+        if (nd->c != NULL) {
+            char why[160];
+            snprintf(why, sizeof(why), "the primary moved to %.64s:%d", host, port);
+            r->switching = true; /* (no need to ask the sentinel again) */
+            sl_conn_fail(nd->c, SL_CONN_EIO, why); /* -> on_conn_state: closed, node down */
+            r->switching = false;
+        }
+        pthread_mutex_lock(&r->hmu);
+        snprintf(nd->host, sizeof(nd->host), "%s", host);
+        nd->port = port;
+        pthread_mutex_unlock(&r->hmu);
+        nd->backoff = 0;
+        nd->attempt = 0;
+    }
+    if (nd->c == NULL && (!same || mono_now() >= nd->retry_at)) node_connect(nd);
 }
 
 /* ---- topology --------------------------------------------------------------------- */
@@ -457,22 +464,25 @@ static void apply_topology(sl_redis *r, sl_redis_node *from, const redisReply *r
     inc(&r->st.topology);
 }
 
-static void on_slots(redisAsyncContext *ac, void *reply, void *priv) {
+static void on_slots(void *owner, redisReply *reply, void *priv) {
     (void)priv;
-    sl_redis_node *nd = ac->data;
-    if (nd == NULL) return;
+    sl_redis_node *nd = owner;
     nd->r->topo_pending = false;
     if (reply != NULL) apply_topology(nd->r, nd, reply, false);
 }
 
-static void on_shards(redisAsyncContext *ac, void *reply, void *priv) {
+static void ask_slots(sl_redis_node *nd) {
+    static const char *const argv[2] = {"CLUSTER", "SLOTS"};
+    static const size_t lens[2] = {7, 5};
+    if (sl_conn_command(nd->c, on_slots, NULL, 2, argv, lens) != 0) nd->r->topo_pending = false;
+}
+
+static void on_shards(void *owner, redisReply *rep, void *priv) {
     (void)priv;
-    sl_redis_node *nd = ac->data;
-    if (nd == NULL) return;
-    redisReply *rep = reply;
-    if (rep != NULL && rep->type == REDIS_REPLY_ERROR && nd->ac != NULL) {
+    sl_redis_node *nd = owner;
+    if (rep != NULL && rep->type == REDIS_REPLY_ERROR && nd->c != NULL) {
         /* before Redis 7: CLUSTER SHARDS is unknown, ask CLUSTER SLOTS */
-        redisAsyncCommand(nd->ac, on_slots, NULL, "CLUSTER SLOTS");
+        ask_slots(nd);
         return;
     }
     nd->r->topo_pending = false;
@@ -480,18 +490,30 @@ static void on_shards(redisAsyncContext *ac, void *reply, void *priv) {
 }
 
 /* Asks a connected (or connecting) node for the slot map, at most every 100 ms unless
- * forced. */
+ * forced. Over TLS, CLUSTER SLOTS: it answers each node's TLS port to a TLS client
+ * (tls-cluster), where CLUSTER SHARDS lists "port" and "tls-port" and Redis 7.0 fills
+ * them inconsistently; MOVED/ASK likewise name the port the client's kind of
+ * connection uses. */
 static void refresh_topology(sl_redis *r, bool force) {
     int64_t t = mono_now();
     if (!force && (r->topo_pending || t - r->topo_at < 100 * SLUICE_NS_PER_MS)) return;
+    /* a node that is up answers now; a connecting one may be the one that died */
+    int pick = -1;
     for (int i = 0; i < r->nnodes; i++) {
-        sl_redis_node *nd = &r->nodes[i];
-        if (nd->ac == NULL) continue;
-        r->topo_pending = true;
-        r->topo_at = t;
-        redisAsyncCommand(nd->ac, on_shards, NULL, "CLUSTER SHARDS");
+        if (r->nodes[i].c == NULL) continue;
+        if (pick < 0 || (r->nodes[i].state == 2 && r->nodes[pick].state != 2)) pick = i;
+    }
+    if (pick < 0) return;
+    sl_redis_node *nd = &r->nodes[pick];
+    r->topo_pending = true;
+    r->topo_at = t;
+    if (r->tls != NULL) {
+        ask_slots(nd);
         return;
     }
+    static const char *const argv[2] = {"CLUSTER", "SHARDS"};
+    static const size_t lens[2] = {7, 6};
+    if (sl_conn_command(nd->c, on_shards, NULL, 2, argv, lens) != 0) r->topo_pending = false;
 }
 
 /* ---- local over-limit cache ------------------------------------------------------- */
@@ -580,7 +602,7 @@ static rq *rq_of(sl_redis *r, void *priv, int *g) {
     return q;
 }
 
-static void on_group_reply(redisAsyncContext *ac, void *reply, void *priv);
+static void on_group_reply(void *owner, redisReply *rep, void *priv);
 static void late_reply(sl_redis *r, rq *q, int g, const redisReply *rep);
 
 static sl_redis_node *route(sl_redis *r, unsigned slot) {
@@ -612,11 +634,11 @@ static char *put_bulk_i(char *p, int64_t v) {
 }
 
 /* Sends group g of q to node nd (ASKING first when asked to). The EVALSHA is formatted
- * here as RESP and handed to hiredis whole, which appends it to the connection's output
- * buffer (written at the end of the loop turn by sl_redis_flush, or on EPOLLOUT).
+ * here as RESP and appended whole to the connection's output buffer (written at the end
+ * of the loop turn by sl_redis_flush, or on EPOLLOUT).
  * Returns false when the node cannot take commands now. */
 static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking) {
-    if (nd->ac == NULL) return false;
+    if (nd->c == NULL) return false;
     rq_group *gr = &q->g[g];
     char *p = r->cmd;
     *p++ = '*';
@@ -648,10 +670,10 @@ static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking
         p = put_bulk_i(p, it->sflags);
         for (int j = 0; j < 4; j++) p = put_bulk_i(p, it->p[j]);
     }
-    if (asking) redisAsyncCommand(nd->ac, NULL, NULL, "ASKING");
-    if (redisAsyncFormattedCommand(nd->ac, on_group_reply, priv_of(r, q, g), r->cmd, (size_t)(p - r->cmd)) !=
-        REDIS_OK)
-        return false;
+    static const char *const asking_argv[1] = {"ASKING"};
+    static const size_t asking_len[1] = {6};
+    if (asking && sl_conn_command(nd->c, NULL, NULL, 1, asking_argv, asking_len) != 0) return false;
+    if (sl_conn_send(nd->c, r->cmd, (size_t)(p - r->cmd), on_group_reply, priv_of(r, q, g)) != 0) return false;
     gr->sent = true;
     inc(&r->st.calls);
     return true;
@@ -901,18 +923,34 @@ static void group_fail(sl_redis *r, rq *q, int g) {
     if (--q->pending == 0) finish(r, q, SLUICE_ESTORE);
 }
 
-static void on_group_reply(redisAsyncContext *ac, void *reply, void *priv) {
-    sl_redis_node *nd = ac->data;
-    if (nd == NULL) return;
+/* Sends group g again after a pause that doubles with each try, if the decision's
+ * deadline leaves room for it (the timer sends it: see send_retries). */
+static bool retry_later(sl_redis *r, rq *q, int g) {
+    rq_group *gr = &q->g[g];
+    if (++gr->redirects > MAX_RETRIES || r->nretries >= RETRY_SLOTS) return false;
+    int shift = gr->redirects - 1 > 5 ? 5 : gr->redirects - 1;
+    int64_t at = mono_now() + (RETRY_MIN_NS << shift);
+    if (q->dl.list < 0 || at + RETRY_MIN_NS >= q->dl.deadline_ns) return false;
+    r->retries[r->nretries++] = (retry_ent){q, q->gen, (uint8_t)g, at};
+    arm(r, at);
+    return true;
+}
+
+static bool starts(const redisReply *rep, const char *s) {
+    size_t n = strlen(s);
+    return rep->len >= n && memcmp(rep->str, s, n) == 0;
+}
+
+static void on_group_reply(void *owner, redisReply *rep, void *priv) {
+    sl_redis_node *nd = owner;
     sl_redis *r = nd->r;
     int g;
     rq *q = rq_of(r, priv, &g);
     if (q != NULL && g < q->ngroups && q->g[g].late) {
-        late_reply(r, q, g, reply);
+        late_reply(r, q, g, rep);
         return;
     }
     if (q == NULL || g >= q->ngroups || q->g[g].done) return; /* timed out already */
-    redisReply *rep = reply;
     rq_group *gr = &q->g[g];
     if (rep == NULL) { /* connection lost */
         inc(&r->st.errors);
@@ -941,8 +979,25 @@ static void on_group_reply(redisAsyncContext *ac, void *reply, void *priv) {
             inc(&r->st.noscript);
             queue_script_load(nd);
             if (send_group(r, q, g, nd, false)) return;
-        } else if (rep->len >= 8 && memcmp(rep->str, "TRYAGAIN", 8) == 0) {
-            inc(&r->st.tryagain);
+        } else if (starts(rep, "TRYAGAIN") || starts(rep, "CLUSTERDOWN")) {
+            /* nothing was applied; the cluster is moving slots or electing: try again
+             * shortly, and if time runs out fail without counting toward the breaker */
+            inc(starts(rep, "TRYAGAIN") ? &r->st.tryagain : &r->st.clusterdown);
+            if (starts(rep, "CLUSTERDOWN")) refresh_topology(r, false);
+            if (retry_later(r, q, g)) return;
+            snprintf(r->last_error, sizeof(r->last_error), "%.120s", rep->str);
+            inc(&r->st.errors);
+            group_fail(r, q, g);
+            return;
+        } else if (r->sen != NULL && (starts(rep, "READONLY") || starts(rep, "MASTERDOWN"))) {
+            /* behind sentinels: this node is a replica now; find the primary (nothing
+             * was written: the script's first write was refused) */
+            sl_sentinel_refresh(r->sen);
+        } else if (starts(rep, "NOAUTH") || starts(rep, "NOPERM") || starts(rep, "WRONGPASS")) {
+            /* credentials changed under a live connection (ACL edited, password rotated) */
+            char msg[200];
+            snprintf(msg, sizeof(msg), "%.180s", rep->str);
+            if (nd->c != NULL) sl_conn_fail(nd->c, SL_CONN_EAUTH, msg);
         }
         snprintf(r->last_error, sizeof(r->last_error), "%.120s", rep->str);
         inc(&r->st.errors);
@@ -1359,6 +1414,30 @@ static void late_reply(sl_redis *r, rq *q, int g, const redisReply *rep) {
 
 /* ---- timer: deadlines, reconnection, connect timeouts ------------------------------- */
 
+/* Sends the groups whose TRYAGAIN/CLUSTERDOWN pause is over (to the slot's node now:
+ * the map may have changed meanwhile); returns the earliest pause still running. */
+static int64_t send_retries(sl_redis *r, int64_t t) {
+    int64_t next = 0;
+    for (unsigned i = 0; i < r->nretries;) {
+        retry_ent e = r->retries[i];
+        if (e.at > t) {
+            if (next == 0 || e.at < next) next = e.at;
+            i++;
+            continue;
+        }
+        r->retries[i] = r->retries[--r->nretries];
+        rq *q = e.q;
+        if (!q->busy || q->gen != e.gen || e.g >= q->ngroups || q->g[e.g].done || q->g[e.g].late) continue;
+        sl_redis_node *nd = route(r, q->g[e.g].slot);
+        inc(&r->st.cluster_retries);
+        if (nd->state == 0 || !send_group(r, q, e.g, nd, false)) {
+            inc(&r->st.node_down);
+            group_fail(r, q, e.g);
+        }
+    }
+    return next;
+}
+
 static void on_timer(void *ud, uint32_t ev) {
     (void)ev;
     sl_redis *r = ud;
@@ -1368,6 +1447,7 @@ static void on_timer(void *ud, uint32_t ev) {
     r->armed = 0;
     int64_t t = mono_now();
     lease_sweep(r, t);
+    int64_t next = send_retries(r, t); /* before the deadlines: a retry due sends first */
     sl_dnode *d;
     while ((d = sl_dlist_expired(&r->orphans, t)) != NULL) {
         rq *q = (rq *)((char *)d - offsetof(rq, dl));
@@ -1390,17 +1470,11 @@ static void on_timer(void *ud, uint32_t ev) {
         q->pending = 0;
         finish(r, q, SLUICE_ESTORE);
     }
-    int64_t next = 0;
     for (int i = 0; i < r->nnodes; i++) {
         sl_redis_node *nd = &r->nodes[i];
-        if (nd->state == 1 && nd->ac != NULL && t >= nd->connect_by) {
-            redisAsyncContext *ac = nd->ac;
-            ac->data = NULL; /* its callbacks now ignore this node */
-            redisAsyncFree(ac);
-            nd->ac = NULL;
-            node_down(nd);
-        }
-        if (nd->state == 0 && nd->ac == NULL && t >= nd->retry_at) node_connect(nd);
+        if (nd->state == 1 && nd->c != NULL && t >= nd->connect_by)
+            sl_conn_fail(nd->c, SL_CONN_EIO, "connect timed out"); /* -> on_conn_state: down */
+        if (nd->state == 0 && nd->c == NULL && t >= nd->retry_at) node_connect(nd);
         int64_t at = nd->state == 0 ? nd->retry_at : nd->state == 1 ? nd->connect_by : 0;
         if (at && (next == 0 || at < next)) next = at;
     }
@@ -1422,6 +1496,7 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
         e = SLUICE_ENOMEM;
         goto fail;
     }
+    pthread_mutex_init(&r->hmu, NULL);
     r->loop = loop;
     r->o = *o;
     r->tfd = -1;
@@ -1484,7 +1559,28 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
         e = SLUICE_EIO;
         goto fail;
     }
-    /* seeds: "h:p,h:p" */
+    if (r->o.tls.on) {
+        char msg[300];
+        r->tls = sl_conn_tls_create(&r->o.tls, msg, sizeof(msg));
+        if (r->tls == NULL) {
+            snprintf(r->last_error, sizeof(r->last_error), "%.127s", msg);
+            e = SLUICE_EINVAL;
+            goto fail;
+        }
+    }
+    if (r->o.unix_path[0] || r->o.sentinel) {
+        /* one node: the socket, or the primary (its address comes from the sentinel) */
+        node_find(r, "", 0, true);
+        if (r->o.sentinel) {
+            r->sen = sl_sentinel_create(loop, &r->o, r->tls, &r->hmu, on_primary, r);
+            if (r->sen == NULL) {
+                e = SLUICE_EINVAL;
+                goto fail;
+            }
+        }
+        return r;
+    }
+    /* seeds: "h:p,[v6]:p,..." */
     char buf[sizeof(r->o.seeds)];
     snprintf(buf, sizeof(buf), "%s", r->o.seeds);
     char *save = NULL;
@@ -1500,6 +1596,7 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
             e = SLUICE_EINVAL;
             goto fail;
         }
+        if (tok[0] == '[' && c[-1] == ']') tok++, c[-1] = '\0';
         node_find(r, tok, port, true);
         if (!r->o.cluster) break;
     }
@@ -1516,13 +1613,13 @@ fail:
 
 void sl_redis_destroy(sl_redis *r) {
     if (r == NULL) return;
+    sl_sentinel_destroy(r->sen);
+    r->sen = NULL;
     for (int i = 0; i < r->nnodes; i++) {
         sl_redis_node *nd = &r->nodes[i];
-        if (nd->ac != NULL) {
-            redisAsyncContext *ac = nd->ac;
-            ac->data = NULL;
-            redisAsyncFree(ac); /* pending callbacks run with NULL and are ignored */
-            nd->ac = NULL;
+        if (nd->c != NULL) {
+            sl_conn_close(nd->c); /* its pending callbacks are not called */
+            nd->c = NULL;
         }
     }
     /* decisions still in flight are answered (failed) so their owners can clean up */
@@ -1547,9 +1644,14 @@ void sl_redis_destroy(sl_redis *r) {
         sl_loop_del(r->loop, &r->tio);
         close(r->tfd);
     }
+    sl_conn_reap();
+    sl_conn_tls_destroy(r->tls);
+    pthread_mutex_destroy(&r->hmu);
     free(r->cache);
     free(r->leases);
     free(r->pool);
+    memset(r->o.password, 0, sizeof(r->o.password));
+    memset(r->o.sentinel_password, 0, sizeof(r->o.sentinel_password));
     free(r);
 }
 
@@ -1561,15 +1663,40 @@ bool sl_redis_ready(const sl_redis *r) {
 
 /* Writes what this loop turn queued on every connected node now, instead of in the
  * next turn's EPOLLOUT: one write per node per turn, and the round trip starts before
- * the loop sleeps. EPOLLOUT stays armed by hiredis until its buffer is empty, so a
+ * the loop sleeps. conn.c arms EPOLLOUT when a turn's first command is queued, so a
  * caller that never flushes still gets its commands sent (one turn later). */
 void sl_redis_flush(sl_redis *r) {
+    sl_conn_reap(); /* the turn is over: what it closed can go */
     for (int i = 0; i < r->nnodes; i++) {
         sl_redis_node *nd = &r->nodes[i];
-        if (!nd->unsent) continue;
-        nd->unsent = false;
-        if (nd->ac != NULL && nd->state == 2) redisAsyncHandleWrite(nd->ac);
+        if (nd->c != NULL && nd->state == 2) sl_conn_flush(nd->c);
     }
+}
+
+int sl_redis_health(const sl_redis *cr, sl_redis_node_health *out, int cap) {
+    sl_redis *r = (sl_redis *)cr;
+    int n = 0;
+    pthread_mutex_lock(&r->hmu);
+    int nn = atomic_load(&r->nnodes_pub);
+    for (int i = 0; i < nn && n < cap; i++) {
+        const sl_redis_node *nd = &r->nodes[i];
+        sl_redis_node_health *h = &out[n];
+        memset(h, 0, sizeof(*h));
+        if (r->o.unix_path[0]) snprintf(h->addr, sizeof(h->addr), "%s", r->o.unix_path);
+        else if (nd->host[0] == '\0') snprintf(h->addr, sizeof(h->addr), "primary '%.64s' (not known yet)", r->o.master);
+        else snprintf(h->addr, sizeof(h->addr), strchr(nd->host, ':') ? "[%s]:%d" : "%s:%d", nd->host, nd->port);
+        h->state = nd->state;
+        h->auth_failures = nd->auth_failures;
+        h->tls_failures = nd->tls_failures;
+        memcpy(h->last_error, nd->err, sizeof(h->last_error));
+        n++;
+    }
+    if (r->sen != NULL && n < cap) {
+        sl_sentinel_health(r->sen, &out[n]);
+        n++;
+    }
+    pthread_mutex_unlock(&r->hmu);
+    return n;
 }
 
 /* A decision certain to be rejected, answered without Redis: an enforced item's cost
@@ -1830,11 +1957,17 @@ int sl_redis_wait(sl_redis *r, sl_redis_issue_fn issue, const void *arg, sluice_
     if (rc != SLUICE_OK) return rc;
     sl_redis_flush(r);
     int64_t until = mono_now() + 2 * r->o.timeout_ns + 50 * SLUICE_NS_PER_MS;
-    while (!w.done && mono_now() < until) sl_loop_poll(r->loop, 1);
+    while (!w.done && mono_now() < until) {
+        sl_loop_poll(r->loop, 1);
+        sl_conn_reap();
+    }
     return w.done ? w.rc : SLUICE_ESTORE;
 }
 
 void sl_redis_run(sl_redis *r, int ms) {
     int64_t until = mono_now() + (int64_t)ms * SLUICE_NS_PER_MS;
-    while (mono_now() < until) sl_loop_poll(r->loop, 2);
+    while (mono_now() < until) {
+        sl_loop_poll(r->loop, 2);
+        sl_conn_reap();
+    }
 }

@@ -1,7 +1,9 @@
 /*
- * redis.h -- the Redis and Redis Cluster store: per-worker hiredis connections driven by
- * the worker's sl_loop, one Lua script (src/redis/lua: common + one file per algorithm +
- * main) called with EVALSHA, all limits of a decision that share a slot in one call.
+ * redis.h -- the Redis store (one node, a Redis Cluster, or a primary found through
+ * sentinels): per-worker connections (conn.c: our sockets and OpenSSL, hiredis's reply
+ * reader) driven by the worker's sl_loop, one Lua script (src/redis/lua: common + one
+ * file per algorithm + main) called with EVALSHA, all limits of a decision that share a
+ * slot in one call.
  * Invariants: Redis holds only keyed hashes of (limiter name, key) (never raw identities);
  * a decision that cannot be answered in time fails with SLUICE_ESTORE (the caller applies
  * its failure mode); nothing blocks the loop. Times: nanoseconds; deadlines on the
@@ -98,9 +100,39 @@ typedef enum sl_redis_time {
     SL_REDIS_TIME_CALLER = 1  /* the caller's sluice_time (time: local, tests) */
 } sl_redis_time;
 
+/* TLS settings (conn.c). Verification is on unless `insecure` (verify: false). */
+#define SL_REDIS_FILE_MAX 512
+typedef struct sl_redis_tls {
+    bool on;
+    bool insecure;            /* no certificate or name check (warned at start) */
+    char ca_file[SL_REDIS_FILE_MAX];   /* "" = the system's trust store */
+    char cert_file[SL_REDIS_FILE_MAX]; /* client certificate (mTLS), PEM, chain allowed */
+    char key_file[SL_REDIS_FILE_MAX];  /* its key; "" = in cert_file */
+    char server_name[256];    /* SNI and the name checked; "" = the host connected to */
+} sl_redis_tls;
+
+#define SL_REDIS_USER_MAX 128
+#define SL_REDIS_PASS_MAX 256
+#define SL_REDIS_UNIX_MAX 108 /* sun_path */
+
 typedef struct sl_redis_opts {
-    char seeds[512];          /* "host:port" or, for a cluster, "h:p,h:p,..." */
+    char seeds[512];          /* "host:port" or, for a cluster, "h:p,h:p,..."; IPv6 as
+                                 "[::1]:6379"; with `sentinel`, the sentinels */
     bool cluster;
+    /* ---- connection (conn.c, url.c, sentinel.c) ---- */
+    char unix_path[SL_REDIS_UNIX_MAX]; /* a unix socket instead of seeds (one node) */
+    char username[SL_REDIS_USER_MAX];  /* ACL user ("" = default); never printed */
+    char password[SL_REDIS_PASS_MAX];  /* "" = none; never printed */
+    unsigned db;              /* SELECT after connecting (not in a cluster) */
+    sl_redis_tls tls;
+    bool sentinel;            /* seeds are sentinels; `master` names the primary */
+    char master[128];
+    char sentinel_username[SL_REDIS_USER_MAX];
+    char sentinel_password[SL_REDIS_PASS_MAX];
+    /* connection events worth a log line (a node's error, its recovery), already free of
+     * credentials; NULL = silent (the library never prints) */
+    void (*log)(void *ud, const char *line);
+    void *log_ud;
     bool per_slot;            /* a single node: still one call per cluster slot, as a
                                  cluster needs (default: every limit of a decision in one
                                  call); tests use it to reach the cross-slot path */
@@ -133,9 +165,42 @@ typedef struct sl_redis_opts {
 } sl_redis_opts;
 
 void sl_redis_opts_default(sl_redis_opts *o);
-/* Parses "redis://host:port" or "redis-cluster://h:p,h:p" into o->seeds/o->cluster.
- * SLUICE_EINVAL when malformed. */
+
+/* ---- store URLs (url.c) ---------------------------------------------------------------
+ *   redis://[user[:pass]@]host[:port][/db][?opts]       rediss:// = TLS
+ *   redis+unix://[user[:pass]@]/path[?db=N&...]          unix:///path[?db=N]
+ *   redis-cluster://[user[:pass]@]h:p,h:p[?opts]         rediss-cluster:// or ?tls=1
+ *   redis-sentinel://[user[:pass]@]h:p,h:p/master[/db][?sentinel_password=...]
+ * IPv6 hosts in brackets; user and password percent-decoded; default port 6379 (26379
+ * for sentinels). Options: timeout_ms, time=local|redis, lease, db, tls, tls_verify,
+ * tls_ca_file (ca_file), tls_cert_file (cert_file), tls_key_file (key_file),
+ * tls_server_name (server_name, sni), sentinel_username, sentinel_password. */
+/* Fills o from url (fields the URL does not name are left as they are). SLUICE_EINVAL
+ * with err = "column N: what is wrong" (1-based; err may be NULL). */
+int sl_redis_url_parse(const char *url, sl_redis_opts *o, char *err, size_t errlen);
+/* The same without the message. */
 int sl_redis_parse_url(const char *url, sl_redis_opts *o);
+/* Whether `url` uses one of the schemes above. */
+bool sl_redis_url_is_redis(const char *url);
+/* Whether `url` carries a password (the caller warns: a command line is visible in ps). */
+bool sl_redis_url_has_password(const char *url);
+/* "redis 127.0.0.1:6379 db 2 (TLS, user alice)": what o connects to, never a password. */
+void sl_redis_opts_describe(const sl_redis_opts *o, char *out, size_t cap);
+/* Checks what can be checked before connecting (files of the TLS settings, options that
+ * cannot go together). SLUICE_EINVAL with a message. */
+int sl_redis_opts_check(const sl_redis_opts *o, char *err, size_t errlen);
+/* The options of a server's Redis store: the config file's connection settings `cs`
+ * (may be NULL), then the command line's `url` (NULL, "" or "redis:" = none: `addr`
+ * and `cluster` from the config file instead, where addr may be host:port, [v6]:port,
+ * unix:/path or a URL), then sl_redis_opts_check. Warnings (a password on the command
+ * line, verification off) go to o->log. SLUICE_EINVAL with a message that never repeats
+ * the URL. */
+struct sl_redis_conn_cfg;
+int sl_redis_opts_configure(sl_redis_opts *o, const char *url, const char *addr, bool cluster,
+                            const struct sl_redis_conn_cfg *cs, char *err, size_t errlen);
+/* A log function for opts.log that writes to stderr, one line per distinct message per
+ * ten seconds over the whole process (every worker's client reports the same event). */
+void sl_redis_log_stderr(void *ud, const char *line);
 
 /* Counters of one client (one worker), single writer, read by anyone (relaxed). Every
  * decision that did not get a normal Redis answer is counted in exactly one of
@@ -163,7 +228,22 @@ typedef struct sl_redis_stats {
     _Atomic uint64_t late_unknown; /* timed-out decisions whose outcome never came back */
     _Atomic uint64_t lease_held;   /* units held in leases now (a gauge): this client's
                                       share of the overshoot bound at this moment */
+    /* connections (conn.c): failures while connecting, by cause */
+    _Atomic uint64_t auth_failures;   /* AUTH refused (WRONGPASS...), NOAUTH */
+    _Atomic uint64_t tls_failures;    /* TLS handshake, certificate or name check */
+    _Atomic uint64_t connect_failures;/* refused, unreachable, timed out, SELECT/ROLE */
+    _Atomic uint64_t clusterdown;     /* CLUSTERDOWN replies (retried like TRYAGAIN) */
+    _Atomic uint64_t cluster_retries; /* calls sent again after TRYAGAIN/CLUSTERDOWN */
+    _Atomic uint64_t failovers;       /* primary address changed (sentinel) */
 } sl_redis_stats;
+
+/* The health of one node as the metrics show it (copied under the client's lock). */
+typedef struct sl_redis_node_health {
+    char addr[SL_REDIS_UNIX_MAX + 8]; /* "host:port", "[v6]:port" or the socket path */
+    int state;                 /* 0 down, 1 connecting, 2 up */
+    uint64_t auth_failures, tls_failures;
+    char last_error[200];      /* "" = none since it was last up; never a credential */
+} sl_redis_node_health;
 
 typedef struct sl_redis sl_redis;
 
@@ -180,6 +260,9 @@ void sl_redis_destroy(sl_redis *r);
 const sl_redis_stats *sl_redis_stats_get(const sl_redis *r);
 /* True when every known node is connected and the breaker is closed. */
 bool sl_redis_ready(const sl_redis *r);
+/* Copies the health of at most `cap` nodes (any thread); returns how many. With a
+ * sentinel, the primary (once known) comes first, then the sentinel in use. */
+int sl_redis_health(const sl_redis *r, sl_redis_node_health *out, int cap);
 
 /* Decides `items` as one all-or-nothing decision with the rules of store/group.h (items
  * and keys are copied; the limiters are referenced until the client is done with them,
@@ -206,7 +289,8 @@ int sl_redis_reset(sl_redis *r, const sl_sitem *items, size_t n, sluice_time now
                    void *ud);
 
 /* Sends the commands queued during this loop turn now (call before the loop sleeps;
- * without it they go out on the next EPOLLOUT). */
+ * without it they go out on the next EPOLLOUT), and frees the connections the turn
+ * closed: call it between loop turns, never from a callback of r's loop. */
 void sl_redis_flush(sl_redis *r);
 
 /* For tests and tools: decide (group 0, no flags) and run the loop until the answer (or

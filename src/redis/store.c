@@ -31,29 +31,24 @@ static sl_redis_opts g_opts;
 static bool g_on;
 static _Atomic(sl_redis *) g_clients[BR_MAX_WORKERS];
 
+static char g_desc[700]; /* what the store connects to, without credentials */
+
 bool sl_redis_store_url(const char *url) {
-    return strncmp(url, "redis://", 8) == 0 || strncmp(url, "redis-cluster://", 16) == 0 ||
-           strcmp(url, "redis:") == 0;
+    return sl_redis_url_is_redis(url) || strcmp(url, "redis:") == 0;
 }
 
 int sl_redis_store_config(const char *url, const sl_settings *st, bool test_clock, char *err,
                           size_t errlen) {
     sl_redis_opts_default(&g_opts);
     if (st->store.redis_time_local) g_opts.time_mode = SL_REDIS_TIME_CALLER; /* the URL may still say */
-    if (url != NULL && url[0] != '\0' && strcmp(url, "redis:") != 0) {
-        if (sl_redis_parse_url(url, &g_opts) != SLUICE_OK) {
-            snprintf(err, errlen, "bad store URL (expected redis://HOST:PORT or "
-                                  "redis-cluster://HOST:PORT[,HOST:PORT...], optionally ?time=local)");
-            return SLUICE_EINVAL;
-        }
-    } else {
-        if (st->store.redis_addr[0] == '\0') {
-            snprintf(err, errlen, "a redis store needs an address");
-            return SLUICE_EINVAL;
-        }
-        snprintf(g_opts.seeds, sizeof(g_opts.seeds), "%s", st->store.redis_addr);
-        g_opts.cluster = st->store.type == SL_STORE_REDIS_CLUSTER;
-    }
+    g_opts.log = sl_redis_log_stderr; /* node errors and recoveries, never a credential */
+    /* the URL (never repeated in a message: it may hold a password) or the config's
+     * address, over the config file's credentials, TLS and sentinel settings */
+    if (strcmp(url, "redis:") == 0) url = "";
+    if (sl_redis_opts_configure(&g_opts, url, st->store.redis_addr, st->store.type == SL_STORE_REDIS_CLUSTER,
+                                &st->store.redis, err, errlen) != SLUICE_OK)
+        return SLUICE_EINVAL;
+    sl_redis_opts_describe(&g_opts, g_desc, sizeof(g_desc));
     /* on the test clock the scripts must see the test's time, not Redis's */
     if (test_clock) g_opts.time_mode = SL_REDIS_TIME_CALLER;
     if (g_opts.timeout_ns == 0)
@@ -67,7 +62,7 @@ int sl_redis_store_config(const char *url, const sl_settings *st, bool test_cloc
 }
 
 bool sl_redis_store_default_secret(void) { return g_opts.secret_len == 0; }
-const char *sl_redis_store_seeds(void) { return g_opts.seeds; }
+const char *sl_redis_store_seeds(void) { return g_desc; }
 
 /* In caller-time mode every instance must read the same clock: the wall clock (monotonic
  * readings of different machines are unrelated). */
@@ -198,15 +193,110 @@ bool sl_redis_store_ready(void) {
     return any;
 }
 
+/* Per node, over every worker's client: up (1 only when every worker's connection to
+ * it is up), and its authentication and TLS failures. Addresses only, no credential. */
+#define BR_NODES 80
+typedef struct node_sum {
+    sl_redis_node_health h;
+    int role; /* 0 node, 1 sentinel */
+    bool down;
+} node_sum;
+
+static size_t render_nodes(char *buf, size_t cap) {
+    node_sum *all = calloc(BR_NODES, sizeof(*all));
+    sl_redis_node_health *one = calloc(BR_NODES, sizeof(*one));
+    if (all == NULL || one == NULL) {
+        free(all);
+        free(one);
+        return 0;
+    }
+    int n = 0;
+    for (int i = 0; i < BR_MAX_WORKERS; i++) {
+        sl_redis *r = atomic_load(&g_clients[i]);
+        if (r == NULL) continue;
+        int k = sl_redis_health(r, one, BR_NODES);
+        for (int j = 0; j < k; j++) {
+            int role = g_opts.sentinel && j == k - 1 ? 1 : 0;
+            int m = 0;
+            while (m < n && (all[m].role != role || strcmp(all[m].h.addr, one[j].addr) != 0)) m++;
+            if (m == n) {
+                if (n == BR_NODES) continue;
+                all[n].h = one[j];
+                all[n].h.auth_failures = all[n].h.tls_failures = 0;
+                all[n++].role = role;
+            }
+            all[m].h.auth_failures += one[j].auth_failures;
+            all[m].h.tls_failures += one[j].tls_failures;
+            if (one[j].state != 2) all[m].down = true;
+        }
+    }
+    size_t off = 0;
+    static const char *const head[3] = {
+        ("# HELP sluice_redis_node_up 1 when every worker is connected to this Redis node (role: node, "
+         "primary behind sentinels, or the sentinel in use).\n# TYPE sluice_redis_node_up gauge\n"),
+        "# TYPE sluice_redis_node_auth_failures_total counter\n",
+        "# TYPE sluice_redis_node_tls_failures_total counter\n"};
+    for (int part = 0; part < 3; part++) {
+        int w = snprintf(buf + off, cap - off, "%s", head[part]);
+        if (w < 0 || (size_t)w >= cap - off) break;
+        off += (size_t)w;
+        for (int m = 0; m < n; m++) {
+            const char *role = all[m].role ? "sentinel" : g_opts.sentinel ? "primary" : "node";
+            uint64_t v = part == 0 ? !all[m].down : part == 1 ? all[m].h.auth_failures : all[m].h.tls_failures;
+            char label[2 * sizeof(all[m].h.addr)], *p = label; /* Prometheus label escapes */
+            for (const char *a = all[m].h.addr; *a; a++) {
+                if (*a == '"' || *a == '\\' || *a == '\n') *p++ = '\\';
+                *p++ = *a == '\n' ? 'n' : *a;
+            }
+            *p = '\0';
+            w = snprintf(buf + off, cap - off, "%s{node=\"%s\",role=\"%s\"} %llu\n",
+                         part == 0 ? "sluice_redis_node_up" : part == 1 ? "sluice_redis_node_auth_failures_total"
+                                                                        : "sluice_redis_node_tls_failures_total",
+                         label, role, (unsigned long long)v);
+            if (w < 0 || (size_t)w >= cap - off) break;
+            off += (size_t)w;
+        }
+    }
+    free(all);
+    free(one);
+    return off;
+}
+
+int sl_redis_store_health(char *buf, size_t cap) {
+    if (!g_on || cap == 0) return 0;
+    sl_redis_node_health *one = calloc(BR_NODES, sizeof(*one));
+    if (one == NULL) return 0;
+    size_t off = 0;
+    buf[0] = '\0';
+    /* the first worker's view is every worker's (they connect to the same nodes) */
+    for (int i = 0; i < BR_MAX_WORKERS; i++) {
+        sl_redis *r = atomic_load(&g_clients[i]);
+        if (r == NULL) continue;
+        int k = sl_redis_health(r, one, BR_NODES);
+        for (int j = 0; j < k; j++) {
+            if (one[j].state == 2) continue;
+            int w = snprintf(buf + off, cap - off, "redis %s %s%s%s\n", one[j].addr,
+                             one[j].state == 1 ? "connecting" : "down", one[j].last_error[0] ? ": " : "",
+                             one[j].last_error);
+            if (w < 0 || (size_t)w >= cap - off) break;
+            off += (size_t)w;
+        }
+        break;
+    }
+    free(one);
+    return (int)off;
+}
+
 int sl_redis_store_metrics(char *buf, size_t cap) {
     if (!g_on) return 0;
-    enum { NF = 23 };
+    enum { NF = 29 };
     uint64_t sum[NF] = {0};
     static const char *const names[NF] = {
         "decisions", "calls", "local_rejects", "never_rejects", "timeouts", "errors",
         "breaker_open", "node_down", "pool_full", "refunds", "moved", "ask", "noscript",
         "tryagain", "reconnects", "topology", "mismatches", "leases", "lease_local",
-        "lease_returned", "lease_lapsed", "late_refunds", "late_unknown"};
+        "lease_returned", "lease_lapsed", "late_refunds", "late_unknown", "auth_failures",
+        "tls_failures", "connect_failures", "clusterdown", "cluster_retries", "failovers"};
     uint64_t held = 0;
     for (int i = 0; i < BR_MAX_WORKERS; i++) {
         sl_redis *r = atomic_load(&g_clients[i]);
@@ -217,7 +307,9 @@ int sl_redis_store_metrics(char *buf, size_t cap) {
                                          &s->pool_full, &s->refunds, &s->moved, &s->ask, &s->noscript,
                                          &s->tryagain, &s->reconnects, &s->topology, &s->mismatches,
                                          &s->leases, &s->lease_local, &s->lease_returned,
-                                         &s->lease_lapsed, &s->late_refunds, &s->late_unknown};
+                                         &s->lease_lapsed, &s->late_refunds, &s->late_unknown,
+                                         &s->auth_failures, &s->tls_failures, &s->connect_failures,
+                                         &s->clusterdown, &s->cluster_retries, &s->failovers};
         for (int k = 0; k < NF; k++) sum[k] += atomic_load_explicit(f[k], memory_order_relaxed);
         held += atomic_load_explicit(&s->lease_held, memory_order_relaxed);
     }
@@ -241,6 +333,7 @@ int sl_redis_store_metrics(char *buf, size_t cap) {
                  "# TYPE sluice_redis_lease_held_units gauge\nsluice_redis_lease_held_units %llu\n",
                  sl_redis_store_ready() ? 1 : 0, (unsigned long long)held);
     if (n > 0 && (size_t)n < cap - off) off += (size_t)n;
+    off += render_nodes(buf + off, cap - off);
     return (int)off;
 }
 

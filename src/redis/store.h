@@ -19,13 +19,15 @@ extern const sl_store_ops sl_redis_ops;
 
 /* Whether a --store URL (or "redis:" for the config's own) names the Redis store. */
 bool sl_redis_store_url(const char *url);
-/* url: "redis://h:p[?time=local&timeout_ms=N&lease=N]", "redis-cluster://h:p,h:p" or
- * "redis:" to use the config's store settings (`st`); test_clock forces caller time (the
- * scripts then follow the test clock). Returns SLUICE_OK or SLUICE_EINVAL with err. */
+/* url: any store URL of redis.h (redis://, rediss://, unix://, redis-cluster://,
+ * redis-sentinel://...) or "redis:" to use the config's store settings (`st`: address,
+ * credentials, TLS, sentinel); test_clock forces caller time (the scripts then follow the
+ * test clock). Returns SLUICE_OK or SLUICE_EINVAL with err (which never repeats the URL
+ * or a credential). */
 int sl_redis_store_config(const char *url, const sl_settings *st, bool test_clock, char *err,
                           size_t errlen);
 bool sl_redis_store_default_secret(void);
-/* The seed addresses (never credentials). */
+/* What the store connects to, for the start-up line: never a credential. */
 const char *sl_redis_store_seeds(void);
 
 /* In the worker's thread: its client on a private loop that `outer` (the worker's loop)
@@ -39,7 +41,11 @@ void sl_redis_lane_stop(void *lane);
 
 /* Every worker's client connected with its breaker closed. */
 bool sl_redis_store_ready(void);
-/* Prometheus text of the summed counters into buf; returns bytes written. */
+/* Prometheus text of the summed counters and the per-node gauges into buf; returns bytes
+ * written. */
 int sl_redis_store_metrics(char *buf, size_t cap);
+/* One line per node that is not up ("redis 127.0.0.1:6379 down: <Redis's error>"), for
+ * a readiness body; returns bytes written ("" when every node is up). No credential. */
+int sl_redis_store_health(char *buf, size_t cap);
 
 #endif

@@ -165,7 +165,7 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
         return;
     }
     if (path_is(x, "/readyz")) {
-        char body[512];
+        char body[4096];
         int status = sl_server_readiness(s, c->w->gen, body, sizeof(body));
         reply(c, x->req->minor, status, NULL, "text/plain", body, strlen(body), !x->is_head);
         return;

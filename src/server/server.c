@@ -477,7 +477,7 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
                             "that issued them (set one secret shared by every instance)\n");
         else /* tokens any instance can verify, single use claimed in Redis */
             sl_engine_tokens_shared(st->store.redis_key_secret, strlen(st->store.redis_key_secret));
-        fprintf(stderr, "sluice serve: redis store %s\n", sl_redis_store_seeds());
+        fprintf(stderr, "sluice serve: %s\n", sl_redis_store_seeds()); /* no credentials */
         s->redis = true;
         s->ops = &sl_redis_ops;
         /* the memory store still holds the limiter registry; decisions go to Redis */
@@ -490,8 +490,9 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
         return 0;
     }
     if (strncmp(url, "memory:", 7) != 0) {
-        snprintf(err, errlen, "unknown store '%.100s' (expected memory:, redis://HOST:PORT or "
-                 "redis-cluster://HOST:PORT[,HOST:PORT...])", url);
+        /* only the scheme: the rest may hold a password */
+        snprintf(err, errlen, "unknown store '%.*s' (expected memory:, redis://, rediss://, unix://, "
+                 "redis-cluster:// or redis-sentinel://; see docs/redis.md)", (int)strcspn(url, ":/@"), url);
         return -1;
     }
     sluice_store_options so = {0};
@@ -533,11 +534,13 @@ int sl_server_readiness(const sl_server *s, const sl_gen *g, char *body, size_t 
         else open++;
     }
     bool unready = closed > 0 && sl_config_settings(g->cfg)->store.unready_when_down;
-    snprintf(body, len,
-             "%s: the %s store is unavailable; %zu policies fail open (admitting), %zu fail "
-             "closed (answering 503)%s\n",
-             unready ? "unready" : "degraded", s->ops->name, open, closed,
-             unready ? "; store.unready_when_down is set" : "");
+    int w = snprintf(body, len,
+                     "%s: the %s store is unavailable; %zu policies fail open (admitting), %zu fail "
+                     "closed (answering 503)%s\n",
+                     unready ? "unready" : "degraded", s->ops->name, open, closed,
+                     unready ? "; store.unready_when_down is set" : "");
+    /* then why: one line per Redis node that is not up (addresses, never a credential) */
+    if (s->redis && w > 0 && (size_t)w < len) sl_redis_store_health(body + w, len - (size_t)w);
     return unready ? 503 : 200;
 }
 

@@ -44,7 +44,7 @@ def test_startup_errors_are_one_line_and_exit_1(tmp_path):
         (["-c", str(cfg), "--grpc", "127.0.0.1:%d" % port] + free_listeners("grpc"),
          "cannot listen on grpc address"),
         (["-c", str(cfg), "--http", "nonsense"] + free_listeners("http"), "invalid http address"),
-        (["-c", str(cfg), "--store", "redis://no-port"] + free, "bad store URL"),
+        (["-c", str(cfg), "--store", "redis://127.0.0.1:99999"] + free, "bad store URL"),
     ]
     bad = tmp_path / "bad.yaml"
     bad.write_text("policies:\n  - name: x\n    objective: fairness\n    algorithm: nope\n")

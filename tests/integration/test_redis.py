@@ -315,6 +315,7 @@ def test_redis_killed_and_restarted(redis):
         r = requests.get(srv.admin + "/readyz", timeout=5)
         assert r.status_code == 200 and r.text.startswith("degraded:"), r.text
         assert "fail open" in r.text and "fail closed" in r.text
+        assert ("redis 127.0.0.1:%d" % redis.port) in r.text, r.text  # which node, and why
         m = requests.get(srv.admin + "/metrics", timeout=5).text
         fo = [l for l in m.splitlines() if "fail_open" in l and not l.startswith("#")]
         assert any(float(l.split()[-1]) > 0 for l in fo), fo
