@@ -73,6 +73,13 @@ struct sl_redis_node {
     int64_t backoff;
     unsigned attempt;     /* connection attempts (rotates over a name's addresses) */
     bool logged;          /* its last error was logged (its recovery will be too) */
+    /* breaker, one per node: after breaker_failures consecutive failures (errors,
+     * timeouts) decisions routed here are refused at once for breaker_open_ns, then one
+     * probe goes through (half-open). A dead cluster master opens its own breaker only:
+     * the other slots keep being decided. */
+    unsigned fails;
+    int64_t open_until; /* refusing until then (0 = closed) */
+    bool half_open;
     /* health, written by the owner thread under r->hmu, read by anyone under it */
     char err[200];
     uint64_t auth_failures, tls_failures;
@@ -111,6 +118,7 @@ typedef struct rq_group {
     bool done, failed, all_ok;
     uint32_t groups_ok; /* its shadow groups that admitted */
     bool sent;  /* handed to a connection at least once */
+    int8_t node; /* the node it was last handed to (-1: none): its breaker hears the outcome */
     bool late;  /* its decision timed out while it was in flight: the reply is awaited
                    only to undo what it applied (see late_reply) */
     int redirects;
@@ -128,6 +136,7 @@ typedef struct rq {
     void *ud;
     sl_dnode dl;
     bool failed;
+    bool refused; /* a group was refused at once (breaker open, node down): counted once */
     bool got_time;
     sluice_time rnow; /* the time the script used */
     unsigned flags;   /* SL_SREQ_* */
@@ -201,11 +210,8 @@ struct sl_redis {
     /* sliding-log scratch (decode_group): states as stored; states decided plus a peek */
     _Alignas(8) unsigned char big[2][BIG_ARENA + BIG_ARENA / 2];
     char cmd[CMD_MAX]; /* one EVALSHA being formatted (send_group) */
-    unsigned fails;
-    int64_t open_until; /* breaker: refusing until then (0 = closed) */
-    bool half_open;
     sl_redis_stats st;
-    _Atomic bool ready; /* every node up and the breaker closed (read by other threads) */
+    _Atomic bool ready; /* every node up and its breaker closed (read by other threads) */
     char last_error[128];
     sl_conn_tls *tls;        /* TLS context shared by the nodes (NULL: plain) */
     sl_sentinel *sen;        /* with sentinels: finds node 0's address */
@@ -217,9 +223,9 @@ struct sl_redis {
 };
 
 static void update_ready(sl_redis *r) {
-    bool ok = r->open_until == 0 && r->nnodes > 0;
+    bool ok = r->nnodes > 0;
     for (int i = 0; i < r->nnodes && ok; i++)
-        if (r->nodes[i].state != 2) ok = false;
+        if (r->nodes[i].state != 2 || r->nodes[i].open_until != 0) ok = false;
     atomic_store_explicit(&r->ready, ok, memory_order_relaxed);
 }
 
@@ -254,31 +260,41 @@ static void arm(sl_redis *r, int64_t at) {
 
 /* ---- breaker ---------------------------------------------------------------------- */
 
-static void note_ok(sl_redis *r) {
-    bool was = r->open_until != 0;
-    r->fails = 0;
-    r->open_until = 0;
-    r->half_open = false;
+static void note_ok(sl_redis *r, sl_redis_node *nd) {
+    bool was = nd->open_until != 0;
+    nd->fails = 0;
+    nd->open_until = 0;
+    nd->half_open = false;
     if (was) update_ready(r);
 }
 
-static void note_fail(sl_redis *r) {
-    r->fails++;
-    if (r->half_open || r->fails >= r->o.breaker_failures) {
-        r->open_until = mono_now() + r->o.breaker_open_ns;
-        r->half_open = false;
-        arm(r, r->open_until);
+static void note_fail(sl_redis *r, sl_redis_node *nd) {
+    nd->fails++;
+    if (nd->half_open || nd->fails >= r->o.breaker_failures) {
+        nd->open_until = mono_now() + r->o.breaker_open_ns;
+        nd->half_open = false;
+        arm(r, nd->open_until);
         update_ready(r);
     }
 }
 
-/* Whether a new decision may go to Redis now. After the open period, one probe goes
- * through (half-open); its outcome closes or reopens the breaker. */
-static bool breaker_allows(sl_redis *r) {
-    if (r->open_until == 0) return true;
-    if (r->half_open) return false;
-    if (mono_now() < r->open_until) return false;
-    r->half_open = true;
+/* The outcome of a group that was handed to a node, for that node's breaker. */
+static void group_outcome(sl_redis *r, const rq_group *gr, bool ok) {
+    if (gr->node < 0 || gr->node >= r->nnodes) return;
+    if (ok) note_ok(r, &r->nodes[gr->node]);
+    else note_fail(r, &r->nodes[gr->node]);
+}
+
+/* Whether a new decision may go to this node now. After the open period, one probe goes
+ * through (half-open); its outcome closes or reopens the node's breaker, and if no
+ * outcome is ever heard (the node was down, the decision ended elsewhere) another probe
+ * goes after one more period. */
+static bool breaker_allows(sl_redis *r, sl_redis_node *nd) {
+    if (nd->open_until == 0) return true;
+    int64_t now = mono_now();
+    if (now < nd->open_until) return false;
+    nd->half_open = true;
+    nd->open_until = now + r->o.breaker_open_ns;
     return true;
 }
 
@@ -339,8 +355,8 @@ static void on_conn_state(void *owner, sl_conn *c, bool up, sl_conn_why why, con
             node_log(nd, line);
             nd->logged = false;
         }
-        /* a fresh connection closes the breaker (failures count again from zero) */
-        r->open_until = 0, r->half_open = false, r->fails = 0;
+        /* a fresh connection closes its breaker (failures count again from zero) */
+        nd->open_until = 0, nd->half_open = false, nd->fails = 0;
         update_ready(r);
         return;
     }
@@ -567,6 +583,7 @@ static rq *rq_get(sl_redis *r) {
     q->busy = true;
     q->gen++;
     q->failed = false;
+    q->refused = false;
     q->got_time = false;
     q->leasing = false;
     q->orphans = 0;
@@ -640,6 +657,7 @@ static char *put_bulk_i(char *p, int64_t v) {
 static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking) {
     if (nd->c == NULL) return false;
     rq_group *gr = &q->g[g];
+    gr->node = (int8_t)nd->idx;
     char *p = r->cmd;
     *p++ = '*';
     p = sl_redis_put_u64(p, 3 + (uint64_t)gr->n + SL_REDIS_HEAD_ARGS + (uint64_t)gr->n * SL_REDIS_ITEM_ARGS);
@@ -954,7 +972,7 @@ static void on_group_reply(void *owner, redisReply *rep, void *priv) {
     rq_group *gr = &q->g[g];
     if (rep == NULL) { /* connection lost */
         inc(&r->st.errors);
-        note_fail(r);
+        note_fail(r, nd);
         group_fail(r, q, g);
         return;
     }
@@ -1001,18 +1019,18 @@ static void on_group_reply(void *owner, redisReply *rep, void *priv) {
         }
         snprintf(r->last_error, sizeof(r->last_error), "%.120s", rep->str);
         inc(&r->st.errors);
-        note_fail(r);
+        note_fail(r, nd);
         group_fail(r, q, g);
         return;
     }
     if (!decode_group(r, q, g, rep)) {
         snprintf(r->last_error, sizeof(r->last_error), "unexpected script reply");
         inc(&r->st.errors);
-        note_fail(r);
+        note_fail(r, nd);
         group_fail(r, q, g);
         return;
     }
-    note_ok(r);
+    note_ok(r, nd);
     gr->done = true;
     if (--q->pending == 0) finish(r, q, SLUICE_OK);
 }
@@ -1026,10 +1044,17 @@ static void launch(sl_redis *r, rq *q) {
     for (int g = 0; g < ng; g++) {
         if (!q->busy) return; /* finished inside the loop (all failed) */
         sl_redis_node *nd = route(r, q->g[g].slot);
-        /* a connecting node queues the call (bounded by the deadline); a down one fails */
-        if (nd->state == 0 || !send_group(r, q, g, nd, false)) {
-            inc(&r->st.node_down);
-            note_fail(r);
+        q->g[g].node = -1;
+        /* a node whose breaker is open refuses at once; a connecting node queues the call
+         * (bounded by the deadline); a down one fails at once. Neither counts toward a
+         * breaker: nothing was waited for. Each refused decision is counted once. */
+        if (q->cb != NULL && !breaker_allows(r, nd)) { /* refunds and returns nobody waits for go anyway */
+            if (!q->refused) inc(&r->st.breaker_open);
+            q->refused = true;
+            group_fail(r, q, g);
+        } else if (nd->state == 0 || !send_group(r, q, g, nd, false)) {
+            if (!q->refused) inc(&r->st.node_down);
+            q->refused = true;
             group_fail(r, q, g);
         }
     }
@@ -1459,11 +1484,11 @@ static void on_timer(void *ud, uint32_t ev) {
         rq *q = (rq *)((char *)d - offsetof(rq, dl));
         sl_dnode_disarm(d);
         if (q->cb != NULL) inc(&r->st.timeouts);
-        note_fail(r);
         q->failed = true;
         for (int g = 0; g < q->ngroups; g++) {
             rq_group *gr = &q->g[g];
             if (gr->done) continue;
+            group_outcome(r, gr, false); /* the node it waited on */
             gr->done = gr->failed = true;
             if (q->op == 'd' && gr->sent) gr->late = true, q->orphans++;
         }
@@ -1482,7 +1507,10 @@ static void on_timer(void *ud, uint32_t ev) {
     if (h != &r->deadlines.head && (next == 0 || h->deadline_ns < next)) next = h->deadline_ns;
     h = r->orphans.head.next;
     if (h != &r->orphans.head && (next == 0 || h->deadline_ns < next)) next = h->deadline_ns;
-    if (r->open_until && (next == 0 || r->open_until < next) && r->open_until > t) next = r->open_until;
+    for (int i = 0; i < r->nnodes; i++) {
+        int64_t o = r->nodes[i].open_until;
+        if (o && (next == 0 || o < next) && o > t) next = o;
+    }
     if (r->lease_sweep_at && (next == 0 || r->lease_sweep_at < next)) next = r->lease_sweep_at;
     if (next) arm(r, next);
 }
@@ -1744,15 +1772,10 @@ static bool answer_locally(sl_redis *r, const rq *b, sluice_time now, sl_sresult
     return true;
 }
 
-/* A pooled request for a call of `op` that may go to Redis now, or NULL when it may not
- * (the breaker is open, or max_pending calls are in flight): then the callback has
- * already been told (SLUICE_ESTORE) and the degraded call counted. */
+/* A pooled request for a call of `op`, or NULL when max_pending calls are in flight:
+ * then the callback has already been told (SLUICE_ESTORE) and the degraded call counted.
+ * (Breakers are per node: launch() applies them.) */
 static rq *rq_start(sl_redis *r, char op, sl_redis_cb cb, void *ud) {
-    if (!breaker_allows(r)) {
-        inc(&r->st.breaker_open);
-        if (cb) cb(ud, SLUICE_ESTORE, NULL);
-        return NULL;
-    }
     rq *q = rq_get(r);
     if (q == NULL) {
         inc(&r->st.pool_full);

@@ -147,7 +147,7 @@ typedef struct sl_redis_opts {
                                  reset the key or refunded units); 0 = 1 s */
     unsigned cache_slots;     /* local over-limit cache entries (power of two); 0 = 4096;
                                  1 disables the cache */
-    unsigned breaker_failures;/* consecutive failures that open the breaker; 0 = 5 */
+    unsigned breaker_failures;/* consecutive failures of a node that open its breaker; 0 = 5 */
     int64_t breaker_open_ns;  /* how long it stays open before a probe; 0 = 200 ms */
     int64_t backoff_min_ns;   /* reconnection backoff; 0 = 20 ms */
     int64_t backoff_max_ns;   /* 0 = 320 ms (a restarted Redis is found within a second) */
@@ -212,7 +212,7 @@ typedef struct sl_redis_stats {
     _Atomic uint64_t never_rejects;/* cost above capacity: answered without Redis */
     _Atomic uint64_t timeouts;     /* no answer within timeout_ns */
     _Atomic uint64_t errors;       /* error replies, lost connections, bad replies */
-    _Atomic uint64_t breaker_open; /* refused at once: breaker open */
+    _Atomic uint64_t breaker_open; /* refused at once: its node's breaker open */
     _Atomic uint64_t node_down;    /* refused at once: the node is not connected */
     _Atomic uint64_t pool_full;    /* refused at once: max_pending in flight */
     _Atomic uint64_t refunds;      /* cross-slot refund calls sent */
@@ -258,7 +258,7 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err);
  * held (slices, references to limiters). */
 void sl_redis_destroy(sl_redis *r);
 const sl_redis_stats *sl_redis_stats_get(const sl_redis *r);
-/* True when every known node is connected and the breaker is closed. */
+/* True when every known node is connected and its breaker is closed. */
 bool sl_redis_ready(const sl_redis *r);
 /* Copies the health of at most `cap` nodes (any thread); returns how many. With a
  * sentinel, the primary (once known) comes first, then the sentinel in use. */

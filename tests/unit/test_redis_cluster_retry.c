@@ -5,7 +5,8 @@
  * deadline, and answered once the migration completes (the state moved with the keys);
  * decisions that run out of time fail as store errors without opening the breaker, so
  * other slots keep being decided; CLUSTERDOWN (a slot nobody serves) is retried the same
- * way and the decision is answered once the slot is served again.
+ * way and the decision is answered once the slot is served again; a master that stops
+ * answering opens its own breaker, not the other masters'.
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -268,6 +269,64 @@ out:
     sl_loop_deinit(&loop);
 }
 
+/* A key (of lim[0]) whose slot node `want` serves, or that serves none of `avoid`. */
+static void key_on(int want, char *key, size_t cap) {
+    for (int i = 0; i < 10000; i++) {
+        snprintf(key, cap, "n%d-%d", want, i);
+        char k0[SL_REDIS_KEY_MAX];
+        size_t l0 = sl_redis_key(&sk, lim[0], key, strlen(key), k0);
+        if (owner_of(sl_redis_keyslot(k0, l0)) == want) return;
+    }
+    key[0] = '\0';
+}
+
+/* One master stops answering (CLIENT PAUSE): its decisions time out until its breaker
+ * opens, then are refused at once; every other master's keys keep being decided (with one
+ * breaker per client they were refused too, 200 ms at a time). */
+static void paused_master_opens_only_its_breaker(void) {
+    sl_loop loop;
+    sl_loop_init(&loop);
+    sl_redis *rd = client(&loop, 30 * SLUICE_NS_PER_MS);
+    T_CHECK(rd != NULL);
+    if (rd == NULL) return;
+    const sl_redis_stats *st = sl_redis_stats_get(rd);
+    sluice_clock *clk = sluice_clock_create_manual(INT64_C(1764000000000000000));
+    char slow[32], fast[2][32];
+    key_on(0, slow, sizeof(slow));
+    key_on(1, fast[0], sizeof(fast[0]));
+    key_on(2, fast[1], sizeof(fast[1]));
+    T_CHECK(slow[0] && fast[0][0] && fast[1][0]);
+    sluice_decision d;
+    sluice_item it = {lim[0], slow, strlen(slow), 1};
+    T_EQ_I(sl_redis_decide_sync(rd, &it, 1, sluice_clock_now(clk), &d), SLUICE_OK);
+    redisReply *pr = rt_cmd(ports[0], "CLIENT PAUSE 1500 ALL");
+    T_CHECK(ok_reply(pr));
+    for (int i = 0; i < 8; i++) /* the breaker opens after 5 consecutive timeouts */
+        T_EQ_I(sl_redis_decide_sync(rd, &it, 1, sluice_clock_now(clk), &d), SLUICE_ESTORE);
+    T_CHECK(atomic_load(&st->timeouts) >= 5);
+    T_CHECK(atomic_load(&st->breaker_open) >= 1); /* the last ones were refused at once */
+    uint64_t refused = atomic_load(&st->breaker_open);
+    for (int i = 0; i < 20; i++) {
+        sluice_item f = {lim[0], fast[i % 2], strlen(fast[i % 2]), 1};
+        T_EQ_I(sl_redis_decide_sync(rd, &f, 1, sluice_clock_now(clk), &d), SLUICE_OK);
+        T_EQ_I(d.allowed, 1);
+    }
+    T_EQ_U(atomic_load(&st->breaker_open), refused); /* no other slot was refused */
+    T_CHECK(!sl_redis_ready(rd));                      /* an open breaker is not ready */
+    rt_sleep_ms(1600);                                 /* the pause ends */
+    int rc = SLUICE_ESTORE;
+    for (int i = 0; i < 100 && rc != SLUICE_OK; i++) {
+        rc = sl_redis_decide_sync(rd, &it, 1, sluice_clock_now(clk), &d);
+        if (rc != SLUICE_OK) sl_redis_run(rd, 20); /* the probe after the open period */
+    }
+    T_EQ_I(rc, SLUICE_OK);
+    printf("     paused master: %llu timeouts, %llu refused by its breaker; 20 of 20 on the others "
+           "decided\n", (unsigned long long)atomic_load(&st->timeouts), (unsigned long long)refused);
+    sl_redis_destroy(rd);
+    sluice_clock_destroy(clk);
+    sl_loop_deinit(&loop);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     int err = 0;
@@ -285,6 +344,7 @@ int main(void) {
     T_RUN(tryagain_then_answered);
     T_RUN(tryagain_out_of_time_keeps_breaker_closed);
     T_RUN(clusterdown_then_answered);
+    T_RUN(paused_master_opens_only_its_breaker);
     for (int i = 0; i < 2; i++) sluice_limiter_destroy(lim[i]);
     rt_kill_all();
     return T_DONE();
