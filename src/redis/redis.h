@@ -93,7 +93,7 @@ int sl_redis_params_of(const struct sl_limit *l, sluice_time now, int64_t p[4]);
  * Returns 1 parsed, 0 absent (empty), -1 malformed. */
 int sl_redis_state_parse(const sluice_limiter *lim, const char *s, size_t len, void *state);
 
-/* ---- the client (client.c) ------------------------------------------------------------ */
+/* ---- the client (client.c, node.c, request.c, lease.c) ------------------------------ */
 
 typedef enum sl_redis_time {
     SL_REDIS_TIME_SERVER = 0, /* redis.call('TIME') inside the script (default) */
@@ -159,7 +159,7 @@ typedef struct sl_redis_opts {
      * has passed). 0 = off (strict: one call per decision). Overshoot bound: clients
      * (instances x workers) x slice units per window (units taken near the end of a
      * window or bucket period and spent after it); never more than the limit is taken
-     * from Redis at any moment. See client.c, "leasing". */
+     * from Redis at any moment. See lease.c. */
     unsigned lease_slice;
     int64_t lease_ns;         /* 0 = 100 ms */
 } sl_redis_opts;

@@ -1,6 +1,6 @@
 /*
  * decision.h -- rules shared by every store's decisions (memory in decide.c, Redis in
- * src/redis/client.c), so both name the same deciding limit.
+ * src/redis/request.c), so both name the same deciding limit.
  */
 #ifndef SL_DECISION_H
 #define SL_DECISION_H
