@@ -591,6 +591,18 @@ static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
     if (admitted && delay > 0) r->delayed++;
     uint32_t b = bucket_of(r, rec->first_t_ns);
     r->all->v[admitted ? (delay > 0 ? RP_DELAYED : RP_ADMITTED) : RP_REJECTED][b]++;
+    if (r->decisions != NULL) {
+        /* file:line names the request without repeating its key */
+        static const char *const names[] = {"admitted", "delayed", "rejected", "failed", "error"};
+        const char *outcome = admitted && delay > 0 ? names[1] : names[action == SL_DELAY ? 0 : action];
+        const char *pol = "";
+        if (rc == SLUICE_OK && v->deciding >= 0 && (size_t)v->deciding < v->n && v->items[v->deciding].info->policy)
+            pol = v->items[v->deciding].info->policy;
+        fprintf(r->decisions, "%" PRId64 ".%03" PRId64 ",%s,%" PRIu64 ",%s,%s,%" PRId64 "\n",
+                rec->first_t_ns / NS, rec->first_t_ns % NS / 1000000,
+                r->reader ? sl_trace_file_name(r->reader, rec->file) : "", rec->line, outcome, pol,
+                delay / 1000000);
+    }
     if (rc != SLUICE_OK) return false;
     if (v->missing_key_policy != NULL) {
         r->missing_key++;
@@ -844,6 +856,7 @@ static void usage(FILE *f) {
         "  --json                the report as JSON on standard output\n"
         "  --svg DIR             write replay-traffic.svg and replay-peaks.svg into DIR\n"
         "  --html FILE           one offline page with the plots and the tables\n"
+        "  --decisions FILE      one CSV line per request: time,file,line,outcome,policy,delay_ms\n"
         "  --show-bad N          unparsable lines reported (default 5; content with --raw-keys)\n"
         "  --bench               read everything first, then time the decisions alone\n");
 }
@@ -889,7 +902,7 @@ int sl_cli_replay(int argc, char **argv) {
     static sl_trace_map map;
     sl_trace_options to = {.format = SL_TF_AUTO, .map = &map, .show_bad = 5};
     bool json = false, bench = false;
-    const char *svg_dir = NULL, *html = NULL;
+    const char *svg_dir = NULL, *html = NULL, *decisions = NULL;
     char **files = calloc((size_t)argc + 1, sizeof(char *));
     size_t nfiles = 0;
     char err[1024];
@@ -987,6 +1000,9 @@ int sl_cli_replay(int argc, char **argv) {
         } else if (strcmp(a, "--html") == 0) {
             NEED_VALUE();
             html = argv[++i];
+        } else if (strcmp(a, "--decisions") == 0) {
+            NEED_VALUE();
+            decisions = argv[++i];
         } else if (strcmp(a, "--bench") == 0) {
             bench = true;
         } else if (a[0] == '-' && a[1] != '\0') {
@@ -1014,6 +1030,18 @@ int sl_cli_replay(int argc, char **argv) {
         run_close(r);
         free(files);
         return 1;
+    }
+    r->reader = tr;
+    if (decisions != NULL) {
+        r->decisions = strcmp(decisions, "-") == 0 ? stdout : fopen(decisions, "w");
+        if (r->decisions == NULL) {
+            fprintf(stderr, "sluice replay: %s: %s\n", decisions, strerror(errno));
+            sl_trace_close(tr);
+            run_close(r);
+            free(files);
+            return 1;
+        }
+        fprintf(r->decisions, "time,file,line,outcome,policy,delay_ms\n");
     }
     double t0 = now_s();
     if (bench) {
@@ -1053,6 +1081,10 @@ int sl_cli_replay(int argc, char **argv) {
     }
     const sl_trace_stats *ts = sl_trace_stats_get(tr);
     if (ts->read_errors > 0) rc = 1;
+    if (r->decisions != NULL && r->decisions != stdout && fclose(r->decisions) != 0) {
+        fprintf(stderr, "sluice replay: %s: %s\n", decisions, strerror(errno));
+        rc = 1;
+    }
     sl_trace_close(tr);
     run_close(r);
     free(files);

@@ -92,6 +92,8 @@ typedef struct rp_run {
     unsigned top;           /* keys shown per window */
     uint64_t max_keys;
     int64_t hold_ns;        /* concurrency: duration when the log has none */
+    FILE *decisions;        /* --decisions: one CSV line per request, or NULL */
+    const sl_trace_reader *reader; /* for file names in --decisions */
     /* engine */
     sl_config *cfg;
     sluice_store *store;

@@ -345,7 +345,7 @@ typedef struct ntok {
 struct sl_trace_layout {
     sl_trace_format format;
     const sl_trace_map *map;
-    bool explicit_attr[SL_A_HEADER + 1]; /* an explicit mapping replaces the defaults */
+    bool explicit_attr[SL_A_HEADER + 1]; /* ATTR= given: no default feeds ATTR */
     /* header names produced by mappings, owned here */
     char names[MAX_COLUMNS + SL_MAP_MAX + 8][64];
     size_t n_names;
@@ -381,10 +381,11 @@ static bool field_is(const char *f, size_t n, const char *want) {
     return strlen(want) == n && memcmp(f, want, n) == 0;
 }
 
-static bool header_explicit(const sl_trace_layout *l, const char *h, size_t n) {
+/* `--map header.NAME=` (empty): the defaults must not fill that header. */
+static bool header_disabled(const sl_trace_layout *l, const char *h, size_t n) {
     for (size_t i = 0; l->map && i < l->map->n; i++) {
         const sl_map_entry *e = &l->map->e[i];
-        if (e->attr == SL_A_HEADER && field_is(h, n, e->header)) return true;
+        if (e->attr == SL_A_HEADER && e->disabled && field_is(h, n, e->header)) return true;
     }
     return false;
 }
@@ -418,10 +419,6 @@ static resolved resolve(sl_trace_layout *l, const char *f, size_t n) {
     }
     for (size_t k = 0; k < NDEFAULTS; k++) {
         if (!field_is(f, n, DEFAULTS[k].field) || l->explicit_attr[DEFAULTS[k].attr]) continue;
-        /* the request line feeds method and path only when nothing else does */
-        if (DEFAULTS[k].attr == SL_A_REQUEST &&
-            (l->explicit_attr[SL_A_METHOD] || l->explicit_attr[SL_A_PATH]))
-            continue;
         add_target(&r, (target){.attr = DEFAULTS[k].attr, .rank = (uint8_t)(1 + k),
                                 .end_time = DEFAULTS[k].end_time, .unit_ns = DEFAULTS[k].unit_ns});
     }
@@ -439,7 +436,7 @@ static resolved resolve(sl_trace_layout *l, const char *f, size_t n) {
                 memcpy(h, HEADER_DEFAULTS[i].header, hl);
             }
     }
-    if (hl > 0 && !header_explicit(l, h, hl)) {
+    if (hl > 0 && !header_disabled(l, h, hl)) {
         const char *name = own_name(l, h, hl);
         if (name != NULL)
             add_target(&r, (target){.attr = SL_A_HEADER, .rank = 200, .header = name,
@@ -534,8 +531,10 @@ sl_trace_layout *sl_trace_layout_create(sl_trace_format f, const char *log_forma
     }
     l->format = f;
     l->map = map;
+    /* an explicit mapping outranks the defaults (used when its field is present); an
+     * empty one (ATTR=) switches the defaults off */
     for (size_t i = 0; map && i < map->n; i++)
-        if (map->e[i].attr != SL_A_HEADER) l->explicit_attr[map->e[i].attr] = true;
+        if (map->e[i].attr != SL_A_HEADER && map->e[i].disabled) l->explicit_attr[map->e[i].attr] = true;
     if (f == SL_TF_NGINX && !parse_template(l, log_format ? log_format : COMBINED, err, errlen)) {
         sl_trace_layout_destroy(l);
         return NULL;
@@ -554,6 +553,8 @@ void sl_trace_layout_destroy(sl_trace_layout *l) {
 
 typedef struct fill {
     sl_trace_rec *rec;
+    const bool *off; /* the layout's explicit_attr */
+    uint8_t header_rank[SL_TRACE_MAX_HEADERS];
     const char *time_p;
     size_t time_len;
     int time_rank;
@@ -626,8 +627,9 @@ static void put(fill *f, const target *t, char *v, size_t n) {
             f->bad = "request line is not 'METHOD PATH PROTOCOL'";
             break;
         }
-        if (set_rank(f, SL_A_METHOD, t->rank)) r->method = (sl_str){v, (size_t)(sp - v)};
-        if (set_rank(f, SL_A_PATH, t->rank)) r->path = (sl_str){tgt, tl};
+        if (!f->off[SL_A_METHOD] && set_rank(f, SL_A_METHOD, t->rank))
+            r->method = (sl_str){v, (size_t)(sp - v)};
+        if (!f->off[SL_A_PATH] && set_rank(f, SL_A_PATH, t->rank)) r->path = (sl_str){tgt, tl};
         break;
     }
     case SL_A_HOST:
@@ -648,9 +650,17 @@ static void put(fill *f, const target *t, char *v, size_t n) {
         break;
     case SL_A_HEADER:
         for (size_t i = 0; i < r->n_headers; i++)
-            if (r->headers[i].name.p == t->header) return; /* mapped twice: first wins */
-        if (r->n_headers < SL_TRACE_MAX_HEADERS)
+            if (r->headers[i].name.p == t->header) { /* fed twice: the better rank wins */
+                if (t->rank < f->header_rank[i]) {
+                    r->headers[i].value = (sl_str){v, n};
+                    f->header_rank[i] = t->rank;
+                }
+                return;
+            }
+        if (r->n_headers < SL_TRACE_MAX_HEADERS) {
+            f->header_rank[r->n_headers] = t->rank;
             r->headers[r->n_headers++] = (sl_header){{t->header, t->header_len}, {v, n}};
+        }
         break;
     case SL_A_NONE: break;
     }
@@ -964,6 +974,7 @@ const char *sl_trace_parse_line(sl_trace_layout *l, char *line, size_t len, sl_t
     memset(rec, 0, sizeof(*rec));
     rec->headers = l->hdrs;
     f.rec = rec;
+    f.off = l->explicit_attr;
     switch (l->format) {
     case SL_TF_NGINX: return parse_nginx(l, line, len, &f);
     case SL_TF_JSON: return parse_json(l, line, len, &f);
