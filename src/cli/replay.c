@@ -173,7 +173,7 @@ static void key_remove(rp_run *r, uint64_t slot) {
     uint64_t mask = r->keys_cap - 1, i = slot;
     r->keys[i].h = 0;
     for (uint64_t j = (i + 1) & mask; r->keys[j].h != 0; j = (j + 1) & mask) {
-        uint64_t home = (r->keys[j].h ^ r->keys[j].win) & mask;
+        uint64_t home = r->keys[j].h & mask;
         /* move j back into i when its home is not in (i, j] (cyclically) */
         bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
         if (!between) {
@@ -191,7 +191,7 @@ static bool keys_grow(rp_run *r) {
     if (nk == NULL) return false;
     for (uint64_t i = 0; i < r->keys_cap; i++) {
         if (r->keys[i].h == 0) continue;
-        uint64_t s = (r->keys[i].h ^ r->keys[i].win) & (nc - 1);
+        uint64_t s = r->keys[i].h & (nc - 1);
         while (nk[s].h != 0) s = (s + 1) & (nc - 1);
         nk[s] = r->keys[i];
     }
@@ -205,7 +205,9 @@ static rp_key *key_find(rp_run *r, uint64_t h, uint32_t win, bool create) {
     if (h == 0) h = 1;
     if (r->keys_cap == 0 && !keys_grow(r)) return NULL;
     uint64_t mask = r->keys_cap - 1;
-    for (uint64_t s = (h ^ win) & mask;; s = (s + 1) & mask) {
+    /* the home slot ignores the window: the windows of one key (several limits, several
+     * policies keyed alike) sit side by side, one cache miss for all of them */
+    for (uint64_t s = h & mask;; s = (s + 1) & mask) {
         rp_key *k = &r->keys[s];
         if (k->h == 0) break;
         if (k->h == h && k->win == win) return k;
@@ -235,7 +237,7 @@ static rp_key *key_find(rp_run *r, uint64_t h, uint32_t win, bool create) {
         r->keys_evicted++;
         key_remove(r, victim);
     }
-    uint64_t s = (h ^ win) & mask;
+    uint64_t s = h & mask;
     while (r->keys[s].h != 0) s = (s + 1) & mask;
     rp_key *k = &r->keys[s];
     memset(k, 0, sizeof(*k));
@@ -507,9 +509,12 @@ static void pend_until(rp_run *r, int64_t t) {
 
 /* ---- one request ------------------------------------------------------------------------------ */
 
+static sl_hash_key g_salt; /* from rp_run.salt, set once per run */
+
 static uint64_t key_hash(const rp_run *r, const void *key, size_t len) {
-    sl_hash_key hk = sl_hash_key_from_bytes(r->salt);
-    return sl_hash128_of(&hk, key, len).lo;
+    (void)r;
+    uint64_t h = sl_hash128_of(&g_salt, key, len).lo;
+    return h ? h : 1; /* 0 marks an empty slot */
 }
 
 static void top_add(rp_win *w, uint64_t h, const unsigned char *key, size_t len) {
@@ -615,6 +620,8 @@ static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
     size_t nseen = 0;
     uint8_t pol_rej[SLUICE_MAX_ITEMS] = {0}, pol_shadow[SLUICE_MAX_ITEMS] = {0};
     uint8_t pol_delay[SLUICE_MAX_ITEMS] = {0};
+    uint64_t last_h = 0;
+    uint16_t last_off = 0, last_len = 0;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
         uint32_t wi = win_of(r, it->info);
@@ -624,7 +631,13 @@ static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
         while (ps < nseen && seen[ps] != w->policy) ps++;
         if (ps == nseen) seen[nseen++] = w->policy;
         const unsigned char *key = v->keys + it->key_off;
-        uint64_t h = key_hash(r, key, it->key_len);
+        /* windows of one policy (and policies keyed alike) share the key's bytes */
+        if (i == 0 || it->key_off != last_off || it->key_len != last_len) {
+            last_h = key_hash(r, key, it->key_len);
+            last_off = it->key_off;
+            last_len = it->key_len;
+        }
+        uint64_t h = last_h;
         rp_key *k = key_find(r, h, wi, true);
         if (k != NULL) k->last_s = (uint32_t)((t - r->t0_ns) / NS);
         w->requests++;
@@ -715,7 +728,11 @@ static int run_open(rp_run *r, char *err, size_t errlen) {
         return -1;
     }
     const sl_settings *st = sl_config_settings(r->cfg);
-    sluice_store_options so = {.max_keys = st->store.max_keys, .on_full = st->store.on_full,
+    /* the config's memory store as configured (its evictions are part of what the config
+     * does); a Redis-backed config replays on a memory store of 1,000,000 keys */
+    uint64_t cap = r->store_keys ? r->store_keys
+                 : st->store.type == SL_STORE_MEMORY ? st->store.max_keys : 1000000;
+    sluice_store_options so = {.max_keys = cap, .on_full = st->store.on_full,
                                .shards = st->store.shards};
     int e = 0;
     r->store = sluice_store_create(&so, &e);
@@ -746,6 +763,7 @@ static int run_open(rp_run *r, char *err, size_t errlen) {
         return -1;
     }
     sl_hash_key_to_bytes(&k, r->salt);
+    g_salt = k;
     return 0;
 }
 
@@ -813,6 +831,7 @@ static void run_loop(rp_run *r, sl_trace_rec *(*next)(void *), void *ctx) {
         if (!decide_one(r, rec, t, &v)) sl_trace_rec_free(rec);
     }
     pend_until(r, INT64_MAX);
+    sluice_store_stats_get(r->store, &r->store_stats);
     /* every key still in the table goes into its window's distribution */
     for (uint64_t i = 0; i < r->keys_cap; i++)
         if (r->keys[i].h != 0) key_finalise(r, &r->keys[i]);
@@ -853,6 +872,7 @@ static void usage(FILE *f) {
         "  --raw-keys            show keys as they are (they are personal data: hashed by\n"
         "                        default, with a random salt per run)\n"
         "  --max-keys N          per-key statistics kept at once (default 1000000)\n"
+        "  --store-keys N        the memory store's capacity (default: the config's max_keys)\n"
         "  --json                the report as JSON on standard output\n"
         "  --svg DIR             write replay-traffic.svg and replay-peaks.svg into DIR\n"
         "  --html FILE           one offline page with the plots and the tables\n"
@@ -977,7 +997,7 @@ int sl_cli_replay(int argc, char **argv) {
             r->target = p / 100.0;
             r->suggest = true;
         } else if (strcmp(a, "--top") == 0 || strcmp(a, "--max-keys") == 0 ||
-                   strcmp(a, "--show-bad") == 0) {
+                   strcmp(a, "--show-bad") == 0 || strcmp(a, "--store-keys") == 0) {
             NEED_VALUE();
             char *end;
             unsigned long long n = strtoull(argv[++i], &end, 10);
@@ -988,6 +1008,7 @@ int sl_cli_replay(int argc, char **argv) {
             }
             if (a[2] == 't') r->top = (unsigned)(n > RP_TOPK ? RP_TOPK : n);
             else if (a[2] == 'm') r->max_keys = n ? n : 1;
+            else if (a[3] == 't') r->store_keys = n;
             else to.show_bad = (unsigned)n;
         } else if (strcmp(a, "--raw-keys") == 0) {
             r->raw_keys = true;

@@ -91,6 +91,8 @@ typedef struct rp_run {
     bool suggest;
     unsigned top;           /* keys shown per window */
     uint64_t max_keys;
+    uint64_t store_keys;    /* --store-keys: the memory store's capacity; 0 = the config's */
+    sluice_store_stats store_stats; /* at the end of the run */
     int64_t hold_ns;        /* concurrency: duration when the log has none */
     FILE *decisions;        /* --decisions: one CSV line per request, or NULL */
     const sl_trace_reader *reader; /* for file names in --decisions */

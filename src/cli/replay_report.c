@@ -231,6 +231,11 @@ void rp_report_text(const rp_run *r, const sl_trace_reader *tr, FILE *out) {
     if (r->errors) fprintf(out, ", errors (500) %" PRIu64, r->errors);
     if (r->unmatched) fprintf(out, ", matched no policy %" PRIu64, r->unmatched);
     fprintf(out, "\n");
+    if (r->store_stats.evicted || r->store_stats.refused)
+        fprintf(out, "note: the memory store was full (capacity %" PRIu64 " keys): %" PRIu64
+                     " keys evicted, %" PRIu64 " refused, as the config's store would; "
+                     "--store-keys changes the capacity\n",
+                r->store_stats.capacity, r->store_stats.evicted, r->store_stats.refused);
     if (r->keys_evicted)
         fprintf(out, "note: %" PRIu64 " key statistics were closed early (more than --max-keys "
                      "%" PRIu64 " keys at once): such a key may count twice\n",
@@ -359,6 +364,10 @@ void rp_report_json(const rp_run *r, const sl_trace_reader *tr, FILE *out) {
                  ",\"settled\":%" PRIu64 ",\"released\":%" PRIu64 ",\"keys_evicted\":%" PRIu64 "}",
             r->requests, r->admitted, r->rejected, r->delayed, r->missing_key, r->failed, r->errors,
             r->unmatched, r->rechecks, r->settled, r->released, r->keys_evicted);
+    fprintf(out, ",\"store\":{\"capacity\":%" PRIu64 ",\"keys\":%" PRIu64 ",\"evicted\":%" PRIu64
+                 ",\"refused\":%" PRIu64 ",\"expired\":%" PRIu64 "}",
+            r->store_stats.capacity, r->store_stats.keys, r->store_stats.evicted,
+            r->store_stats.refused, r->store_stats.expired);
     fprintf(out, ",\"policies\":[");
     for (size_t i = 0; i < r->npol; i++) {
         const rp_policy *p = &r->pol[i];

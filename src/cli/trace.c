@@ -1,8 +1,9 @@
 /*
  * trace.c -- reading traces as streams: files (gzip or plain, through zlib, which reads
  * both) in 1 MiB chunks split into lines, each line parsed and copied into one allocation,
- * a reorder buffer per file (a min-heap on time, released once it holds `reorder_ns`
- * of the file's traffic or its share of `reorder_bytes`), and a merge of the files'
+ * a reorder buffer per file (a FIFO of in-order records plus a min-heap of the others,
+ * released once it holds `reorder_ns` of the file's traffic or its share of
+ * `reorder_bytes`), and a merge of the files'
  * heads. Bounded: memory is the chunks plus the reorder buffers, whatever the file sizes.
  */
 #include <errno.h>
@@ -58,6 +59,51 @@ static sl_trace_rec *heap_pop(heap *h) {
     return top;
 }
 
+/* A file's held records: those that arrived in order go to a FIFO (already sorted: O(1),
+ * no cache misses), only the ones older than the FIFO's tail to the heap. The earliest is
+ * the smaller of the two heads. Sorted logs never touch the heap. */
+typedef struct hold {
+    sl_trace_rec **q;
+    size_t head, n, cap;
+    heap h;
+} hold;
+
+static bool hold_push(hold *d, sl_trace_rec *r) {
+    if (d->n > 0 && rec_before(r, d->q[(d->head + d->n - 1) % d->cap])) return heap_push(&d->h, r);
+    if (d->n == d->cap) {
+        size_t nc = d->cap ? d->cap * 2 : 4096;
+        sl_trace_rec **nq = malloc(nc * sizeof(*nq));
+        if (nq == NULL) return false;
+        for (size_t i = 0; i < d->n; i++) nq[i] = d->q[(d->head + i) % d->cap];
+        free(d->q);
+        d->q = nq;
+        d->head = 0;
+        d->cap = nc;
+    }
+    d->q[(d->head + d->n++) % d->cap] = r;
+    return true;
+}
+
+static size_t hold_count(const hold *d) { return d->n + d->h.n; }
+
+static sl_trace_rec *hold_top(const hold *d) {
+    sl_trace_rec *a = d->n ? d->q[d->head] : NULL, *b = d->h.n ? d->h.v[0] : NULL;
+    if (a == NULL) return b;
+    if (b == NULL) return a;
+    return rec_before(b, a) ? b : a;
+}
+
+static sl_trace_rec *hold_pop(hold *d) {
+    sl_trace_rec *top = hold_top(d);
+    if (top == NULL) return NULL;
+    if (d->n && top == d->q[d->head]) {
+        d->head = (d->head + 1) % d->cap;
+        d->n--;
+        return top;
+    }
+    return heap_pop(&d->h);
+}
+
 typedef struct tfile {
     char *name;
     gzFile gz;
@@ -69,7 +115,7 @@ typedef struct tfile {
     uint64_t line;
     bool skipping;      /* inside a line longer than SL_TRACE_MAX_LINE */
     uint64_t skip_from;
-    heap held;
+    hold held;
     size_t held_bytes;
     int64_t max_t;      /* latest time seen in this file */
     bool any;
@@ -206,7 +252,7 @@ static void take_line(sl_trace_reader *r, tfile *f, char *line, size_t len) {
     rec.held_ns = 0;
     rec.first_t_ns = rec.t_ns;
     sl_trace_rec *p = pack(&rec);
-    if (p == NULL || !heap_push(&f->held, p)) {
+    if (p == NULL || !hold_push(&f->held, p)) {
         free(p);
         report_bad(r, f, f->line, "out of memory", NULL, 0);
         return;
@@ -289,13 +335,13 @@ static void read_more(sl_trace_reader *r, tfile *f) {
  * traffic behind it, its share of the memory, or nothing more will come. */
 static sl_trace_rec *file_head(sl_trace_reader *r, tfile *f) {
     for (;;) {
-        if (f->held.n > 0) {
-            const sl_trace_rec *top = f->held.v[0];
-            if (f->eof && f->off >= f->len) return f->held.v[0];
-            if (f->max_t - top->t_ns >= r->o.reorder_ns) return f->held.v[0];
+        if (hold_count(&f->held) > 0) {
+            sl_trace_rec *top = hold_top(&f->held);
+            if (f->eof && f->off >= f->len) return top;
+            if (f->max_t - top->t_ns >= r->o.reorder_ns) return top;
             if (f->held_bytes > r->per_file_bytes) {
                 r->st.early_flush++;
-                return f->held.v[0];
+                return top;
             }
         } else if (f->eof && f->off >= f->len) {
             return NULL;
@@ -308,10 +354,10 @@ sl_trace_rec *sl_trace_next(sl_trace_reader *r) {
     tfile *best = NULL;
     for (size_t i = 0; i < r->n; i++) {
         sl_trace_rec *h = file_head(r, &r->f[i]);
-        if (h != NULL && (best == NULL || rec_before(h, best->held.v[0]))) best = &r->f[i];
+        if (h != NULL && (best == NULL || rec_before(h, hold_top(&best->held)))) best = &r->f[i];
     }
     if (best == NULL) return NULL;
-    sl_trace_rec *rec = heap_pop(&best->held);
+    sl_trace_rec *rec = hold_pop(&best->held);
     best->held_bytes -= rec->size;
     r->held_total -= rec->size;
     r->st.records++;
@@ -387,8 +433,9 @@ void sl_trace_close(sl_trace_reader *r) {
         tfile *f = &r->f[i];
         if (f->gz) gzclose(f->gz);
         sl_trace_rec *x;
-        while ((x = heap_pop(&f->held)) != NULL) free(x);
-        free(f->held.v);
+        while ((x = hold_pop(&f->held)) != NULL) free(x);
+        free(f->held.h.v);
+        free(f->held.q);
         sl_trace_layout_destroy(f->layout);
         free(f->buf);
         free(f->name);
