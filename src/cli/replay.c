@@ -701,7 +701,7 @@ static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
             kind = RP_REJECTED;
         } else {
             p->rejected_other++;
-            kind = -1;
+            kind = RP_OTHER;
         }
         if (pol_shadow[i]) p->shadow++;
         if (s != NULL) {

@@ -21,7 +21,9 @@
 #define RP_SUB 8           /* a key's peak is counted over RP_SUB sub-windows of w */
 #define RP_HIST 1920       /* log-linear buckets: exact below 64, then 32 per power of 2 */
 
-enum { RP_ADMITTED = 0, RP_REJECTED = 1, RP_DELAYED = 2, RP_SHADOW = 3, RP_NSERIES = 4 };
+/* Series per bucket: admitted, rejected (by this policy), admitted after a delay, shadow
+ * "would have rejected", rejected by another policy (a policy's panel shows all it saw). */
+enum { RP_ADMITTED = 0, RP_REJECTED = 1, RP_DELAYED = 2, RP_SHADOW = 3, RP_OTHER = 4, RP_NSERIES = 5 };
 
 typedef struct rp_hist {
     uint64_t n;

@@ -331,7 +331,8 @@ static void json_str(FILE *out, const char *s) {
 }
 
 static void json_series(FILE *out, const rp_run *r, const rp_series *s) {
-    static const char *const names[RP_NSERIES] = {"admitted", "rejected", "delayed", "shadow"};
+    static const char *const names[RP_NSERIES] = {"admitted", "rejected", "delayed", "shadow",
+                                                  "rejected_elsewhere"};
     fprintf(out, "{");
     for (int k = 0; k < RP_NSERIES; k++) {
         fprintf(out, "%s\"%s\":[", k ? "," : "", names[k]);
@@ -502,15 +503,20 @@ static void traffic_plot(const rp_run *r, sl_buf *b, const char *id) {
         pn->ylabel = bucket;
         /* admitted and rejected always (a zero is information); delayed and shadow when
          * the trace has any */
-        bool any_delay = false, any_shadow = false;
+        bool any_delay = false, any_shadow = false, any_other = false;
         for (uint32_t i = 0; i < r->nbuckets; i++) {
             any_delay |= s->v[RP_DELAYED][i] > 0;
             any_shadow |= s->v[RP_SHADOW][i] > 0;
+            any_other |= s->v[RP_OTHER][i] > 0;
         }
-        pn->series[pn->nseries++] = (sl_plot_series){"admitted", SL_COLOR_ADMITTED, v[RP_ADMITTED], NULL, r->nbuckets, SL_PLOT_AREA, false};
+        /* few buckets: bars (a count per bucket, honestly); many: filled areas */
+        sl_plot_kind kind = r->nbuckets <= 150 ? SL_PLOT_BARS : SL_PLOT_AREA;
+        pn->series[pn->nseries++] = (sl_plot_series){"admitted", SL_COLOR_ADMITTED, v[RP_ADMITTED], NULL, r->nbuckets, kind, false};
         if (any_delay)
-            pn->series[pn->nseries++] = (sl_plot_series){"admitted after a delay", SL_COLOR_DELAYED, v[RP_DELAYED], NULL, r->nbuckets, SL_PLOT_AREA, false};
-        pn->series[pn->nseries++] = (sl_plot_series){k == 0 ? "rejected" : "rejected by this policy", SL_COLOR_REJECTED, v[RP_REJECTED], NULL, r->nbuckets, SL_PLOT_AREA, false};
+            pn->series[pn->nseries++] = (sl_plot_series){"admitted after a delay", SL_COLOR_DELAYED, v[RP_DELAYED], NULL, r->nbuckets, kind, false};
+        pn->series[pn->nseries++] = (sl_plot_series){k == 0 ? "rejected" : "rejected by this policy", SL_COLOR_REJECTED, v[RP_REJECTED], NULL, r->nbuckets, kind, false};
+        if (any_other && k > 0)
+            pn->series[pn->nseries++] = (sl_plot_series){"rejected by another policy", SL_COLOR_OTHER, v[RP_OTHER], NULL, r->nbuckets, kind, false};
         if (any_shadow)
             pn->series[pn->nseries++] = (sl_plot_series){"shadow: would have rejected", SL_COLOR_SHADOW, v[RP_SHADOW], NULL, r->nbuckets, SL_PLOT_LINE, true};
         for (size_t j = 0; j < pn->nseries; j++)

@@ -116,18 +116,16 @@ static bool parse_time_ns(const char *s, int64_t *out) {
     return true;
 }
 
-/* "8/s", "120/min", "2/500ms": events per second as ns between them */
-static bool parse_rate_gap(const char *s, int64_t *gap_ns) {
+/* "8/s", "120/min", "2/500ms": `n` events per `per_ns` */
+static bool parse_rate(const char *s, double *n, int64_t *per_ns) {
     char *end;
-    double n = strtod(s, &end);
-    if (end == s || n <= 0 || *end != '/') return false;
-    int64_t per;
+    *n = strtod(s, &end);
+    if (end == s || *n <= 0 || *end != '/') return false;
     const char *u = end + 1;
-    if (strcmp(u, "s") == 0) per = SLUICE_NS_PER_S;
-    else if (strcmp(u, "min") == 0 || strcmp(u, "m") == 0) per = 60 * SLUICE_NS_PER_S;
-    else if (!parse_time_ns(u, &per) || per <= 0) return false;
-    *gap_ns = (int64_t)((double)per / n);
-    return *gap_ns > 0;
+    if (strcmp(u, "s") == 0) *per_ns = SLUICE_NS_PER_S;
+    else if (strcmp(u, "min") == 0 || strcmp(u, "m") == 0) *per_ns = 60 * SLUICE_NS_PER_S;
+    else if (!parse_time_ns(u, per_ns) || *per_ns <= 0) return false;
+    return *per_ns / *n >= 1;
 }
 
 static int id_of(file_pattern *fp, const char *key) {
@@ -200,11 +198,12 @@ static int load_pattern(const char *path, file_pattern *fp) {
                    strcmp(tok[0], "at") == 0) {
             const char *key = "client-0";
             uint64_t cost = 0;
-            int64_t from = 0, to = -1, at = -1, within = 10 * SLUICE_NS_PER_MS, gap = 0;
+            int64_t from = 0, to = -1, at = -1, within = 10 * SLUICE_NS_PER_MS, per = 0;
+            double rate = 0;
             long count = 0;
             int i = 1;
             if (strcmp(tok[0], "steady") == 0) {
-                if (nt < 2 || !parse_rate_gap(tok[1], &gap)) err = "steady RATE: a rate like 8/s";
+                if (nt < 2 || !parse_rate(tok[1], &rate, &per)) err = "steady RATE: a rate like 8/s";
                 i = 2;
             } else if (strcmp(tok[0], "burst") == 0) {
                 count = nt >= 2 ? strtol(tok[1], NULL, 10) : 0;
@@ -229,8 +228,12 @@ static int load_pattern(const char *path, file_pattern *fp) {
             if (id < 0) err = "at most 8 keys per pattern";
             if (err == NULL && tok[0][0] == 's') {
                 if (to < 0) to = (fp->seconds ? fp->seconds : 10) * SLUICE_NS_PER_S;
-                for (int64_t t = from; t < to && err == NULL; t += gap)
-                    if (!add_event(fp, t, id, cost)) err = "too many events (200000)";
+                /* rate x duration events, evenly spaced from `from` (no rounding drift) */
+                double span = (double)(to > from ? to - from : 0);
+                int64_t count = (int64_t)(span * rate / (double)per + 1e-9);
+                for (int64_t c = 0; c < count && err == NULL; c++)
+                    if (!add_event(fp, from + (int64_t)((double)c * (double)per / rate), id, cost))
+                        err = "too many events (200000)";
                 if (to > end_ns) end_ns = to;
             } else if (err == NULL && tok[0][0] == 'b') {
                 if (at < 0) err = "burst needs 'at T'";

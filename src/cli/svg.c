@@ -361,6 +361,10 @@ static void panel(sl_buf *b, const sl_plot *p, const sl_plot_panel *pn, const ax
     }
     free(base_b);
     free(base_a);
+    /* next to bars, a line's points sit in the middle of their bar */
+    bool bars = false;
+    for (size_t j = 0; j < pn->nseries; j++) bars |= pn->series[j].kind == SL_PLOT_BARS;
+    double shift = bars && !p->xlog ? p->dx / 2 : 0;
     for (size_t j = 0; j < pn->nseries; j++) {
         const sl_plot_series *s = &pn->series[j];
         if (s->kind != SL_PLOT_LINE && s->kind != SL_PLOT_STEP) continue;
@@ -374,7 +378,7 @@ static void panel(sl_buf *b, const sl_plot *p, const sl_plot_panel *pn, const ax
                 pen = false;
                 continue;
             }
-            double X = ax_map(ax, xv), Y = ax_map(&ay, yv);
+            double X = ax_map(ax, xv + (s->x ? 0 : shift)), Y = ax_map(&ay, yv);
             if (!pen) sl_buf_printf(b, " M%.2f,%.2f", X, Y);
             else if (s->kind == SL_PLOT_STEP) sl_buf_printf(b, " L%.2f,%.2f L%.2f,%.2f", X, prev_y, X, Y);
             else sl_buf_printf(b, " L%.2f,%.2f", X, Y);

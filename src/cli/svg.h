@@ -87,6 +87,7 @@ void sl_svg_plot(sl_buf *b, const sl_plot *p);
 #define SL_COLOR_DELAYED "#edae49"
 #define SL_COLOR_SHADOW "#6a4c93"
 #define SL_COLOR_SENT "#555555"
+#define SL_COLOR_OTHER "#a8a8a8"
 #define SL_COLOR_LIMIT "#d1495b"
 #define SL_COLOR_SUGGEST "#2a9d55"
 
