@@ -6,7 +6,10 @@
  * them is safe. docs/clients.md walks through it.
  *
  *   sluice-client-example [-s SECONDS] [-r WANTED_PER_S] [-X METHOD] [-k IDEMPOTENCY_KEY]
- *                         [-H 'Name: value']... URL
+ *                         [-H 'Name: value']... [-P] [-R] URL
+ *
+ * -P turns the pacer off, -R the retry helper (a refused request is dropped and the next
+ * one goes at the wanted rate): to see what a client without them gets.
  *
  * Prints one line per answer ("<ms since start> <status> <what the client did>") and a
  * summary line: "summary sent=N ok=N refused=N refused_after_first=N gave_up=N".
@@ -65,6 +68,7 @@ static size_t discard(char *p, size_t size, size_t n, void *ctx) {
 int main(int argc, char **argv) {
     double seconds = 10, wanted = 50;
     const char *method = "GET", *idem_key = NULL, *url = NULL;
+    int pace = 1, retry_on = 1;
     struct curl_slist *hdrs = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
@@ -72,10 +76,12 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "-X") == 0 && i + 1 < argc) method = argv[++i];
         else if (strcmp(argv[i], "-k") == 0 && i + 1 < argc) idem_key = argv[++i];
         else if (strcmp(argv[i], "-H") == 0 && i + 1 < argc) hdrs = curl_slist_append(hdrs, argv[++i]);
+        else if (strcmp(argv[i], "-P") == 0) pace = 0;
+        else if (strcmp(argv[i], "-R") == 0) retry_on = 0;
         else if (argv[i][0] != '-' && url == NULL) url = argv[i];
         else {
             fprintf(stderr, "usage: %s [-s SECONDS] [-r WANTED_PER_S] [-X METHOD] "
-                            "[-k IDEMPOTENCY_KEY] [-H 'Name: value']... URL\n", argv[0]);
+                            "[-k IDEMPOTENCY_KEY] [-H 'Name: value']... [-P] [-R] URL\n", argv[0]);
             return 2;
         }
     }
@@ -117,7 +123,7 @@ int main(int argc, char **argv) {
         next_wanted += gap;
         sluice_client_retry_start(retry, idempotent, mono_ns());
         for (;;) {
-            int64_t wait = sluice_client_pacer_wait(pacer, 1, mono_ns());
+            int64_t wait = pace ? sluice_client_pacer_wait(pacer, 1, mono_ns()) : 0;
             if (mono_ns() + wait >= end) goto done;
             sleep_ns(wait);
             sluice_client_info_init(&info);
@@ -142,6 +148,7 @@ int main(int argc, char **argv) {
             printf("%lld %ld r=%lld %s\n", (long long)((now - start) / 1000000), status,
                    info.n_items ? (long long)info.items[0].remaining : -1LL,
                    sluice_client_retry_verdict_name(v));
+            if (!retry_on && v == SLUICE_CLIENT_RETRY) v = SLUICE_CLIENT_DONE;
             if (v != SLUICE_CLIENT_RETRY) {
                 if (v != SLUICE_CLIENT_DONE) gave_up++;
                 break;
