@@ -542,9 +542,35 @@ static void top_add(rp_win *w, uint64_t h, const unsigned char *key, size_t len)
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* Decides `rec` at `t`; returns true when the request was held (rec now belongs to the
- * retry queue), false when it is finished (the caller frees it). */
-static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
+/* A decided request whose statistics are still to be counted: the run keeps one such
+ * request in hand while it decides the next, so the key-table lines it needs (hashed and
+ * prefetched at decision time) arrive while the engine works, instead of one cache miss
+ * after the other. Everything that changes what the engine sees next (holds, leases,
+ * settles) happens at decision time, in order; only counting is deferred. */
+typedef struct acct {
+    sl_trace_rec *rec;      /* NULL: nothing in hand */
+    sl_verdict *v;
+    int rc;
+    int64_t t;
+    bool first;
+    uint64_t h[SLUICE_MAX_ITEMS]; /* each item's key hash */
+} acct;
+
+static void hash_items(rp_run *r, const sl_verdict *v, uint64_t *h) {
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        /* windows of one policy (and policies keyed alike) share the key's bytes */
+        if (i > 0 && it->key_off == v->items[i - 1].key_off && it->key_len == v->items[i - 1].key_len)
+            h[i] = h[i - 1];
+        else
+            h[i] = key_hash(r, v->keys + it->key_off, it->key_len);
+        if (r->keys_cap > 0) __builtin_prefetch(&r->keys[h[i] & (r->keys_cap - 1)], 1);
+    }
+}
+
+/* Decides `rec` at `t`. Returns true when the request was held (rec now belongs to the
+ * retry queue); false when it is decided: then *a holds it for accounting. */
+static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v, acct *a) {
     sl_request req = {.method = rec->method, .path = rec->path, .host = rec->host,
                       .client_ip = rec->client_ip, .route = rec->route,
                       .headers = rec->headers, .n_headers = rec->n_headers,
@@ -578,6 +604,49 @@ static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
         }
         r->rechecks_exhausted++;
     }
+    a->rec = rec;
+    a->v = v;
+    a->rc = rc;
+    a->t = t;
+    a->first = first;
+    if (rc != SLUICE_OK) return false;
+    hash_items(r, v, a->h);
+    int action = v->action == SL_DELAY && v->recheck ? SL_REJECT : (int)v->action;
+    bool admitted = action == SL_ALLOW || action == SL_DELAY;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (it->info->qu != SL_QU_CONCURRENT) continue;
+        /* the slot is given back when the logged request ended; the key's in-flight count
+         * (admitted or not: what it asked for) drops then too */
+        int64_t dur = rec->duration_ns >= 0 ? rec->duration_ns : r->hold_ns;
+        pend *p = malloc(sizeof(pend) + it->key_len);
+        if (p == NULL) continue;
+        p->lim = it->info->limiter;
+        p->lease = it->result.lease;
+        p->h = a->h[i];
+        p->win = win_of(r, it->info);
+        p->release = admitted && it->consumed && it->result.lease != 0 && it->info->limiter;
+        p->key_len = it->key_len;
+        memcpy(p->key, v->keys + it->key_off, it->key_len);
+        if (!tq_push(r->pending, t + dur, p)) free(p);
+    }
+    if (admitted && rec->has_cost) {
+        bool settle = false;
+        for (size_t i = 0; i < v->n; i++) settle |= v->items[i].settle && v->items[i].consumed;
+        if (settle && sl_engine_settle(r->engine, v, rec->cost, now) == SLUICE_OK) r->settled++;
+    }
+    return false;
+}
+
+/* Counts a decided request (see acct) and frees it. */
+static void account(rp_run *r, acct *a) {
+    sl_trace_rec *rec = a->rec;
+    if (rec == NULL) return;
+    a->rec = NULL;
+    const sl_verdict *v = a->v;
+    int rc = a->rc;
+    int64_t t = a->t;
+    bool first = a->first;
     /* ---- final outcome ---- */
     if (!r->started) {
         r->started = true;
@@ -608,7 +677,10 @@ static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
                 r->reader ? sl_trace_file_name(r->reader, rec->file) : "", rec->line, outcome, pol,
                 delay / 1000000);
     }
-    if (rc != SLUICE_OK) return false;
+    if (rc != SLUICE_OK) {
+        sl_trace_rec_free(rec);
+        return;
+    }
     if (v->missing_key_policy != NULL) {
         r->missing_key++;
         r->pol[policy_of(r, v->missing_key_policy)].missing_key++;
@@ -620,8 +692,6 @@ static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
     size_t nseen = 0;
     uint8_t pol_rej[SLUICE_MAX_ITEMS] = {0}, pol_shadow[SLUICE_MAX_ITEMS] = {0};
     uint8_t pol_delay[SLUICE_MAX_ITEMS] = {0};
-    uint64_t last_h = 0;
-    uint16_t last_off = 0, last_len = 0;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
         uint32_t wi = win_of(r, it->info);
@@ -631,13 +701,7 @@ static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
         while (ps < nseen && seen[ps] != w->policy) ps++;
         if (ps == nseen) seen[nseen++] = w->policy;
         const unsigned char *key = v->keys + it->key_off;
-        /* windows of one policy (and policies keyed alike) share the key's bytes */
-        if (i == 0 || it->key_off != last_off || it->key_len != last_len) {
-            last_h = key_hash(r, key, it->key_len);
-            last_off = it->key_off;
-            last_len = it->key_len;
-        }
-        uint64_t h = last_h;
+        uint64_t h = a->h[i];
         rp_key *k = key_find(r, h, wi, true);
         if (k != NULL) k->last_s = (uint32_t)((t - r->t0_ns) / NS);
         w->requests++;
@@ -648,19 +712,6 @@ static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
             /* the key's requests in flight, admitted or not: what it asked for */
             k->inflight++;
             if (k->inflight > k->peak) k->peak = k->inflight;
-            int64_t dur = rec->duration_ns >= 0 ? rec->duration_ns : r->hold_ns;
-            bool lease = admitted && it->consumed && it->result.lease != 0 && it->info->limiter;
-            pend *p = malloc(sizeof(pend) + it->key_len);
-            if (p != NULL) {
-                p->lim = it->info->limiter;
-                p->lease = it->result.lease;
-                p->h = h;
-                p->win = wi;
-                p->release = lease;
-                p->key_len = it->key_len;
-                memcpy(p->key, key, it->key_len);
-                if (!tq_push(r->pending, t + dur, p)) free(p);
-            }
         }
         if (admitted) {
             w->admitted++;
@@ -709,13 +760,9 @@ static bool decide_one(rp_run *r, sl_trace_rec *rec, int64_t t, sl_verdict *v) {
             if (pol_shadow[i]) s->v[RP_SHADOW][b]++;
         }
     }
-    if (admitted && rec->has_cost) {
-        bool settle = false;
-        for (size_t i = 0; i < v->n; i++) settle |= v->items[i].settle && v->items[i].consumed;
-        if (settle && sl_engine_settle(r->engine, v, rec->cost, now) == SLUICE_OK) r->settled++;
-    }
-    return false;
+    sl_trace_rec_free(rec);
 }
+
 
 /* ---- the run ------------------------------------------------------------------------------------ */
 
@@ -809,13 +856,16 @@ static double now_s(void) {
 /* Every record in time order (late ones at the time already reached), held ones again
  * when their hold ends, leases released as the log says the requests ended. */
 static void run_loop(rp_run *r, sl_trace_rec *(*next)(void *), void *ctx) {
-    static sl_verdict v;
+    static sl_verdict v[2];
+    acct a[2] = {{0}};
+    int cur = 0;
     int64_t clock = INT64_MIN;
     sl_trace_rec *in = next(ctx);
     tq *retry = r->retry;
     while (in != NULL || retry->n > 0) {
         sl_trace_rec *rec;
-        if (in != NULL && (retry->n == 0 || in->t_ns <= retry->v[0].at)) {
+        /* a request held until t goes before one that arrives at t: it was there first */
+        if (in != NULL && (retry->n == 0 || in->t_ns < retry->v[0].at)) {
             rec = in;
             in = next(ctx);
         } else {
@@ -827,9 +877,19 @@ static void run_loop(rp_run *r, sl_trace_rec *(*next)(void *), void *ctx) {
         }
         int64_t t = rec->t_ns > clock ? rec->t_ns : clock; /* the clock never goes back */
         clock = t;
-        pend_until(r, t);
-        if (!decide_one(r, rec, t, &v)) sl_trace_rec_free(rec);
+        tq *pq = r->pending;
+        if (pq->n > 0 && pq->v[0].at <= t) {
+            /* a release changes in-flight counts: count the request in hand first */
+            account(r, &a[cur ^ 1]);
+            pend_until(r, t);
+        }
+        if (!decide_one(r, rec, t, &v[cur], &a[cur])) {
+            account(r, &a[cur ^ 1]); /* the previous one, while this one's lines arrive */
+            cur ^= 1;
+        }
     }
+    account(r, &a[cur ^ 1]);
+    account(r, &a[cur]);
     pend_until(r, INT64_MAX);
     sluice_store_stats_get(r->store, &r->store_stats);
     /* every key still in the table goes into its window's distribution */
