@@ -217,10 +217,17 @@ static void x_ticks(sl_buf *b, const sl_plot *p, const axis *ax, double ytop, do
                 sl_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"middle\">%s</text>\n",
                               x, ybot + 16, lab);
             }
+            /* few decades: 2 and 5 get labels too */
+            bool few = log10(ax->hi / ax->lo) <= 3.01;
             for (int k = 2; k <= 9 && d * k <= ax->hi; k++) {
                 double xm = ax_map(ax, d * k);
                 sl_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"minor\"/>\n",
                               xm, ytop, xm, ybot);
+                if (labels && few && (k == 2 || k == 5)) {
+                    fmt_num(lab, sizeof(lab), d * k);
+                    sl_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"middle\" "
+                                     "fill-opacity=\"0.75\">%s</text>\n", xm, ybot + 16, lab);
+                }
             }
         }
         return;
