@@ -542,6 +542,11 @@ static size_t ccdf(const rp_hist *h, double *x, double *y) {
         n++;
         above -= h->c[i];
     }
+    if (n > 0) { /* past the largest peak no key is left: the curve drops off the axis */
+        x[n] = x[n - 1];
+        y[n] = 1e-9;
+        n++;
+    }
     return n;
 }
 
@@ -561,8 +566,8 @@ static void peaks_plot(const rp_run *r, sl_buf *b, const char *id) {
         if (w->keys == 0 || w->peak_kind == RP_PEAK_NONE) continue;
         size_t k = p.npanels++;
         sl_plot_panel *pn = &p.panels[k];
-        xs[k] = calloc(RP_HIST, sizeof(double));
-        ys[k] = calloc(RP_HIST, sizeof(double));
+        xs[k] = calloc(RP_HIST + 1, sizeof(double));
+        ys[k] = calloc(RP_HIST + 1, sizeof(double));
         if (xs[k] == NULL || ys[k] == NULL) break;
         size_t n = ccdf(&w->peaks, xs[k], ys[k]);
         char metric[48], lim[48];
