@@ -245,19 +245,19 @@ void rp_report_text(const rp_run *r, const sl_trace_reader *tr, FILE *out) {
                      "rejected\n", r->rechecks_exhausted, 16);
 
     fprintf(out, "\nper policy and window (rejected: by this window; delayed: held or shaped)\n");
-    fprintf(out, "%-18s %-16s %-14s %-16s %12s %9s %12s %7s %9s %9s %9s\n", "policy", "window",
+    fprintf(out, "%-18s %-16s %-14s %-16s %12s %9s %12s %7s %9s %11s %9s\n", "policy", "window",
             "algorithm", "limit", "requests", "admitted", "rejected", "rej %", "delayed",
-            "avg delay", "shadow");
+            "total delay", "shadow");
     for (size_t i = 0; i < r->nwin; i++) {
         const rp_win *w = r->win[i];
-        char lim[48], avg[32];
+        char lim[48], total[32];
         rp_win_limit(w, lim, sizeof(lim));
-        fmt_dur(avg, sizeof(avg), w->delayed ? w->delay_ns / (int64_t)w->delayed : 0);
+        fmt_dur(total, sizeof(total), w->delay_ns);
         fprintf(out, "%-18.18s %-16.16s %-14.14s %-16.16s %12s %8.2f%% %12s %6.2f%% %9" PRIu64
-                     " %9s %9" PRIu64 "\n",
+                     " %11s %9" PRIu64 "\n",
                 r->pol[w->policy].name, w->info->name ? w->info->name : "", rp_win_algo(w), lim,
                 commas(w->requests, a), pct(w->admitted, w->requests), commas(w->rejected, b),
-                pct(w->rejected, w->requests), w->delayed, w->delayed ? avg : "-", w->shadow);
+                pct(w->rejected, w->requests), w->delayed, w->delayed ? total : "-", w->shadow);
     }
 
     fprintf(out, "\nper-key peak, against the window's capacity (limit): buckets: the burst the key\n"
