@@ -138,19 +138,19 @@ static void *tq_pop(tq *q, int64_t *at) {
 
 /* ---- per-key peaks ----------------------------------------------------------------------- */
 
+/* 64 bytes, aligned to a cache line: one miss per key and window. */
 struct rp_key {
     uint64_t h;          /* keyed hash of the composed key; 0 = empty slot */
     uint32_t win;
     uint32_t last_s;     /* second (since t0) of the latest request: eviction order */
     uint64_t peak;
     uint32_t rejected;
-    uint32_t inflight;   /* INFLIGHT */
     union {
-        struct {         /* SLIDING */
-            uint32_t ring[RP_SUB];
-            uint64_t sum;
-            uint32_t last_sub;
-        } s;
+        uint32_t inflight; /* INFLIGHT: requests in flight now */
+        uint32_t last_sub; /* SLIDING: sub-window of the latest request */
+    };
+    union {
+        uint32_t ring[RP_SUB]; /* SLIDING: units per sub-window */
         struct {         /* FIXED */
             int64_t id;
             uint64_t count;
@@ -158,6 +158,7 @@ struct rp_key {
         __int128 tat;    /* BUCKET: theoretical arrival time, in ns x rate_limit */
     } u;
 };
+_Static_assert(sizeof(struct rp_key) == 64, "one cache line per entry");
 
 static void key_finalise(rp_run *r, const rp_key *k) {
     rp_win *w = r->win[k->win];
@@ -187,8 +188,9 @@ static void key_remove(rp_run *r, uint64_t slot) {
 
 static bool keys_grow(rp_run *r) {
     uint64_t nc = r->keys_cap ? r->keys_cap * 2 : 4096;
-    rp_key *nk = calloc(nc, sizeof(*nk));
+    rp_key *nk = aligned_alloc(64, nc * sizeof(*nk));
     if (nk == NULL) return false;
+    memset(nk, 0, nc * sizeof(*nk));
     for (uint64_t i = 0; i < r->keys_cap; i++) {
         if (r->keys[i].h == 0) continue;
         uint64_t s = r->keys[i].h & (nc - 1);
@@ -307,26 +309,20 @@ static void key_count(rp_key *k, const rp_win *w, int64_t wall, int64_t rel, uin
         int64_t sub_ns = w->w_ns / RP_SUB;
         if (sub_ns <= 0) sub_ns = 1;
         uint32_t sub = (uint32_t)(rel / sub_ns);
-        if (k->u.s.sum == 0) k->u.s.last_sub = sub;
-        if (sub > k->u.s.last_sub) {
-            uint32_t steps = sub - k->u.s.last_sub;
+        if (sub > k->last_sub) {
+            uint32_t steps = sub - k->last_sub;
             if (steps >= RP_SUB) {
-                memset(k->u.s.ring, 0, sizeof(k->u.s.ring));
-                k->u.s.sum = 0;
+                memset(k->u.ring, 0, sizeof(k->u.ring));
             } else {
-                for (uint32_t i = 1; i <= steps; i++) {
-                    uint32_t *slot = &k->u.s.ring[(k->u.s.last_sub + i) % RP_SUB];
-                    k->u.s.sum -= *slot;
-                    *slot = 0;
-                }
+                for (uint32_t i = 1; i <= steps; i++) k->u.ring[(k->last_sub + i) % RP_SUB] = 0;
             }
-            k->u.s.last_sub = sub;
+            k->last_sub = sub;
         }
-        uint32_t *slot = &k->u.s.ring[k->u.s.last_sub % RP_SUB];
-        uint64_t add = units > UINT32_MAX - *slot ? UINT32_MAX - *slot : units;
-        *slot += (uint32_t)add;
-        k->u.s.sum += add;
-        if (k->u.s.sum > k->peak) k->peak = k->u.s.sum;
+        uint32_t *slot = &k->u.ring[k->last_sub % RP_SUB];
+        *slot += units > UINT32_MAX - *slot ? UINT32_MAX - *slot : (uint32_t)units;
+        uint64_t sum = 0;
+        for (int i = 0; i < RP_SUB; i++) sum += k->u.ring[i];
+        if (sum > k->peak) k->peak = sum;
         break;
     }
     default: break;

@@ -358,7 +358,7 @@ void rp_report_json(const rp_run *r, const sl_trace_reader *tr, FILE *out) {
             ts->lines, ts->bad, ts->late, ts->max_late_ns / 1000000, ts->early_flush, ts->bytes,
             ts->read_errors, ts->held_bytes_max);
     fprintf(out, ",\"trace\":{\"first_ns\":%" PRId64 ",\"last_ns\":%" PRId64 "}", r->first_ns, r->last_ns);
-    fprintf(out, ",\"seconds\":%.3f,\"decide_seconds\":%.3f", r->seconds, r->decide_seconds);
+    fprintf(out, ",\"seconds\":%.6f,\"decide_seconds\":%.6f", r->seconds, r->decide_seconds);
     fprintf(out, ",\"totals\":{\"requests\":%" PRIu64 ",\"admitted\":%" PRIu64 ",\"rejected\":%" PRIu64
                  ",\"delayed\":%" PRIu64 ",\"missing_key\":%" PRIu64 ",\"failed\":%" PRIu64
                  ",\"errors\":%" PRIu64 ",\"unmatched\":%" PRIu64 ",\"rechecks\":%" PRIu64

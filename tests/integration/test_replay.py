@@ -233,7 +233,7 @@ def test_peaks_and_suggestion(tmp):
     for k, n in enumerate(sizes):
         t = 1767225600 + k * 0.05
         for j in range(n):
-            lines.append("%.3f,GET,/v1/x,10.9.%d.%d,k%d" % (t + j * 0.0001, k // 250, k % 250, k))
+            lines.append("%.3f,GET,/search/x,10.9.%d.%d,k%d" % (t + j * 0.0001, k // 250, k % 250, k))
     path = os.path.join(tmp, "bursts.csv")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -251,6 +251,13 @@ def test_peaks_and_suggestion(tmp):
     # exactly the keys over the burst were touched, and only by their excess
     assert w["keys_touched"] == over
     assert w["rejected"] == sum(n - 20 for n in sizes if n > 20)
+    # the same keys in a sliding window (search: any 10 s) and an aligned one (plan: the
+    # minute): each key's busiest window holds its whole burst
+    for name, kind in (("search", "sliding"), ("plan-minute", "aligned")):
+        x = [w for w in rep["windows"] if w["window"] == name][0]
+        assert x["peak"]["kind"] == kind
+        assert x["keys"] == len(sizes)
+        assert (x["key_peak"]["p50"], x["key_peak"]["p90"], x["key_peak"]["max"]) == (q(0.5), q(0.9), max(sizes))
     # the least limit with at most 5% of keys above it
     allowed = int(0.05 * len(sizes))
     want = next(v for v in sorted(set(sizes)) if sum(1 for n in sizes if n > v) <= allowed)
