@@ -119,6 +119,7 @@ typedef struct rp_run {
     uint64_t keys_evicted;  /* key entries finalised early because the table was full */
     double seconds;         /* wall time of the run */
     double decide_seconds;  /* --bench: time in the decision loop alone */
+    double decide_cpu_seconds, read_cpu_seconds; /* --bench: the same in CPU time */
     uint64_t bench_records;
     /* internals (replay.c) */
     rp_key *keys;

@@ -221,8 +221,9 @@ void rp_report_text(const rp_run *r, const sl_trace_reader *tr, FILE *out) {
     fprintf(out, "trace %s .. %s UTC (%s); %s requests replayed in %.2f s", d1, d2 + 11, span,
             commas(r->requests, a), r->seconds + r->decide_seconds);
     if (r->decide_seconds > 0)
-        fprintf(out, " (read %.2f s, decided %.2f s: %.0f decisions/s)", r->seconds,
-                r->decide_seconds, (double)r->bench_records / r->decide_seconds);
+        fprintf(out, " (read %.2f s, decided %.2f s: %.0f decisions/s; CPU %.2f s: %.0f/s)",
+                r->seconds, r->decide_seconds, (double)r->bench_records / r->decide_seconds,
+                r->decide_cpu_seconds, (double)r->bench_records / r->decide_cpu_seconds);
     fprintf(out, "\nall: admitted %s (%.2f%%), rejected %s (%.2f%%), delayed %s",
             commas(r->admitted, a), pct(r->admitted, r->requests), commas(r->rejected, b),
             pct(r->rejected, r->requests), commas(r->delayed, c));
@@ -358,7 +359,9 @@ void rp_report_json(const rp_run *r, const sl_trace_reader *tr, FILE *out) {
             ts->lines, ts->bad, ts->late, ts->max_late_ns / 1000000, ts->early_flush, ts->bytes,
             ts->read_errors, ts->held_bytes_max);
     fprintf(out, ",\"trace\":{\"first_ns\":%" PRId64 ",\"last_ns\":%" PRId64 "}", r->first_ns, r->last_ns);
-    fprintf(out, ",\"seconds\":%.6f,\"decide_seconds\":%.6f", r->seconds, r->decide_seconds);
+    fprintf(out, ",\"seconds\":%.6f,\"decide_seconds\":%.6f,\"read_cpu_seconds\":%.6f"
+                 ",\"decide_cpu_seconds\":%.6f",
+            r->seconds, r->decide_seconds, r->read_cpu_seconds, r->decide_cpu_seconds);
     fprintf(out, ",\"totals\":{\"requests\":%" PRIu64 ",\"admitted\":%" PRIu64 ",\"rejected\":%" PRIu64
                  ",\"delayed\":%" PRIu64 ",\"missing_key\":%" PRIu64 ",\"failed\":%" PRIu64
                  ",\"errors\":%" PRIu64 ",\"unmatched\":%" PRIu64 ",\"rechecks\":%" PRIu64
