@@ -32,8 +32,8 @@ typedef struct rp_hist {
 } rp_hist;
 
 void rp_hist_add(rp_hist *h, uint64_t v);
-/* The smallest value at or above which a share `q` (0..1) of the entries lie below... the
- * q-quantile: the least v with at least ceil(q*n) entries <= v (bucket upper bound). */
+/* The q-quantile (q in 0..1): the least v with at least ceil(q*n) entries <= v, exact
+ * below 64 and to a bucket's upper bound (3 %) above, never above the maximum. */
 uint64_t rp_hist_quantile(const rp_hist *h, double q);
 /* Entries strictly above v (exact below 64, bucket-resolution above). */
 uint64_t rp_hist_above(const rp_hist *h, uint64_t v);
