@@ -3,6 +3,7 @@
 #define SL_CLI_H
 
 int sl_cli_simulate(int argc, char **argv);  /* simulate.c */
+int sl_cli_replay(int argc, char **argv);    /* replay.c: "replay -c CONFIG TRACE..." */
 /* argv[0] is "serve" / "config". */
 int sl_cli_serve(int argc, char **argv);  /* serve.c */
 int sl_cli_config(int argc, char **argv); /* config_cmd.c: "config check FILE" */
