@@ -13,6 +13,7 @@ static void usage(FILE *f) {
             "  serve [options]      run the decision server (sluice serve --help)\n"
             "  config check FILE    validate a config file; errors as file:line:col\n"
             "  simulate [PATTERN]   run a traffic pattern against every algorithm on a fake clock\n"
+            "  explain -c FILE ...  why a request would get its answer (sluice explain --help)\n"
             "                       (sluice simulate --help lists the patterns)\n"
             "  version              print the version\n");
 }
@@ -26,6 +27,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "serve") == 0) return sl_cli_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "config") == 0) return sl_cli_config(argc - 1, argv + 1);
     if (strcmp(cmd, "simulate") == 0) return sl_cli_simulate(argc - 1, argv + 1);
+    if (strcmp(cmd, "explain") == 0) return sl_cli_explain(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("sluice %s\n", SLUICE_VERSION);
         return 0;
