@@ -11,6 +11,7 @@
 #include "server/observe.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,7 +143,17 @@ int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen)
     lc.path = o->log_file;
     lc.hash_key = &o->hkey;
     lc.raw_keys = st->log_raw_keys;
+    /* The writer thread must not take the signals the main thread waits for (SIGTERM
+     * would kill the process instead of draining it): it inherits this mask. */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
     int rc = sl_log_create(&o->log, &lc);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         snprintf(err, errlen, "cannot open the log file %s: %s", o->log_file, strerror(-rc));
         return -1;
