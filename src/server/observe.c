@@ -882,7 +882,7 @@ void sl_obs_prom_hot_keys(sl_server *s, sl_prom *p) {
         int k = read_top(s, (int)i, e, o->hot_top < 20 ? o->hot_top : 20, &tot);
         for (int r = 0; r < k; r++) {
             if (tot.weight == 0) break;
-            char rank[8], key[24];
+            char rank[12], key[24];
             snprintf(rank, sizeof(rank), "%d", r + 1);
             snprintf(key, sizeof(key), "k:%016llx", (unsigned long long)e[r].key_hash);
             const char *l[] = {"policy", o->series[i].policy, "rank", rank, "key", key, NULL};

@@ -587,3 +587,30 @@ def test_fail_open_and_fail_closed_with_redis_stopped():
         s.stop()
         redis.close()
     s.assert_clean()
+
+
+def test_eviction_pressure_is_logged_and_counted():
+    text = """
+workers: 1
+store: { type: memory, max_keys: 100, shards: 1 }
+log: { format: json, file: sluice.log }
+policies:
+  - name: many
+    objective: fairness
+    key: [header.x-key]
+    algorithm: fixed_window
+    limits: [ { rate: 10/min } ]
+"""
+    s = Server(config_text=text, workers=1)
+    try:
+        resp_pipeline(s.resp_port, [("SL.CHECK", "many", "obs-evict-%d" % i) for i in range(1000)])
+        note_raw_key(*["obs-evict-%d" % i for i in range(0, 1000, 97)])
+        m = metrics(s)
+        assert value(m, "sluice_evictions_total", policy="", kind="lru") >= 800
+        assert value(m, "sluice_keys", policy="many") <= 100
+        # the watcher compares the store's counters every 10 s: one line, not one per key
+        ev = wait_for(lambda: log_lines(s, "eviction_pressure"), timeout=15)
+        assert len(ev) == 1 and ev[0]["evicted"] >= 800 and ev[0]["capacity"] == 100
+    finally:
+        s.stop()
+    s.assert_clean()
