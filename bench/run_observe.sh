@@ -8,12 +8,14 @@
 #   2. redis-benchmark -P 32 -c 50 throughput and the server's CPU time per decision
 #      (noisy on shared cores: compare the two rows of one run only).
 # Also the decision log on (rejections only, every rejection eligible) under rejections.
-# Env: N1 (20000), N2 (60000), SECS (4), BASE_PORT (18760).
+# Env: N1 (20000), N2 (60000), KEYSPACES ("100000 10": nearly every key new for the sketch, the
+# worst case; a few keys, all tracked), SECS (4), BASE_PORT (18760).
 set -uo pipefail
 build=${1:?usage: bench/run_observe.sh BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 bin="$(cd "$build" && pwd)/sluice"
 N1=${N1:-20000}
+KEYSPACES=${KEYSPACES:-"100000 10"}
 N2=${N2:-60000}
 SECS=${SECS:-4}
 BASE=${BASE_PORT:-18760}
@@ -74,26 +76,29 @@ serve() {  # serve NAME PORT [wrapper...]: starts, prints the pid
 }
 
 if command -v valgrind >/dev/null; then
-  echo "== instructions per SL.CHECK under callgrind (1 worker, N2=$N2 minus N1=$N1 decisions)"
-  declare -A IR
-  for mode in off on; do
-    for n in $N1 $N2; do
-      out="$run/cg.$mode.$n"
-      rm -f "$out"
-      pid=$(serve $mode $BASE valgrind --tool=callgrind --callgrind-out-file="$out")
-      pids+=("$pid")
-      await_port $BASE || exit 1
-      redis-benchmark -h $H -p $BASE -c 1 -P 32 -r 100000 -n "$n" -q SL.CHECK bench 'k:__rand_int__' >/dev/null 2>&1
-      stop "$pid"
-      IR[$mode.$n]=$(awk '/^summary:|^totals:/ {print $2; exit}' "$out")
+  for ks in $KEYSPACES; do
+    echo "== instructions per SL.CHECK under callgrind (1 worker, $ks keys, N2=$N2 minus N1=$N1 decisions)"
+    declare -A IR
+    for mode in off on; do
+      for n in $N1 $N2; do
+        out="$run/cg.$mode.$ks.$n"
+        rm -f "$out"
+        pid=$(serve $mode $BASE valgrind --tool=callgrind --callgrind-out-file="$out")
+        pids+=("$pid")
+        await_port $BASE || exit 1
+        redis-benchmark -h $H -p $BASE -c 1 -P 32 -r "$ks" -n "$n" -q SL.CHECK bench 'k:__rand_int__' >/dev/null 2>&1
+        stop "$pid"
+        IR[$mode.$n]=$(awk '/^summary:|^totals:/ {print $2; exit}' "$out")
+      done
+      per=$(awk -v a="${IR[$mode.$N1]}" -v b="${IR[$mode.$N2]}" -v n1=$N1 -v n2=$N2 \
+            'BEGIN{printf "%.0f", (b - a) / (n2 - n1)}')
+      IR[$mode]=$per
+      printf "RESULT | %6s keys, hot keys %-3s | %6s instructions per decision (parse, decide, count, reply)\n" \
+        "$ks" "$mode" "$per"
     done
-    per=$(awk -v a="${IR[$mode.$N1]}" -v b="${IR[$mode.$N2]}" -v n1=$N1 -v n2=$N2 \
-          'BEGIN{printf "%.0f", (b - a) / (n2 - n1)}')
-    IR[$mode]=$per
-    printf "RESULT | hot keys %-3s | %7s instructions per decision (parse, decide, count, reply)\n" "$mode" "$per"
+    echo "RESULT | $ks keys: hot-key tracking adds $((IR[on] - IR[off])) instructions per decision" \
+         "($(awk -v a="${IR[on]}" -v b="${IR[off]}" 'BEGIN{printf "%.1f", 100 * (a - b) / b}') %)"
   done
-  echo "RESULT | hot-key tracking adds $((IR[on] - IR[off])) instructions per decision" \
-       "($(awk -v a="${IR[on]}" -v b="${IR[off]}" 'BEGIN{printf "%.1f", 100 * (a - b) / b}') %)"
 else
   echo "== callgrind skipped: valgrind is not installed"
 fi
@@ -115,6 +120,7 @@ for mode in off on; do
   rb_case "SL.CHECK, hot keys $mode" "$pid" $port SL.CHECK bench 'k:__rand_int__'
   stop "$pid"; port=$((port + 1))
 done
+rm -f "$run/declog.log"
 pid=$(serve declog $port); pids+=("$pid"); await_port $port || exit 1
 redis-benchmark -h $H -p $port -n 1 -q SL.CHECK tiny x >/dev/null 2>&1
 rb_case "SL.CHECK rejected, decision log on" "$pid" $port SL.CHECK tiny 'k:__rand_int__'
