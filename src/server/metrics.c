@@ -66,7 +66,7 @@ static void decisions(sl_server *s, sl_prom *p) {
     sl_prom_family(p, "sluice_admitted_cost_total", SL_PROM_COUNTER,
                    "Cost units admitted by the policy (1 per request, the operation's weight, "
                    "plus what settles charged above a reservation).");
-    const sl_config *cfg = atomic_load(&s->gen)->cfg;
+    const sl_config *cfg = sl_obs_gen_now(s)->cfg;
     for (unsigned i = 1; i < n; i++) {
         if (o->series[i].window[0] != '\0') continue;
         uint64_t t = OSUM(cost[i]);
@@ -193,7 +193,7 @@ static void server_families(sl_server *s, sl_prom *p) {
         }
     sl_prom_family(p, "sluice_config_generation", SL_PROM_GAUGE,
                    "The configuration generation in force (1 at start, +1 per applied reload).");
-    sl_prom_u64(p, NULL, atomic_load(&s->gen)->id);
+    sl_prom_u64(p, NULL, sl_obs_gen_now(s)->id);
     sl_prom_family(p, "sluice_workers", SL_PROM_GAUGE, "Event loop threads.");
     sl_prom_u64(p, NULL, s->nworkers);
     sl_prom_family(p, "sluice_log_dropped_total", SL_PROM_COUNTER,

@@ -41,6 +41,8 @@ const int64_t sl_obs_req_bounds[SL_OBS_REQ_BOUNDS] = {
 static const char *const source_names[SL_OBS_SOURCES] = {"startup", "sighup", "admin-api",
                                                          "file-change"};
 
+static _Thread_local sl_worker *tls_worker; /* the worker this thread runs (NULL: main) */
+
 static inline void inc(_Atomic uint64_t *c, uint64_t by) {
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + by,
                           memory_order_relaxed);
@@ -65,6 +67,13 @@ unsigned sl_obs_series_for(sl_obs *o, const char *policy, const char *window) {
     }
     pthread_mutex_unlock(&o->mu);
     return found; /* 0 when the table is full: counted under policy="" */
+}
+
+/* Why not s->gen: on a worker (admin requests), only the generation it pinned is safe
+ * from being freed under it; the main thread frees generations itself. */
+sl_gen *sl_obs_gen_now(sl_server *s) {
+    return tls_worker != NULL && tls_worker->srv == s && tls_worker->gen != NULL ? tls_worker->gen
+                                                                                 : atomic_load(&s->gen);
 }
 
 bool sl_obs_in_config(const sl_config *cfg, const char *policy) {
@@ -224,6 +233,7 @@ static _Thread_local lat_rec tls_rec[LAT_RECS];
 static const sl_store_ops *g_inner;
 
 void sl_obs_thread_attach(sl_worker *w) {
+    tls_worker = w;
     tls_w = w->obs;
     tls_inner = w->srv->inner_ops;
 }
@@ -801,7 +811,7 @@ char *sl_obs_top_json(sl_server *s, const char *policy, size_t max, int *status,
         *status = e ? 404 : 500;
         return NULL;
     }
-    sl_gen *g = atomic_load(&s->gen);
+    sl_gen *g = sl_obs_gen_now(s);
     const sl_window_info *wins[SLUICE_MAX_ITEMS];
     size_t nw = s->redis ? 0 : policy_windows(g->engine, policy, wins, SLUICE_MAX_ITEMS);
     bool raw = atomic_load(&o->raw_keys) != 0;
@@ -927,7 +937,7 @@ void sl_obs_prom_keys(sl_server *s, sl_prom *p) {
             if (strncmp(fn, pol, pl) == 0 && (fn[pl] == '\0' || fn[pl] == '@'))
                 t += o->census[k].entries;
         }
-        if (t == 0 && !sl_obs_in_config(atomic_load(&s->gen)->cfg, pol)) continue;
+        if (t == 0 && !sl_obs_in_config(sl_obs_gen_now(s)->cfg, pol)) continue;
         const char *l[] = {"policy", pol, NULL};
         sl_prom_u64(p, l, t);
     }

@@ -142,6 +142,8 @@ void sl_obs_tick(sl_server *s);
 
 /* The (policy, window) series, added when new (reload time only; 0 when full). */
 unsigned sl_obs_series_for(sl_obs *o, const char *policy, const char *window);
+/* The generation the calling thread may use (a worker's pinned one; else the current). */
+sl_gen *sl_obs_gen_now(sl_server *s);
 /* Whether the configuration has a policy of that name (scrape time). */
 bool sl_obs_in_config(const sl_config *cfg, const char *policy);
 /* The series of (policy, "") if the policy was ever seen, else -1 (scrape time). */
