@@ -7,5 +7,6 @@ int sl_cli_replay(int argc, char **argv);    /* replay.c: "replay -c CONFIG TRAC
 /* argv[0] is "serve" / "config". */
 int sl_cli_serve(int argc, char **argv);  /* serve.c */
 int sl_cli_config(int argc, char **argv); /* config_cmd.c: "config check FILE" */
+int sl_cli_explain(int argc, char **argv); /* explain.c */
 
 #endif

@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  config check FILE    validate a config file; errors as file:line:col\n"
             "  simulate [PATTERN]   run a traffic pattern against every algorithm on a fake clock\n"
             "                       (sluice simulate --help lists the patterns)\n"
+            "  explain -c FILE ...  why a request would get its answer (sluice explain --help)\n"
             "  replay -c CONFIG TRACE...  run CONFIG over recorded traffic (access logs, CSV)\n"
             "  version              print the version\n");
 }
@@ -28,6 +29,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "config") == 0) return sl_cli_config(argc - 1, argv + 1);
     if (strcmp(cmd, "simulate") == 0) return sl_cli_simulate(argc - 1, argv + 1);
     if (strcmp(cmd, "replay") == 0) return sl_cli_replay(argc - 1, argv + 1);
+    if (strcmp(cmd, "explain") == 0) return sl_cli_explain(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("sluice %s\n", sluice_version());
         return 0;

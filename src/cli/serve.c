@@ -25,6 +25,9 @@ static void serve_usage(FILE *f) {
             "                      (?time=local: the instances' clock instead of Redis TIME)\n"
             "  --workers N         event loop threads (default: one per CPU)\n"
             "  --test-clock        a manual clock moved only by SL.CLOCK and POST /v1/clock\n"
+            "  --log-level LEVEL   error, warn, info or debug (default: the config's log.level, info)\n"
+            "  --log-format FMT    text or json (default: the config's log.format, text)\n"
+            "  --log-file PATH     append logs there, reopened on SIGUSR1 ('-': stderr)\n"
             "advanced: --read-timeout MS (10000), --idle-timeout MS (60000), --max-conns N (10000),\n"
             "          --auth-deny-status N (the config's, else 429), --drain-timeout MS (10000)\n");
 }
@@ -69,7 +72,7 @@ int sl_cli_serve(int argc, char **argv) {
         static const char *const with_value[] = {
             "-c", "--config", "--http", "--resp", "--admin", "--grpc", "--store", "--workers",
             "--read-timeout", "--idle-timeout", "--drain-timeout", "--max-conns",
-            "--auth-deny-status", NULL};
+            "--auth-deny-status", "--log-level", "--log-format", "--log-file", NULL};
         bool known = false;
         for (int k = 0; with_value[k]; k++)
             if (strcmp(a, with_value[k]) == 0) known = true;
@@ -106,6 +109,15 @@ int sl_cli_serve(int argc, char **argv) {
         } else if (strcmp(a, "--max-conns") == 0) {
             if (parse_u64(v, 1000000, &n) != 0 || n == 0) return bad("--max-conns expects a positive number, got", v);
             o.max_conns = (unsigned)n;
+        } else if (strcmp(a, "--log-level") == 0) {
+            if (strlen(v) >= sizeof(o.log_level)) return bad("--log-level expects error, warn, info or debug, got", v);
+            snprintf(o.log_level, sizeof(o.log_level), "%s", v);
+        } else if (strcmp(a, "--log-format") == 0) {
+            if (strlen(v) >= sizeof(o.log_format)) return bad("--log-format expects text or json, got", v);
+            snprintf(o.log_format, sizeof(o.log_format), "%s", v);
+        } else if (strcmp(a, "--log-file") == 0) {
+            if (strlen(v) >= sizeof(o.log_file)) return bad("path too long", v);
+            snprintf(o.log_file, sizeof(o.log_file), "%s", v);
         } else if (strcmp(a, "--auth-deny-status") == 0) {
             if (parse_u64(v, 599, &n) != 0 || n < 400) return bad("--auth-deny-status expects 400-599, got", v);
             o.auth_deny_status = (int)n;

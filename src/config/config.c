@@ -1224,6 +1224,178 @@ static void settings_defaults(sl_settings *st) {
     snprintf(st->listen_grpc, sizeof(st->listen_grpc), "127.0.0.1:8081");
     st->auth_deny_status = 429;
     st->store.redis_timeout_ns = 20 * SLUICE_NS_PER_MS;
+    st->log.level = 2; /* info */
+    st->log.decisions_rejections_only = true;
+    st->log.decisions_sample_ppm = 1000000;
+    st->log.decisions_per_s = 100;
+    st->log.decisions_burst = 100;
+    st->observe.near_limit_ppm = 800000;
+    st->observe.hot_counters = 64;
+    st->observe.hot_interval_ns = 10 * SLUICE_NS_PER_S;
+    st->observe.hot_top = 5;
+    st->audit.keep = 64;
+}
+
+/* A fraction 0..1 ("0.1", "1", "10%") as parts per million, exactly (no floating point:
+ * at most 6 decimals). */
+static bool get_ppm(sl__ctx *cx, const sl_ynode *n, const char *what, uint32_t *out) {
+    const char *s = is_scalar(n) ? n->s : "";
+    uint64_t whole = 0, frac = 0, scale = 1000000;
+    const char *p = s;
+    bool digits = false;
+    while (*p >= '0' && *p <= '9' && whole <= 100) whole = whole * 10 + (uint64_t)(*p++ - '0'), digits = true;
+    if (*p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9') {
+            if (scale > 1) {
+                scale /= 10;
+                frac += (uint64_t)(*p - '0') * scale;
+            }
+            p++;
+            digits = true;
+        }
+    }
+    uint64_t ppm = whole * 1000000 + frac;
+    if (*p == '%' && p[1] == '\0') {
+        ppm /= 100;
+        p++;
+    }
+    if (!digits || *p != '\0' || ppm > 1000000) {
+        sl__err(cx, n, "bad %s '%.40s' (expected a fraction from 0 to 1, such as 0.1, or a "
+                "percentage such as 10%%)", what, s);
+        return false;
+    }
+    *out = (uint32_t)ppm;
+    return true;
+}
+
+static void parse_log(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
+    static const char *const f[] = {"raw_keys", "level", "format", "file", "decisions", NULL};
+    if (!sl__check_fields(cx, x, "log", f)) return;
+    const sl_ynode *y;
+    if ((y = sl__get(x, "raw_keys")) != NULL) sl__get_bool(cx, y, &st->log_raw_keys);
+    if ((y = sl__get(x, "level")) != NULL) {
+        static const char *const lv[] = {"error", "warn", "info", "debug", NULL};
+        int i = 0;
+        while (lv[i] && !(is_scalar(y) && strcmp(y->s, lv[i]) == 0)) i++;
+        if (lv[i] == NULL)
+            sl__err(cx, y, "bad log level '%.40s' (expected error, warn, info or debug)",
+                    is_scalar(y) ? y->s : "");
+        else
+            st->log.level = i;
+    }
+    if ((y = sl__get(x, "format")) != NULL) {
+        if (is_scalar(y) && strcmp(y->s, "text") == 0) st->log.format = 0;
+        else if (is_scalar(y) && strcmp(y->s, "json") == 0) st->log.format = 1;
+        else
+            sl__err(cx, y, "bad log format '%.40s' (expected text or json)",
+                    is_scalar(y) ? y->s : "");
+    }
+    if ((y = sl__get(x, "file")) != NULL && !(is_scalar(y) && y->plain && y->len == 0))
+        copy_str(cx, y, "log file", st->log.file, sizeof(st->log.file));
+    if ((y = sl__get(x, "decisions")) != NULL) {
+        static const char *const df[] = {"enabled", "rejections_only", "sample", "max_per_s",
+                                         "burst", NULL};
+        if (!sl__check_fields(cx, y, "log.decisions", df)) return;
+        const sl_ynode *z;
+        uint64_t v;
+        if ((z = sl__get(y, "enabled")) != NULL) sl__get_bool(cx, z, &st->log.decisions);
+        if ((z = sl__get(y, "rejections_only")) != NULL)
+            sl__get_bool(cx, z, &st->log.decisions_rejections_only);
+        if ((z = sl__get(y, "sample")) != NULL)
+            get_ppm(cx, z, "decision sample", &st->log.decisions_sample_ppm);
+        if ((z = sl__get(y, "max_per_s")) != NULL && sl__get_u64(cx, z, 1000000, &v)) {
+            if (v == 0)
+                sl__err(cx, z, "max_per_s 0 would log nothing (expected at least 1, or "
+                        "enabled: false)");
+            else
+                st->log.decisions_per_s = (uint32_t)v;
+        }
+        if ((z = sl__get(y, "burst")) != NULL && sl__get_u64(cx, z, 1000000, &v))
+            st->log.decisions_burst = (uint32_t)(v ? v : 1);
+    }
+}
+
+static void parse_observe(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
+    static const char *const f[] = {"near_limit", "hot_keys", NULL};
+    if (!sl__check_fields(cx, x, "observe", f)) return;
+    const sl_ynode *y;
+    if ((y = sl__get(x, "near_limit")) != NULL &&
+        get_ppm(cx, y, "near_limit ratio", &st->observe.near_limit_ppm) &&
+        st->observe.near_limit_ppm == 0)
+        sl__err(cx, y, "near_limit 0 would count every admission (expected a ratio such as "
+                "0.8)");
+    if ((y = sl__get(x, "hot_keys")) != NULL) {
+        if (is_scalar(y) && (strcmp(y->s, "off") == 0 || strcmp(y->s, "false") == 0)) {
+            st->observe.hot_counters = 0;
+            return;
+        }
+        static const char *const hf[] = {"counters", "interval", "top", NULL};
+        if (!sl__check_fields(cx, y, "observe.hot_keys", hf)) return;
+        const sl_ynode *z;
+        uint64_t v;
+        if ((z = sl__get(y, "counters")) != NULL && sl__get_u64(cx, z, 4096, &v)) {
+            if (v != 0 && v < 8)
+                sl__err(cx, z, "hot_keys counters %llu is too few (expected 0 to turn it "
+                        "off, or 8 to 4096)", (unsigned long long)v);
+            else
+                st->observe.hot_counters = (unsigned)v;
+        }
+        if ((z = sl__get(y, "interval")) != NULL &&
+            get_duration(cx, z, &st->observe.hot_interval_ns) &&
+            st->observe.hot_interval_ns <= 0)
+            sl__err(cx, z, "hot_keys interval must be above 0 (expected e.g. 10s)");
+        if ((z = sl__get(y, "top")) != NULL && sl__get_u64(cx, z, 20, &v))
+            st->observe.hot_top = (unsigned)v;
+    }
+}
+
+static void parse_audit(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
+    static const char *const f[] = {"file", "keep", NULL};
+    if (!sl__check_fields(cx, x, "audit", f)) return;
+    const sl_ynode *y;
+    uint64_t v;
+    if ((y = sl__get(x, "file")) != NULL && !(is_scalar(y) && y->plain && y->len == 0))
+        copy_str(cx, y, "audit file", st->audit.file, sizeof(st->audit.file));
+    if ((y = sl__get(x, "keep")) != NULL && sl__get_u64(cx, y, 4096, &v))
+        st->audit.keep = (unsigned)(v ? v : 1);
+}
+
+/* admin.tokens: [{name, token}]: names say who changed the config in the audit trail. */
+static void parse_admin_tokens(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
+    if (!is_seq(x)) {
+        sl__err(cx, x, "admin.tokens must be a list (expected - {name: deploy-bot, token: ...})");
+        return;
+    }
+    if (x->n > SL_ADMIN_TOKENS) {
+        sl__err(cx, x, "too many admin tokens (expected at most %d)", SL_ADMIN_TOKENS);
+        return;
+    }
+    static const char *const tf[] = {"name", "token", NULL};
+    for (size_t i = 0; i < x->n; i++) {
+        const sl_ynode *t = x->v[i];
+        if (!sl__check_fields(cx, t, "admin token", tf)) continue;
+        const sl_ynode *nm = sl__get(t, "name"), *tk = sl__get(t, "token");
+        if (nm == NULL || tk == NULL) {
+            sl__err(cx, t, "an admin token needs a name and a token (expected {name: "
+                    "deploy-bot, token: ...})");
+            continue;
+        }
+        unsigned k = st->n_admin_tokens;
+        copy_str(cx, nm, "admin token name", st->admin_tokens[k].name,
+                 sizeof(st->admin_tokens[k].name));
+        copy_str(cx, tk, "admin token", st->admin_tokens[k].token,
+                 sizeof(st->admin_tokens[k].token));
+        if (st->admin_tokens[k].token[0] == '\0' || st->admin_tokens[k].name[0] == '\0') {
+            sl__err(cx, t, "an admin token and its name must not be empty");
+            continue;
+        }
+        for (unsigned j = 0; j < k; j++)
+            if (strcmp(st->admin_tokens[j].name, st->admin_tokens[k].name) == 0)
+                sl__err(cx, nm, "admin token name '%s' is used twice (expected unique names: "
+                        "the audit trail tells callers apart by them)", st->admin_tokens[k].name);
+        st->n_admin_tokens = k + 1;
+    }
 }
 
 static void parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
@@ -1244,10 +1416,11 @@ static void parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
         if (sl__get_u64(cx, x, 1024, &v)) st->workers = (unsigned)v;
     }
     if ((x = sl__get(root, "admin")) != NULL) {
-        static const char *const f[] = {"token", NULL};
+        static const char *const f[] = {"token", "tokens", NULL};
         if (sl__check_fields(cx, x, "admin", f) && sl__get(x, "token") != NULL)
             copy_str(cx, sl__get(x, "token"), "admin token", st->admin_token,
                      sizeof(st->admin_token));
+        if (sl__get(x, "tokens") != NULL) parse_admin_tokens(cx, sl__get(x, "tokens"), st);
     }
     if ((x = sl__get(root, "auth")) != NULL) {
         static const char *const f[] = {"deny_status", NULL};
@@ -1266,11 +1439,9 @@ static void parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
         if (sl__check_fields(cx, x, "headers", f) && sl__get(x, "legacy") != NULL)
             sl__get_bool(cx, sl__get(x, "legacy"), &st->legacy_headers);
     }
-    if ((x = sl__get(root, "log")) != NULL) {
-        static const char *const f[] = {"raw_keys", NULL};
-        if (sl__check_fields(cx, x, "log", f) && sl__get(x, "raw_keys") != NULL)
-            sl__get_bool(cx, sl__get(x, "raw_keys"), &st->log_raw_keys);
-    }
+    if ((x = sl__get(root, "log")) != NULL) parse_log(cx, x, st);
+    if ((x = sl__get(root, "observe")) != NULL) parse_observe(cx, x, st);
+    if ((x = sl__get(root, "audit")) != NULL) parse_audit(cx, x, st);
     if ((x = sl__get(root, "store")) != NULL) parse_store(cx, x, st);
 }
 
@@ -1510,7 +1681,8 @@ static void load_root(sl__ctx *cx, const sl_ynode *root) {
         return;
     }
     static const char *const top[] = {"listen", "workers", "admin", "auth", "headers",
-                                      "log", "store", "policies", "domains", NULL};
+                                      "log", "store", "policies", "domains", "observe",
+                                      "audit", NULL};
     sl__check_fields(cx, root, "the config", top);
     parse_settings(cx, root, &cx->cfg->settings);
     const sl_ynode *pols = sl__get(root, "policies"), *doms = sl__get(root, "domains");

@@ -43,6 +43,7 @@ typedef struct sl_config sl_config;
 #define SL_ADDR_MAX 128
 #define SL_TOKENS_DEFAULT 65536 /* outstanding settle/release tokens (store.max_tokens) */
 #define SL_PATH_MAX 512
+#define SL_ADMIN_TOKENS 16 /* named admin tokens */
 
 typedef enum sl_store_type {
     SL_STORE_MEMORY = 0,
@@ -82,6 +83,36 @@ typedef struct sl_settings {
     int auth_deny_status;           /* status of /v1/auth on a rejection: 429 (400-599) */
     bool legacy_headers;            /* also emit X-RateLimit-Limit/Remaining/Reset */
     bool log_raw_keys;              /* default false: keys are personal data */
+    /* Named admin tokens (admin.tokens): the audit trail names the caller by its token's
+     * name. admin.token is the token named "admin". */
+    unsigned n_admin_tokens;
+    struct {
+        char name[64];
+        char token[128];
+    } admin_tokens[SL_ADMIN_TOKENS];
+    /* Logs (docs/observability.md); level and format as sl_log_level / sl_log_format. */
+    struct {
+        int level;                  /* 0 error, 1 warn, 2 info (default), 3 debug */
+        int format;                 /* 0 text (default), 1 json */
+        char file[SL_PATH_MAX];     /* "" = stderr */
+        bool decisions;             /* the decision log: off by default */
+        bool decisions_rejections_only; /* default true */
+        uint32_t decisions_sample_ppm;  /* eligible decisions logged, per million (1000000) */
+        uint32_t decisions_per_s;   /* lines per second at most (100) */
+        uint32_t decisions_burst;   /* (100) */
+    } log;
+    /* Metrics and hot keys (observe:). */
+    struct {
+        uint32_t near_limit_ppm;    /* near-limit ratio, per million (800000 = 80 % used) */
+        unsigned hot_counters;      /* hot-key counters per policy and worker; 0 = off (64) */
+        int64_t hot_interval_ns;    /* one hot-key epoch (10 s) */
+        unsigned hot_top;           /* keys per policy in sluice_hot_key_share (5) */
+    } observe;
+    /* Audit trail of configuration changes (audit:). */
+    struct {
+        char file[SL_PATH_MAX];     /* JSON lines; "" = memory only */
+        unsigned keep;              /* entries kept for GET /v1/audit (64) */
+    } audit;
     struct {
         sl_store_type type;
         uint64_t max_keys;          /* memory: 0 = library default */

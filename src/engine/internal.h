@@ -60,6 +60,21 @@ void sl__verdict_init(sl_verdict *v);
 /* The engine's answer for a request it could not decide (not a store failure). */
 int sl__fail(sl_verdict *v, int rc);
 
+/* prepare.c: explain hooks, the steps of a decision with their reasons (explain.c) */
+enum { SL_XM_OK = 0, SL_XM_METHOD, SL_XM_PATH, SL_XM_HOST, SL_XM_HEADER, SL_XM_DESCRIPTOR };
+enum { SL_XC_DEFAULT = 0, SL_XC_OPERATION, SL_XC_ATTRIBUTE, SL_XC_HITS_ADDEND };
+int sl__xmatch_http(const sl_cpolicy *cp, const sl_request *r, sl_str path, size_t *which);
+int sl__xmatch_desc(const sl_cpolicy *cp, const sl_descriptor *d, size_t *which);
+/* Per key chain: the index of the first part the request lacks (-1: complete); returns
+ * the chain the key is composed from (-1: none). */
+int sl__xkey_chains(const sl_cpolicy *cp, const sl_request *r, const sl_descriptor *d,
+                    sl_str path, int missing[SL_MAX_CHAINS]);
+uint64_t sl__xcost(const sl_cpolicy *cp, const sl_request *r, const sl_descriptor *d,
+                   sl_str path, int *src, size_t *opi);
+const char *sl__xplan(const sl_cpolicy *cp, const sl_request *r, const sl_descriptor *d,
+                      sl_str path);
+bool sl__xin_rollout(const sl_cpolicy *cp, const void *key, size_t len);
+
 /* decide.c */
 bool sl__admitted(const sl_verdict *v);
 /* The end of an operation on v: the next operation of a token, else v's completion. */

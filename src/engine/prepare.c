@@ -238,10 +238,14 @@ static bool parse_cost_str(sl_str v, uint64_t *out) {
 }
 
 /* Per-operation cost first ("POST /export": 50), then the attribute, then the default;
- * descriptor requests without a stated cost use Envoy's hits_addend. */
-static uint64_t request_cost(const ctxreq *c, const sl_cpolicy *cp) {
+ * descriptor requests without a stated cost use Envoy's hits_addend. `src` (explain;
+ * NULL on the decision path) receives where the cost came from (SL_XC_*), `opi` the
+ * operation's index. */
+static inline uint64_t request_cost_why(const ctxreq *c, const sl_cpolicy *cp, int *src,
+                                        size_t *opi) {
     const sl_request *r = c->req;
     if (c->desc != NULL && !cp->cost_explicit) {
+        if (src) *src = SL_XC_HITS_ADDEND;
         if (c->desc->has_hits_addend) return c->desc->hits_addend;
         return r->hits_addend ? r->hits_addend : 1;
     }
@@ -251,8 +255,12 @@ static uint64_t request_cost(const ctxreq *c, const sl_cpolicy *cp) {
             !(r->method.p && r->method.len == strlen(op->method) &&
               memcmp(r->method.p, op->method, r->method.len) == 0))
             continue;
-        if (c->path.p != NULL && sl__glob(op->path, c->path.p, c->path.len)) return op->cost;
+        if (c->path.p != NULL && sl__glob(op->path, c->path.p, c->path.len)) {
+            if (src) *src = SL_XC_OPERATION, *opi = i;
+            return op->cost;
+        }
     }
+    if (src) *src = SL_XC_ATTRIBUTE;
     if (cp->cost_from_set) {
         uint64_t v;
         /* A header or the body size is the client's to choose: 0 would turn its request
@@ -273,7 +281,12 @@ static uint64_t request_cost(const ctxreq *c, const sl_cpolicy *cp) {
         default: break;
         }
     }
+    if (src) *src = SL_XC_DEFAULT;
     return cp->cost_default;
+}
+
+static uint64_t request_cost(const ctxreq *c, const sl_cpolicy *cp) {
+    return request_cost_why(c, cp, NULL, NULL);
 }
 
 /* ---- matching ----------------------------------------------------------------------- */
@@ -283,43 +296,58 @@ static bool cond_ok(const sl_hdr_cond *c, sl_str v) {
     return v.p != NULL && sl__glob(c->pattern, v.p, v.len);
 }
 
-static bool match_http(const sl_cpolicy *cp, const sl_request *r, sl_str path) {
+/* SL_XM_OK when the request matches cp's conditions, else the first condition that
+ * failed (SL_XM_*; *which: the header condition's index). Explain reports the same. */
+static int match_http_why(const sl_cpolicy *cp, const sl_request *r, sl_str path,
+                          size_t *which) {
     if (cp->n_methods > 0) {
         bool any = false;
         for (size_t i = 0; i < cp->n_methods && !any; i++)
             any = r->method.p && r->method.len == strlen(cp->methods[i]) &&
                   memcmp(r->method.p, cp->methods[i], r->method.len) == 0;
-        if (!any) return false;
+        if (!any) return SL_XM_METHOD;
     }
     if (cp->path_kind != SL_PATH_ANY) {
-        if (path.p == NULL) return false;
+        if (path.p == NULL) return SL_XM_PATH;
         size_t pl = path.len, n = strlen(cp->path);
         switch (cp->path_kind) {
         case SL_PATH_EXACT:
-            if (pl != n || memcmp(path.p, cp->path, n) != 0) return false;
+            if (pl != n || memcmp(path.p, cp->path, n) != 0) return SL_XM_PATH;
             break;
         case SL_PATH_PREFIX:
-            if (pl < n || memcmp(path.p, cp->path, n) != 0) return false;
+            if (pl < n || memcmp(path.p, cp->path, n) != 0) return SL_XM_PATH;
             break;
         default:
-            if (!sl__glob(cp->path, path.p, pl)) return false;
+            if (!sl__glob(cp->path, path.p, pl)) return SL_XM_PATH;
         }
     }
     if (cp->host != NULL) {
         sl_str h = host_span(r->host);
-        if (h.len == 0 || !host_glob(cp->host, h.p, h.len)) return false;
+        if (h.len == 0 || !host_glob(cp->host, h.p, h.len)) return SL_XM_HOST;
     }
     for (size_t i = 0; i < cp->n_hdr; i++)
-        if (!cond_ok(&cp->hdr[i], find_header(r, cp->hdr[i].name, strlen(cp->hdr[i].name))))
-            return false;
-    return true;
+        if (!cond_ok(&cp->hdr[i], find_header(r, cp->hdr[i].name, strlen(cp->hdr[i].name)))) {
+            if (which) *which = i;
+            return SL_XM_HEADER;
+        }
+    return SL_XM_OK;
+}
+
+static bool match_http(const sl_cpolicy *cp, const sl_request *r, sl_str path) {
+    return match_http_why(cp, r, path, NULL) == SL_XM_OK;
+}
+
+static int match_desc_why(const sl_cpolicy *cp, const sl_descriptor *d, size_t *which) {
+    for (size_t i = 0; i < cp->n_desc; i++)
+        if (!cond_ok(&cp->desc[i], find_entry(d, cp->desc[i].name, strlen(cp->desc[i].name)))) {
+            if (which) *which = i;
+            return SL_XM_DESCRIPTOR;
+        }
+    return SL_XM_OK;
 }
 
 static bool match_desc(const sl_cpolicy *cp, const sl_descriptor *d) {
-    for (size_t i = 0; i < cp->n_desc; i++)
-        if (!cond_ok(&cp->desc[i], find_entry(d, cp->desc[i].name, strlen(cp->desc[i].name))))
-            return false;
-    return true;
+    return match_desc_why(cp, d, NULL) == SL_XM_OK;
 }
 
 /* ---- building a verdict ------------------------------------------------------------- */
@@ -588,3 +616,52 @@ int sl_engine_prepare_named(const sl_engine *e, const char *policy, const void *
     return SLUICE_OK;
 }
 
+
+/* ---- explain hooks (explain.c): the same steps with their reasons ------------------------ */
+
+int sl__xmatch_http(const sl_cpolicy *cp, const sl_request *r, sl_str path, size_t *which) {
+    return match_http_why(cp, r, path, which);
+}
+
+int sl__xmatch_desc(const sl_cpolicy *cp, const sl_descriptor *d, size_t *which) {
+    return match_desc_why(cp, d, which);
+}
+
+int sl__xkey_chains(const sl_cpolicy *cp, const sl_request *r, const sl_descriptor *d,
+                    sl_str path, int missing[SL_MAX_CHAINS]) {
+    ctxreq c = {r, d, NULL, path};
+    unsigned char buf[SL_VERDICT_KEYS];
+    int used = -1;
+    for (size_t ch = 0; ch < cp->n_chains && ch < SL_MAX_CHAINS; ch++) {
+        missing[ch] = -1;
+        for (size_t i = 0; i < cp->chains[ch].n; i++) {
+            kbuf k = {buf, 0, sizeof(buf), false};
+            if (!put_part(&k, &c, cp, &cp->chains[ch].parts[i])) {
+                missing[ch] = (int)i;
+                break;
+            }
+        }
+        if (missing[ch] < 0 && used < 0) used = (int)ch;
+    }
+    return used;
+}
+
+uint64_t sl__xcost(const sl_cpolicy *cp, const sl_request *r, const sl_descriptor *d,
+                   sl_str path, int *src, size_t *opi) {
+    ctxreq c = {r, d, NULL, path};
+    *src = SL_XC_DEFAULT;
+    *opi = 0;
+    return request_cost_why(&c, cp, src, opi);
+}
+
+const char *sl__xplan(const sl_cpolicy *cp, const sl_request *r, const sl_descriptor *d,
+                      sl_str path) {
+    ctxreq c = {r, d, NULL, path};
+    size_t i;
+    const sl_cplan *pl = pick_plan(&c, cp, &i);
+    return pl ? pl->name : NULL;
+}
+
+bool sl__xin_rollout(const sl_cpolicy *cp, const void *key, size_t len) {
+    return in_rollout(cp, key, len);
+}

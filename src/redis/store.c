@@ -15,6 +15,8 @@
 #include <sys/epoll.h>
 
 #include "algo/limiter.h"
+#include "core/clock.h"
+#include "core/log.h"
 #include "redis/redis.h"
 
 #define BR_MAX_WORKERS 64
@@ -234,8 +236,12 @@ static size_t render_nodes(char *buf, size_t cap) {
     static const char *const head[3] = {
         ("# HELP sluice_redis_node_up 1 when every worker is connected to this Redis node (role: node, "
          "primary behind sentinels, or the sentinel in use).\n# TYPE sluice_redis_node_up gauge\n"),
-        "# TYPE sluice_redis_node_auth_failures_total counter\n",
-        "# TYPE sluice_redis_node_tls_failures_total counter\n"};
+        ("# HELP sluice_redis_node_auth_failures_total Connections to this Redis node refused "
+         "for their credentials (WRONGPASS, NOAUTH, NOPERM).\n"
+         "# TYPE sluice_redis_node_auth_failures_total counter\n"),
+        ("# HELP sluice_redis_node_tls_failures_total TLS handshakes with this Redis node that "
+         "failed (certificate, name, protocol).\n"
+         "# TYPE sluice_redis_node_tls_failures_total counter\n")};
     for (int part = 0; part < 3; part++) {
         int w = snprintf(buf + off, cap - off, "%s", head[part]);
         if (w < 0 || (size_t)w >= cap - off) break;
@@ -327,7 +333,8 @@ int sl_redis_store_metrics(char *buf, size_t cap) {
         off += (size_t)n;
     }
     n = snprintf(buf + off, cap - off,
-                 "# TYPE sluice_redis_ready gauge\nsluice_redis_ready %d\n"
+                 "# HELP sluice_redis_ready 1 when every worker's Redis client is connected with "
+                 "its breaker closed.\n# TYPE sluice_redis_ready gauge\nsluice_redis_ready %d\n"
                  "# HELP sluice_redis_lease_held_units Units this instance holds in leases now: what it "
                  "may admit beyond the shared limit at this moment.\n"
                  "# TYPE sluice_redis_lease_held_units gauge\nsluice_redis_lease_held_units %llu\n",
@@ -337,3 +344,68 @@ int sl_redis_store_metrics(char *buf, size_t cap) {
     return (int)off;
 }
 
+
+/* ---- totals and transitions (main thread) ------------------------------------------------- */
+
+void sl_redis_store_totals(sl_redis_totals *t) {
+    memset(t, 0, sizeof(*t));
+    if (!g_on) return;
+    for (int i = 0; i < BR_MAX_WORKERS; i++) {
+        sl_redis *r = atomic_load(&g_clients[i]);
+        if (r == NULL) continue;
+        const sl_redis_stats *s = sl_redis_stats_get(r);
+        t->timeouts += atomic_load_explicit(&s->timeouts, memory_order_relaxed);
+        t->errors += atomic_load_explicit(&s->errors, memory_order_relaxed);
+        t->breaker_open += atomic_load_explicit(&s->breaker_open, memory_order_relaxed);
+        t->node_down += atomic_load_explicit(&s->node_down, memory_order_relaxed);
+        t->pool_full += atomic_load_explicit(&s->pool_full, memory_order_relaxed);
+        t->reconnects += atomic_load_explicit(&s->reconnects, memory_order_relaxed);
+    }
+}
+
+/* Why derived from readiness and counters: the client (client.c) keeps no transition
+ * history, only whether it is ready now and how many decisions each kind of failure
+ * refused. Down = not ready for 5 consecutive ticks (~0.5 s: a client still connecting at
+ * start is not an outage); breaker open = decisions refused because it was open since
+ * the last tick; closed again once ready with no such refusals. */
+static int w_down_ticks;
+static bool w_down, w_breaker;
+static sl_redis_totals w_last;
+static int64_t w_down_since;
+
+void sl_redis_store_watch(sl_log *log) {
+    if (!g_on) return;
+    bool ready = sl_redis_store_ready();
+    sl_redis_totals t;
+    sl_redis_store_totals(&t);
+    int64_t now = sl_clock_mono_ns();
+    if (!ready) {
+        if (++w_down_ticks >= 5 && !w_down) {
+            w_down = true;
+            w_down_since = now;
+            SL_LOG(log, SL_LOG_WARN, "store_down",
+                   "redis unreachable, policies follow their failure mode (on_store_error)",
+                   SL_LOG_STR("node", g_opts.seeds), SL_LOG_UINT("timeouts", t.timeouts - w_last.timeouts),
+                   SL_LOG_UINT("errors", t.errors - w_last.errors),
+                   SL_LOG_UINT("node_down", t.node_down - w_last.node_down));
+        }
+    } else {
+        w_down_ticks = 0;
+        if (w_down) {
+            w_down = false;
+            SL_LOG(log, SL_LOG_INFO, "store_up", "redis reachable again",
+                   SL_LOG_STR("node", g_opts.seeds), SL_LOG_DUR("down_for", now - w_down_since));
+        }
+    }
+    if (t.breaker_open > w_last.breaker_open && !w_breaker) {
+        w_breaker = true;
+        SL_LOG(log, SL_LOG_WARN, "breaker_open",
+               "circuit breaker open: decisions answered by the failure mode without trying redis",
+               SL_LOG_STR("node", g_opts.seeds), SL_LOG_UINT("refused", t.breaker_open - w_last.breaker_open));
+    } else if (w_breaker && ready && t.breaker_open == w_last.breaker_open) {
+        w_breaker = false;
+        SL_LOG(log, SL_LOG_INFO, "breaker_closed", "circuit breaker closed: redis answers again",
+               SL_LOG_STR("node", g_opts.seeds));
+    }
+    w_last = t;
+}

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config/config.h"
 #include "core/loop.h"
@@ -47,5 +48,16 @@ int sl_redis_store_metrics(char *buf, size_t cap);
 /* One line per node that is not up ("redis 127.0.0.1:6379 down: <Redis's error>"), for
  * a readiness body; returns bytes written ("" when every node is up). No credential. */
 int sl_redis_store_health(char *buf, size_t cap);
+
+/* Every worker's client's failure counters summed (store errors by kind). */
+typedef struct sl_redis_totals {
+    uint64_t timeouts, errors, breaker_open, node_down, pool_full, reconnects;
+} sl_redis_totals;
+void sl_redis_store_totals(sl_redis_totals *t);
+
+/* Main thread, every ~100 ms: logs outages and recoveries (store_down / store_up) and
+ * breaker transitions (breaker_open / breaker_closed) on `log`. */
+struct sl_log;
+void sl_redis_store_watch(struct sl_log *log);
 
 #endif

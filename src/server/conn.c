@@ -23,6 +23,7 @@
 #include "clock.h"
 #include "server/grpc_conn.h"
 #include "server/pending.h"
+#include "server/observe.h"
 #include "server/server.h"
 
 #define SL_CONN_RINIT 16384
@@ -101,6 +102,7 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
         if (n >= cap) {
             atomic_fetch_sub(cnt, 1);
             sl_met_inc(&w->met->conns_refused, 1);
+            sl_obs_conn_refused(w, kind); /* by listener, and summarised in the log */
             close(fd);
             continue;
         }

@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "server/grpc_conn.h"
+#include "server/observe.h"
 #include "server/pending.h"
 #include "server/server.h"
 
@@ -138,7 +139,7 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
     sl_conn *c = p->c;
     sl_worker *w = c->w;
     sl_verdict *v = &p->v;
-    sl_server_count_verdict(w, rc, v);
+    sl_server_count_verdict_tp(w, rc, v, p->text[0] ? p->text : NULL);
     char hbuf[HDRS_MAX];
     unsigned rflags = w->gen->legacy_headers ? SL_RENDER_LEGACY : 0;
     int hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
@@ -462,6 +463,7 @@ static void handle_check(http_ctx *x, int acquire) {
 
 static void finish_token(sl_pending *p, int rc, bool later) {
     sl_conn *c = p->c;
+    sl_server_count_settle(c->w, rc, &p->v); /* units charged above a reservation */
     if (rc == 0) {
         const char *b = p->op == SL_TOKEN_SETTLE   ? "{\"settled\":true}"
                         : p->op == SL_TOKEN_RELEASE ? "{\"released\":true}"
@@ -558,6 +560,8 @@ void sl_http_handle(sl_conn *c, const sl_http_req *req) {
         handle_token(&x, 0);
     } else if (path_is(&x, "/v1/finish") && post) {
         handle_token(&x, 2);
+    } else if (path_is(&x, "/v1/explain") && post) {
+        sl_explain_http(c, req); /* observe: explain_api.c */
     } else if (path_is(&x, "/healthz")) {
         reply(c, req->minor, 200, NULL, "text/plain", "ok\n", 3, !x.is_head);
     } else if (path_is(&x, "/json") && post) { /* envoyproxy/ratelimit's JSON form */
@@ -565,7 +569,7 @@ void sl_http_handle(sl_conn *c, const sl_http_req *req) {
     } else if (path_is(&x, "/healthcheck")) {
         sl_grpc_http_healthcheck(c, req);
     } else if (path_is(&x, "/v1/check") || path_is(&x, "/v1/acquire") || path_is(&x, "/v1/settle") ||
-               path_is(&x, "/v1/release") || path_is(&x, "/v1/finish")) {
+               path_is(&x, "/v1/release") || path_is(&x, "/v1/finish") || path_is(&x, "/v1/explain")) {
         static const char b405[] =
             "{\"type\":\"about:blank\",\"title\":\"Method Not Allowed\",\"status\":405}";
         reply(c, req->minor, 405, "Allow: POST\r\n", "application/problem+json", b405,

@@ -1,33 +1,24 @@
 /*
- * metrics.c -- the Prometheus text exposition (format 0.0.4) of the server's counters:
- * decisions by deciding policy and result, a sampled request latency histogram, store
- * keys/evictions, connections and reloads. Sums the per-worker counters at scrape time
- * (workers never share a counter, so counting takes no lock and no atomic RMW).
- * Labels carry policy names only, never a key.
+ * metrics.c -- GET /metrics: the Prometheus text exposition (format 0.0.4), written with
+ * src/core/prom.c so that no family goes out without HELP and TYPE. Per-worker counters
+ * (single writer each) are summed at scrape time: counting takes no lock and no atomic
+ * read-modify-write. Series are bounded by the configuration (policies, windows, stores,
+ * listeners, Redis seeds) and the hot-key top N, never by keys, paths or hosts; labels
+ * carry names from the config and keyed hashes, never a raw key.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/grpc_conn.h"
+#include "core/prom.h"
 #include "redis/store.h"
+#include "server/grpc_conn.h"
+#include "server/observe.h"
 #include "server/server.h"
 
-const int64_t *sl__lat_bounds(void);
-
-static const char *const result_names[SL_MET_RESULTS] = {"allowed", "limited", "shadow_limited",
-                                                         "fail_open", "error"};
-
-static void label_escaped(sl_wbuf *w, const char *s) {
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            sl_wbuf_printf(w, "\\%c", *s);
-        else if (*s == '\n')
-            sl_wbuf_puts(w, "\\n");
-        else
-            sl_wbuf_putc(w, *s);
-    }
-}
+#ifndef SLUICE_COMMIT
+#define SLUICE_COMMIT "unknown"
+#endif
 
 static uint64_t sum_worker(sl_server *s, size_t off) {
     uint64_t t = 0;
@@ -39,104 +30,210 @@ static uint64_t sum_worker(sl_server *s, size_t off) {
 
 #define SUM(field) sum_worker(s, offsetof(sl_wmetrics, field))
 
-char *sl_metrics_render(sl_server *s, size_t *len) {
-    unsigned nn = atomic_load(&s->met_nnames);
-    size_t cap = 32768 + (size_t)nn * SL_MET_RESULTS * 200;
-    char *buf = malloc(cap);
-    if (buf == NULL) return NULL;
-    sl_wbuf w;
-    sl_wbuf_init(&w, buf, cap);
-    sl_wbuf_puts(&w, "# HELP sluice_decisions_total Decisions by deciding policy and result.\n"
-                     "# TYPE sluice_decisions_total counter\n");
-    for (unsigned p = 0; p < nn; p++) {
-        for (int r = 0; r < SL_MET_RESULTS; r++) {
-            uint64_t t = 0;
-            for (unsigned i = 0; i < s->nworkers; i++)
-                t += atomic_load_explicit(&s->workers[i]->met->dec[p][r], memory_order_relaxed);
-            if (p == 0 && t == 0) continue;
-            sl_wbuf_puts(&w, "sluice_decisions_total{policy=\"");
-            label_escaped(&w, s->met_names[p]);
-            sl_wbuf_printf(&w, "\",result=\"%s\"} %llu\n", result_names[r], (unsigned long long)t);
-        }
-    }
-    const int64_t *b = sl__lat_bounds();
-    sl_wbuf_puts(&w, "# HELP sluice_request_duration_seconds Time to parse, decide and encode one "
-                     "request (sampled 1 in 16).\n# TYPE sluice_request_duration_seconds histogram\n");
-    uint64_t cum = 0;
-    for (int k = 0; k <= SL_LAT_BUCKETS; k++) {
-        cum += SUM(lat[k]);
-        if (k < SL_LAT_BUCKETS)
-            sl_wbuf_printf(&w, "sluice_request_duration_seconds_bucket{le=\"%lld.%09lld\"} %llu\n",
-                           (long long)(b[k] / SLUICE_NS_PER_S), (long long)(b[k] % SLUICE_NS_PER_S),
-                           (unsigned long long)cum);
-        else
-            sl_wbuf_printf(&w, "sluice_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
-                           (unsigned long long)cum);
-    }
-    uint64_t sum_ns = SUM(lat_sum_ns);
-    sl_wbuf_printf(&w, "sluice_request_duration_seconds_sum %llu.%09llu\n",
-                   (unsigned long long)(sum_ns / 1000000000ull), (unsigned long long)(sum_ns % 1000000000ull));
-    sl_wbuf_printf(&w, "sluice_request_duration_seconds_count %llu\n", (unsigned long long)SUM(lat_count));
-
-    sluice_store_stats st;
-    sluice_store_stats_get(s->store, &st);
-    sl_wbuf_printf(&w,
-                   "# HELP sluice_keys Keys held by the store.\n# TYPE sluice_keys gauge\nsluice_keys %llu\n"
-                   "# TYPE sluice_store_capacity_keys gauge\nsluice_store_capacity_keys %llu\n"
-                   "# TYPE sluice_store_bytes gauge\nsluice_store_bytes %llu\n"
-                   "# HELP sluice_evictions_total Keys evicted (LRU) under memory pressure.\n"
-                   "# TYPE sluice_evictions_total counter\nsluice_evictions_total %llu\n"
-                   "# TYPE sluice_expired_total counter\nsluice_expired_total %llu\n"
-                   "# HELP sluice_refused_total New keys refused at capacity.\n"
-                   "# TYPE sluice_refused_total counter\nsluice_refused_total %llu\n",
-                   (unsigned long long)st.keys, (unsigned long long)st.capacity,
-                   (unsigned long long)st.bytes, (unsigned long long)st.evicted,
-                   (unsigned long long)st.expired, (unsigned long long)st.refused);
-    sl_wbuf_printf(&w,
-                   "# TYPE sluice_connections gauge\nsluice_connections %u\n"
-                   "# TYPE sluice_connections_refused_total counter\nsluice_connections_refused_total %llu\n"
-                   "# TYPE sluice_http_requests_total counter\nsluice_http_requests_total %llu\n"
-                   "# TYPE sluice_resp_commands_total counter\nsluice_resp_commands_total %llu\n"
-                   "# TYPE sluice_bad_requests_total counter\nsluice_bad_requests_total %llu\n"
-                   "# TYPE sluice_timeouts_total counter\nsluice_timeouts_total %llu\n"
-                   "# TYPE sluice_reloads_total counter\nsluice_reloads_total{result=\"ok\"} %llu\n"
-                   "sluice_reloads_total{result=\"failed\"} %llu\n"
-                   "# TYPE sluice_config_generation gauge\nsluice_config_generation %llu\n"
-                   "# TYPE sluice_workers gauge\nsluice_workers %u\n",
-                   atomic_load(&s->nconns), (unsigned long long)SUM(conns_refused),
-                   (unsigned long long)SUM(http_requests), (unsigned long long)SUM(resp_commands),
-                   (unsigned long long)SUM(bad_requests), (unsigned long long)SUM(timeouts),
-                   (unsigned long long)atomic_load(&s->reloads_ok),
-                   (unsigned long long)atomic_load(&s->reloads_failed),
-                   (unsigned long long)atomic_load(&s->gen)->id, s->nworkers);
-    sl_grpc_metrics_render(s, &w);
-    if (w.overflow) {
-        free(buf);
-        return NULL;
-    }
-    if (s->redis && w.cap - w.len > 4096) {
-        int rn = sl_redis_store_metrics(w.data + w.len, w.cap - w.len);
-        if (rn > 0) w.len += (size_t)rn;
-    }
-    *len = w.len;
-    return buf;
+static uint64_t sum_obs(sl_server *s, size_t off) {
+    uint64_t t = 0;
+    for (unsigned i = 0; i < s->nworkers; i++)
+        t += atomic_load_explicit((_Atomic uint64_t *)((char *)s->workers[i]->obs + off),
+                                  memory_order_relaxed);
+    return t;
 }
 
-/* The metrics result of a verdict, counted under the deciding policy's slot. */
-void sl_server_count_verdict(sl_worker *w, int rc, const sl_verdict *v) {
-    unsigned slot = 0;
-    if (rc == 0 && v->deciding >= 0 && (size_t)v->deciding < v->n && v->items[v->deciding].info)
-        slot = sl_gen_slot(w->gen, v->items[v->deciding].info->policy);
-    sl_met_result r;
-    if (rc != 0 || v->action == SL_FAIL || v->action == SL_ERROR)
-        r = SL_MET_ERROR;
-    else if (v->action == SL_REJECT)
-        r = SL_MET_LIMITED;
-    else if (v->store_error)
-        r = SL_MET_FAIL_OPEN;
-    else if (v->shadow_limited)
-        r = SL_MET_SHADOW;
-    else
-        r = SL_MET_ALLOWED;
-    sl_server_count(w, slot, r);
+#define OSUM(field) sum_obs(s, offsetof(sl_obs_w, field))
+
+static void decisions(sl_server *s, sl_prom *p) {
+    sl_obs *o = s->obs;
+    unsigned n = atomic_load(&o->nseries);
+    sl_prom_family(p, "sluice_decisions_total", SL_PROM_COUNTER,
+                   "Decisions, counted under every policy that saw the request, by that policy's "
+                   "result and the window that decided (empty when none did).");
+    for (unsigned i = 0; i < n; i++)
+        for (int r = 0; r < SL_MET_RESULTS; r++) {
+            uint64_t t = OSUM(dec[i][r]);
+            if (t == 0) continue;
+            const char *l[] = {"policy", o->series[i].policy, "result", sl_obs_result_names[r],
+                               "window", o->series[i].window, NULL};
+            sl_prom_u64(p, l, t);
+        }
+    sl_prom_family(p, "sluice_near_limit_total", SL_PROM_COUNTER,
+                   "Decisions a policy did not limit that left its deciding window at or beyond "
+                   "the near-limit ratio (observe.near_limit, default 80 % used).");
+    for (unsigned i = 1; i < n; i++) {
+        uint64_t t = OSUM(near[i]);
+        if (t == 0) continue;
+        const char *l[] = {"policy", o->series[i].policy, "window", o->series[i].window, NULL};
+        sl_prom_u64(p, l, t);
+    }
+    sl_prom_family(p, "sluice_admitted_cost_total", SL_PROM_COUNTER,
+                   "Cost units admitted by the policy (1 per request, the operation's weight, "
+                   "plus what settles charged above a reservation).");
+    const sl_config *cfg = sl_obs_gen_now(s)->cfg;
+    for (unsigned i = 1; i < n; i++) {
+        if (o->series[i].window[0] != '\0') continue;
+        uint64_t t = OSUM(cost[i]);
+        if (t == 0 && !sl_obs_in_config(cfg, o->series[i].policy)) continue;
+        const char *l[] = {"policy", o->series[i].policy, NULL};
+        sl_prom_u64(p, l, t);
+    }
+}
+
+static void store(sl_server *s, sl_prom *p) {
+    const char *sname = s->inner_ops ? s->inner_ops->name : "memory";
+    sl_prom_family(p, "sluice_store_latency_seconds", SL_PROM_HISTOGRAM,
+                   "Store operations, from the call to the answer (sampled: 1 call in 16 per "
+                   "worker).");
+    const sl_prom_hist *hs[SL_MAX_WORKERS];
+    for (int op = 0; op < SL_OBS_OPS; op++) {
+        if (op == 4 && (s->inner_ops == NULL || s->inner_ops->claim == NULL)) continue;
+        for (unsigned i = 0; i < s->nworkers; i++) hs[i] = &s->workers[i]->obs->store_lat[op];
+        const char *l[] = {"store", sname, "op", sl_obs_op_names[op], NULL};
+        sl_prom_histogram(p, l, sl_obs_lat_bounds, SL_OBS_LAT_BOUNDS, hs, s->nworkers,
+                          SLUICE_NS_PER_S);
+    }
+    sl_prom_family(p, "sluice_store_errors_total", SL_PROM_COUNTER,
+                   "Store failures by kind (a decision then follows its policies' "
+                   "on_store_error).");
+    if (s->redis) {
+        sl_redis_totals t;
+        sl_redis_store_totals(&t);
+        const struct {
+            const char *kind;
+            uint64_t v;
+        } k[] = {{"timeout", t.timeouts},         {"error", t.errors},
+                 {"breaker_open", t.breaker_open}, {"node_down", t.node_down},
+                 {"pool_full", t.pool_full}};
+        for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+            const char *l[] = {"store", sname, "kind", k[i].kind, NULL};
+            sl_prom_u64(p, l, k[i].v);
+        }
+    } else {
+        for (int e = 0; e < SL_OBS_STORE_ERRS; e++) {
+            const char *l[] = {"store", sname, "kind", sl_obs_store_err_names[e], NULL};
+            sl_prom_u64(p, l, OSUM(store_err[e]));
+        }
+    }
+    sl_obs_prom_keys(s, p);
+    sluice_store_stats st;
+    sluice_store_stats_get(s->store, &st);
+    sl_prom_family(p, "sluice_evictions_total", SL_PROM_COUNTER,
+                   "Keys dropped by the memory store under pressure: fresh (state equal to a new "
+                   "key), lru (live state evicted), refused (new key refused at capacity). Store-"
+                   "wide (policy=\"\") until the store counts per limiter.");
+    if (!s->redis) {
+        const struct {
+            const char *kind;
+            uint64_t v;
+        } k[] = {{"fresh", st.expired}, {"lru", st.evicted}, {"refused", st.refused}};
+        for (size_t i = 0; i < 3; i++) {
+            const char *l[] = {"policy", "", "kind", k[i].kind, NULL};
+            sl_prom_u64(p, l, k[i].v);
+        }
+    }
+    sl_prom_family(p, "sluice_store_capacity_keys", SL_PROM_GAUGE,
+                   "Entries the memory store may hold (store.max_keys).");
+    sl_prom_u64(p, NULL, st.capacity);
+    sl_prom_family(p, "sluice_store_entries", SL_PROM_GAUGE,
+                   "Entries the memory store holds now, all policies together.");
+    sl_prom_u64(p, NULL, st.keys);
+    sl_prom_family(p, "sluice_store_bytes", SL_PROM_GAUGE, "Memory held by the store's tables.");
+    sl_prom_u64(p, NULL, st.bytes);
+    /* sluice_redis_node_up{node,role}: per node, from the Redis store's own text (below) */
+}
+
+static void server_families(sl_server *s, sl_prom *p) {
+    sl_obs *o = s->obs;
+    static const char *const listeners[SL_KINDS] = {"http", "resp", "admin", "grpc"};
+    sl_prom_family(p, "sluice_connections", SL_PROM_GAUGE, "Open client connections.");
+    sl_prom_u64(p, NULL, atomic_load(&s->nconns));
+    sl_prom_family(p, "sluice_connections_refused_total", SL_PROM_COUNTER,
+                   "Connections refused at the connection cap, by listener.");
+    for (int k = 0; k < SL_KINDS; k++) {
+        const char *l[] = {"listener", listeners[k], NULL};
+        sl_prom_u64(p, l, OSUM(refused[k]));
+    }
+    sl_prom_family(p, "sluice_http_requests_total", SL_PROM_COUNTER, "HTTP/1.1 requests parsed.");
+    sl_prom_u64(p, NULL, SUM(http_requests));
+    sl_prom_family(p, "sluice_resp_commands_total", SL_PROM_COUNTER, "RESP commands parsed.");
+    sl_prom_u64(p, NULL, SUM(resp_commands));
+    sl_prom_family(p, "sluice_bad_requests_total", SL_PROM_COUNTER,
+                   "Requests that could not be parsed (the connection is closed).");
+    sl_prom_u64(p, NULL, SUM(bad_requests));
+    sl_prom_family(p, "sluice_timeouts_total", SL_PROM_COUNTER,
+                   "Connections closed by a read, idle or write timeout.");
+    sl_prom_u64(p, NULL, SUM(timeouts));
+    sl_prom_family(p, "sluice_request_duration_seconds", SL_PROM_HISTOGRAM,
+                   "Time to parse, decide and encode one request answered at once (sampled: 1 "
+                   "request in 16).");
+    const sl_prom_hist *hs[SL_MAX_WORKERS];
+    for (unsigned i = 0; i < s->nworkers; i++) hs[i] = &s->workers[i]->obs->req_lat;
+    sl_prom_histogram(p, NULL, sl_obs_req_bounds, SL_OBS_REQ_BOUNDS, hs, s->nworkers,
+                      SLUICE_NS_PER_S);
+    sl_prom_family(p, "sluice_reloads_total", SL_PROM_COUNTER,
+                   "Configuration loads by source (startup, sighup, admin-api, file-change) and "
+                   "outcome (ok, refused).");
+    static const char *const sources[SL_OBS_SOURCES] = {"startup", "sighup", "admin-api",
+                                                        "file-change"};
+    for (int src = 0; src < SL_OBS_SOURCES; src++)
+        for (int oc = 0; oc < 2; oc++) {
+            uint64_t v = atomic_load(&o->reloads[src][oc]);
+            if (v == 0 && src == 3) continue; /* no file watcher yet */
+            const char *l[] = {"source", sources[src], "outcome", oc ? "refused" : "ok", NULL};
+            sl_prom_u64(p, l, v);
+        }
+    sl_prom_family(p, "sluice_config_generation", SL_PROM_GAUGE,
+                   "The configuration generation in force (1 at start, +1 per applied reload).");
+    sl_prom_u64(p, NULL, sl_obs_gen_now(s)->id);
+    sl_prom_family(p, "sluice_workers", SL_PROM_GAUGE, "Event loop threads.");
+    sl_prom_u64(p, NULL, s->nworkers);
+    sl_prom_family(p, "sluice_log_dropped_total", SL_PROM_COUNTER,
+                   "Log lines lost: queue full, over an event's rate limit, decision lines over "
+                   "the decision log's rate, or the destination failing.");
+    sl_prom_u64(p, NULL, sl_log_dropped(o->log));
+    sl_log_stats ls;
+    sl_log_stats_get(o->log, &ls);
+    sl_prom_family(p, "sluice_log_decisions_total", SL_PROM_COUNTER,
+                   "Decision log: lines queued (logged), eligible decisions left out of the "
+                   "sample (sampled_out) and sampled ones over the rate (rate_limited).");
+    const char *l1[] = {"outcome", "logged", NULL}, *l2[] = {"outcome", "sampled_out", NULL},
+               *l3[] = {"outcome", "rate_limited", NULL};
+    sl_prom_u64(p, l1, ls.decisions_logged);
+    sl_prom_u64(p, l2, ls.decisions_sampled_out);
+    sl_prom_u64(p, l3, ls.decisions_rate_limited);
+    sl_prom_family(p, "sluice_audit_entries_total", SL_PROM_COUNTER,
+                   "Audit trail entries recorded (every configuration change attempt).");
+    sl_prom_u64(p, NULL, sl_audit_total(o->audit));
+}
+
+/* Renderers that write text themselves (gRPC, the Redis client's events) go in as is:
+ * each writes its own HELP and TYPE. */
+static void raw_parts(sl_server *s, sl_prom *p) {
+    char *buf = malloc(65536);
+    if (buf == NULL) return;
+    sl_wbuf w;
+    sl_wbuf_init(&w, buf, 65536);
+    sl_grpc_metrics_render(s, &w);
+    if (!w.overflow) sl_prom_raw(p, buf, w.len);
+    if (s->redis) {
+        int n = sl_redis_store_metrics(buf, 65536);
+        if (n > 0) sl_prom_raw(p, buf, (size_t)n);
+    }
+    free(buf);
+}
+
+char *sl_metrics_render(sl_server *s, size_t *len) {
+    sl_prom p;
+    sl_prom_init(&p);
+    decisions(s, &p);
+    sl_obs_prom_hot_keys(s, &p);
+    store(s, &p);
+    server_families(s, &p);
+    raw_parts(s, &p);
+    sl_prom_build_info(&p, "sluice", SLUICE_VERSION, SLUICE_COMMIT);
+    sl_prom_process(&p);
+    char *out = sl_prom_finish(&p, len);
+    if (out == NULL) {
+        sl_log_printf(s->obs->log, SL_LOG_ERROR, "metrics_failed", "metrics not rendered: %s",
+                      p.errmsg);
+    }
+    sl_prom_deinit(&p);
+    return out;
 }

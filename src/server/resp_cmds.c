@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/explain.h"
+#include "server/observe.h"
 #include "server/pending.h"
 #include "server/server.h"
 
@@ -69,8 +71,13 @@ static bool token_ok(const char *tok, const char *given, size_t len) {
  * `AUTH <token>` or `AUTH <user> <token>` (redis-cli -a, any Redis client), or HELLO's
  * AUTH. Decisions, settles and releases carry their own authority (a key, a MAC'd token).
  */
+/* Whether any admin token is configured (admin.token, the command line's, admin.tokens). */
+static bool auth_required(const sl_gen *g) {
+    return g->admin_token[0] != '\0' || sl_config_settings(g->cfg)->n_admin_tokens > 0;
+}
+
 static bool authorized(resp_ctx *x) {
-    if (x->c->w->gen->admin_token[0] == '\0' || x->c->authed) return true;
+    if (!auth_required(x->c->w->gen) || x->c->authed) return true;
     sl_resp_error(&x->wb, "NOAUTH Authentication required.");
     return false;
 }
@@ -78,15 +85,20 @@ static bool authorized(resp_ctx *x) {
 /* AUTH [user] password, or HELLO's AUTH user password: true when accepted (reply
  * written only on failure, or when `reply_ok`). */
 static bool do_auth(resp_ctx *x, size_t at, size_t n, bool reply_ok) {
-    const char *tok = x->c->w->gen->admin_token;
+    const sl_gen *g = x->c->w->gen;
+    const char *tok = g->admin_token;
+    const sl_settings *st = sl_config_settings(g->cfg);
     const sl_resp_cmd *cmd = x->cmd;
-    if (tok[0] == '\0') {
+    if (!auth_required(g)) {
         sl_resp_error(&x->wb, "ERR AUTH <password> called without any password configured for the "
                               "default user. Are you sure your configuration is correct?");
         return false;
     }
     size_t pw = at + n - 1; /* the password is the last argument; a user name is ignored */
-    if (!token_ok(tok, cmd->argv[pw], cmd->argl[pw])) {
+    bool ok = tok[0] != '\0' && token_ok(tok, cmd->argv[pw], cmd->argl[pw]);
+    for (unsigned i = 0; i < st->n_admin_tokens; i++) /* named tokens (admin.tokens) too */
+        ok |= token_ok(st->admin_tokens[i].token, cmd->argv[pw], cmd->argl[pw]);
+    if (!ok) {
         x->c->authed = false;
         sl_resp_error(&x->wb, "WRONGPASS invalid username-password pair or user is disabled.");
         return false;
@@ -343,48 +355,57 @@ void sl_resp_batch_flush(sl_conn *c) {
     b->n = 0;
 }
 
-/* SL.CHECKREQ [METHOD m] [PATH p] [HOST h] [IP a] [ROUTE r] [BYTES n] [COST n]
- *             [HEADER name value]... : the whole matching pipeline. */
-static void cmd_checkreq(resp_ctx *x) {
-    const sl_resp_cmd *cmd = x->cmd;
-    sl_worker *w = x->c->w;
-    sl_request r;
-    memset(&r, 0, sizeof(r));
-    sl_header hdrs[SL_RESP_MAX_ARGS / 3 + 1];
+#define REQ_HEADERS (SL_RESP_MAX_ARGS / 3 + 1)
+
+/* SL.CHECKREQ's (and SL.EXPLAIN's) attributes into r (hdrs: REQ_HEADERS entries);
+ * 0, or -1 on a syntax error. */
+static int req_args(const sl_resp_cmd *cmd, sl_request *r, sl_header *hdrs) {
+    memset(r, 0, sizeof(*r));
     size_t nh = 0;
     for (size_t i = 1; i < cmd->argc;) {
         sl_str val = {NULL, 0};
         if (i + 1 < cmd->argc) val = (sl_str){cmd->argv[i + 1], cmd->argl[i + 1]};
-        if (val.p == NULL) goto syntax;
+        if (val.p == NULL) return -1;
         if (sl_resp_arg_is(cmd, i, "HEADER")) {
-            if (i + 2 >= cmd->argc || nh >= sizeof(hdrs) / sizeof(hdrs[0])) goto syntax;
+            if (i + 2 >= cmd->argc || nh >= REQ_HEADERS) return -1;
             hdrs[nh].name = val;
             hdrs[nh].value = (sl_str){cmd->argv[i + 2], cmd->argl[i + 2]};
             nh++;
             i += 3;
             continue;
         }
-        if (sl_resp_arg_is(cmd, i, "METHOD")) r.method = val;
-        else if (sl_resp_arg_is(cmd, i, "PATH")) r.path = val;
-        else if (sl_resp_arg_is(cmd, i, "HOST")) r.host = val;
-        else if (sl_resp_arg_is(cmd, i, "IP")) r.client_ip = val;
-        else if (sl_resp_arg_is(cmd, i, "ROUTE")) r.route = val;
+        if (sl_resp_arg_is(cmd, i, "METHOD")) r->method = val;
+        else if (sl_resp_arg_is(cmd, i, "PATH")) r->path = val;
+        else if (sl_resp_arg_is(cmd, i, "HOST")) r->host = val;
+        else if (sl_resp_arg_is(cmd, i, "IP")) r->client_ip = val;
+        else if (sl_resp_arg_is(cmd, i, "ROUTE")) r->route = val;
         else if (sl_resp_arg_is(cmd, i, "BYTES") || sl_resp_arg_is(cmd, i, "COST")) {
             int64_t v;
-            if (sl_resp_arg_i64(cmd, i + 1, &v) != 0 || v < 0) goto syntax;
+            if (sl_resp_arg_i64(cmd, i + 1, &v) != 0 || v < 0) return -1;
             if (sl_resp_arg_is(cmd, i, "BYTES")) {
-                r.has_body_bytes = true;
-                r.body_bytes = (uint64_t)v;
+                r->has_body_bytes = true;
+                r->body_bytes = (uint64_t)v;
             } else {
-                r.hits_addend = (uint64_t)v;
+                r->hits_addend = (uint64_t)v;
             }
         } else {
-            goto syntax;
+            return -1;
         }
         i += 2;
     }
-    r.headers = hdrs;
-    r.n_headers = nh;
+    r->headers = hdrs;
+    r->n_headers = nh;
+    return 0;
+}
+
+/* SL.CHECKREQ [METHOD m] [PATH p] [HOST h] [IP a] [ROUTE r] [BYTES n] [COST n]
+ *             [HEADER name value]... : the whole matching pipeline. */
+static void cmd_checkreq(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    sl_worker *w = x->c->w;
+    sl_request r;
+    sl_header hdrs[REQ_HEADERS];
+    if (req_args(cmd, &r, hdrs) != 0) goto syntax;
     sl_pending *p = take(x, finish_verdict);
     if (p == NULL) return;
     sl_engine_prepare(w->gen->engine, &r, &p->v);
@@ -393,6 +414,81 @@ static void cmd_checkreq(resp_ctx *x) {
 syntax:
     sl_resp_error(&x->wb, "ERR syntax error: SL.CHECKREQ [METHOD m] [PATH p] [HOST h] [IP addr] "
                           "[ROUTE r] [BYTES n] [COST n] [HEADER name value]...");
+}
+
+/* ---- SL.EXPLAIN (observe: the explanation comes from src/server/explain_api.c) ---- */
+
+typedef struct xout {
+    const char *s;
+    size_t n;
+} xout;
+
+static void write_explain(sl_conn *c, sl_wbuf *wb, void *arg) {
+    (void)c;
+    const xout *o = arg;
+    if (o->s != NULL) sl_resp_bulk(wb, o->s, o->n);
+    else sl_resp_error(wb, o->n ? "ERR too many explanations in progress on this worker"
+                                : "ERR out of memory");
+}
+
+static void finish_explain(sl_pending *p, int rc, bool later) {
+    xout o = {NULL, 0};
+    char *json = sl_obs_explain_finish(p, rc, &o.n);
+    o.s = json;
+    with_wbuf(p->c, o.n + 64, write_explain, &o);
+    free(json);
+    if (later) sl_conn_resume(p->c);
+}
+
+/* SL.EXPLAIN <policy> <key> [COST n] (SL.CHECK's form) or SL.EXPLAIN [METHOD m] [PATH p]
+ * ... (SL.CHECKREQ's): a JSON bulk string saying why the answer would be what it is.
+ * Nothing is consumed or counted. */
+static void cmd_explain(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    static const char *const kw[] = {"METHOD", "PATH", "HOST", "IP", "ROUTE", "BYTES", "COST",
+                                     "HEADER", NULL};
+    bool keyword = false;
+    for (int k = 0; kw[k] && cmd->argc > 1; k++) keyword |= sl_resp_arg_is(cmd, 1, kw[k]);
+    bool named = !keyword && (cmd->argc == 3 || (cmd->argc == 5 && sl_resp_arg_is(cmd, 3, "COST")));
+    const sl_engine *e = x->c->w->gen->engine;
+    sl_explain *ex;
+    if (named) {
+        char policy[256];
+        int64_t cost = 0;
+        if (arg_cstr(cmd, 1, policy, sizeof(policy)) != 0 ||
+            (cmd->argc == 5 && (sl_resp_arg_i64(cmd, 4, &cost) != 0 || cost < 0))) {
+            sl_resp_error(&x->wb, "ERR syntax: SL.EXPLAIN <policy> <key> [COST n]");
+            return;
+        }
+        ex = sl_explain_named(e, policy, cmd->argv[2], cmd->argl[2], cmd->argc == 5, (uint64_t)cost);
+    } else {
+        sl_request r;
+        sl_header hdrs[REQ_HEADERS];
+        if (req_args(cmd, &r, hdrs) != 0) {
+            sl_resp_error(&x->wb, "ERR syntax: SL.EXPLAIN <policy> <key> [COST n] | SL.EXPLAIN "
+                                  "[METHOD m] [PATH p] [HOST h] [IP addr] [ROUTE r] [BYTES n] "
+                                  "[COST n] [HEADER name value]...");
+            return;
+        }
+        ex = sl_explain_request(e, &r);
+    }
+    if (ex == NULL) {
+        sl_resp_error(&x->wb, "ERR out of memory");
+        return;
+    }
+    sl_pending *p = take(x, finish_explain);
+    if (p == NULL) {
+        sl_explain_free(ex);
+        return;
+    }
+    if (sl_obs_explain_start(p, ex) != 0) {
+        sl_explain_free(ex);
+        sl_pending_put(p);
+        xout o = {NULL, 1};
+        with_wbuf(x->c, 128, write_explain, &o);
+        return;
+    }
+    if (sl_pending_park(p)) x->c->suspended = true;
 }
 
 static void write_token(sl_conn *c, sl_wbuf *wb, void *arg) {
@@ -412,6 +508,7 @@ static void write_token(sl_conn *c, sl_wbuf *wb, void *arg) {
 }
 
 static void finish_token(sl_pending *p, int rc, bool later) {
+    sl_server_count_settle(p->c->w, rc, &p->v); /* units charged above a reservation */
     with_wbuf(p->c, 256, write_token, &rc);
     if (later) sl_conn_resume(p->c);
 }
@@ -625,7 +722,7 @@ static void cmd_hello(resp_ctx *x) {
             if (sl_resp_arg_is(cmd, i, "AUTH") && i + 2 < cmd->argc) {
                 /* with an admin token, HELLO's credentials must be it; without one any
                  * are accepted (there is no user to check them against) */
-                if (x->c->w->gen->admin_token[0] != '\0' && !do_auth(x, i + 1, 2, false)) return;
+                if (auth_required(x->c->w->gen) && !do_auth(x, i + 1, 2, false)) return;
                 i += 3;
             } else if (sl_resp_arg_is(cmd, i, "SETNAME") && i + 1 < cmd->argc) {
                 i += 2;
@@ -749,6 +846,7 @@ void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd) {
         else if (sl_resp_arg_is(cmd, 0, "SL.RELEASE")) cmd_token(&x, 0);
         else if (sl_resp_arg_is(cmd, 0, "SL.RESET")) cmd_reset(&x);
         else if (sl_resp_arg_is(cmd, 0, "SL.CLOCK")) cmd_clock(&x);
+        else if (sl_resp_arg_is(cmd, 0, "SL.EXPLAIN")) cmd_explain(&x);
         else err_unknown(&x);
     } else if (sl_resp_arg_is(cmd, 0, "CL.THROTTLE")) {
         cmd_throttle(&x);

@@ -26,6 +26,7 @@
 #include "clock.h"
 #include "redis/store.h"
 #include "server/grpc_conn.h"
+#include "server/observe.h"
 #include "server/pending.h"
 
 void sl_server_opts_default(sl_server_opts *o) {
@@ -113,38 +114,15 @@ static int open_listener(const char *what, const char *addr, char *err, size_t e
 
 /* ---- generations ---- */
 
-static uint64_t hash_name(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-/* The metrics slot of a policy name, adding it on first sight (reload time only). */
-static unsigned met_slot_for(sl_server *s, const char *name) {
-    pthread_mutex_lock(&s->names_mu);
-    unsigned n = atomic_load(&s->met_nnames);
-    unsigned slot = 0;
-    for (unsigned i = 1; i < n; i++)
-        if (strcmp(s->met_names[i], name) == 0) slot = i;
-    if (slot == 0 && n < SL_MET_POLICIES) {
-        snprintf(s->met_names[n], sizeof(s->met_names[n]), "%s", name);
-        slot = n;
-        atomic_store(&s->met_nnames, n + 1);
-    }
-    pthread_mutex_unlock(&s->names_mu);
-    return slot; /* 0 when the table is full: counted as "" */
-}
-
 void sl_gen_release(sl_gen *g) {
     if (g != NULL) atomic_fetch_sub_explicit(&g->refs, 1, memory_order_release);
 }
 
 static void gen_destroy(sl_gen *g) {
     if (g == NULL) return;
+    sl_obs_gen_destroy(g->obs);
     sl_engine_destroy(g->engine);
     sl_config_destroy(g->cfg);
-    free(g->names);
-    free(g->slots);
     free(g);
 }
 
@@ -187,24 +165,11 @@ static sl_gen *gen_create(sl_server *s, char *err, size_t errlen) {
         gen_destroy(g);
         return NULL;
     }
-    size_t np = sl_config_policy_count(cfg);
-    size_t cap = 16;
-    while (cap < np * 2 + 2) cap *= 2;
-    g->name_cap = cap;
-    g->names = calloc(cap, sizeof(*g->names));
-    g->slots = calloc(cap, sizeof(*g->slots));
-    if (g->names == NULL || g->slots == NULL) {
+    g->obs = sl_obs_gen_create(s, g->engine); /* metric series of its windows */
+    if (g->obs == NULL) {
         snprintf(err, errlen, "out of memory");
         gen_destroy(g);
         return NULL;
-    }
-    for (size_t i = 0; i < np; i++) {
-        const char *name = sl_config_policy_name(cfg, i);
-        if (name == NULL) continue;
-        size_t h = (size_t)hash_name(name) & (cap - 1);
-        while (g->names[h] != NULL && strcmp(g->names[h], name) != 0) h = (h + 1) & (cap - 1);
-        g->names[h] = name;
-        g->slots[h] = (uint16_t)met_slot_for(s, name);
     }
     /* the settings a reload may change; the command line's values win */
     const sl_settings *st = sl_config_settings(cfg);
@@ -215,18 +180,6 @@ static sl_gen *gen_create(sl_server *s, char *err, size_t errlen) {
     g->legacy_headers = s->opt.legacy_headers || st->legacy_headers;
     g->id = ++s->next_gen_id;
     return g;
-}
-
-/* Hot path: the metrics slot of the deciding policy (a string hash, no lock). */
-unsigned sl_gen_slot(const sl_gen *g, const char *policy) {
-    if (policy == NULL || g == NULL) return 0;
-    size_t h = (size_t)hash_name(policy) & (g->name_cap - 1);
-    for (size_t k = 0; k < g->name_cap; k++) {
-        if (g->names[h] == NULL) return 0;
-        if (strcmp(g->names[h], policy) == 0) return g->slots[h];
-        h = (h + 1) & (g->name_cap - 1);
-    }
-    return 0;
 }
 
 sl_gen *sl_worker_pin(sl_worker *w) {
@@ -263,29 +216,38 @@ static size_t start_only_changes(const sl_settings *a, const sl_settings *b, cha
     return off;
 }
 
-int sl_server_reload_ex(sl_server *s, char *err, size_t errlen, char *notes, size_t noteslen) {
-    if (notes != NULL && noteslen > 0) notes[0] = '\0';
+int sl_server_reload_from(sl_server *s, int source, const char *caller, char *err, size_t errlen,
+                          char *notes, size_t noteslen) {
+    int64_t t0 = sl_clock_mono_ns();
+    char own[256];
+    if (notes == NULL || noteslen == 0) notes = own, noteslen = sizeof(own);
+    notes[0] = '\0';
     pthread_mutex_lock(&s->reload_mu);
     sl_gen *g = gen_create(s, err, errlen);
     if (g == NULL) {
         atomic_fetch_add(&s->reloads_failed, 1);
+        sl_obs_reload(s, (sl_audit_source)source, caller, atomic_load(&s->gen), NULL, err, t0);
         pthread_mutex_unlock(&s->reload_mu);
         return -1;
     }
     sl_gen *old = atomic_exchange(&s->gen, g);
     /* policies, tokens, deny status and headers follow the reload; listeners, workers and
      * the store are the process's: a change there waits for the next start (said so) */
-    if (notes != NULL)
-        start_only_changes(sl_config_settings(old->cfg), sl_config_settings(g->cfg), notes, noteslen);
+    start_only_changes(sl_config_settings(old->cfg), sl_config_settings(g->cfg), notes, noteslen);
     old->retired_next = s->retired;
     s->retired = old;
     atomic_fetch_add(&s->reloads_ok, 1);
+    /* logged and audited under the lock: `old` is not freed before (reap takes it) */
+    sl_obs_reload(s, (sl_audit_source)source, caller, old, g, NULL, t0);
+    if (notes[0] != '\0')
+        sl_log_printf(s->obs->log, SL_LOG_WARN, "reload",
+                      "changed settings that take effect at the next start: %s", notes);
     pthread_mutex_unlock(&s->reload_mu);
     return 0;
 }
 
 int sl_server_reload(sl_server *s, char *err, size_t errlen) {
-    return sl_server_reload_ex(s, err, errlen, NULL, 0);
+    return sl_server_reload_from(s, SL_AUDIT_ADMIN_API, NULL, err, errlen, NULL, 0);
 }
 
 /* Frees retired generations that no worker's hazard names any more. */
@@ -307,29 +269,6 @@ static void reap_retired(sl_server *s, bool all) {
     }
     pthread_mutex_unlock(&s->reload_mu);
 }
-
-/* ---- metrics helpers ---- */
-
-void sl_server_count(sl_worker *w, unsigned slot, sl_met_result r) {
-    if (slot >= SL_MET_POLICIES) slot = 0;
-    sl_met_inc(&w->met->dec[slot][r], 1);
-}
-
-/* Bucket bounds in ns: 1us .. 100ms */
-static const int64_t lat_bounds[SL_LAT_BUCKETS] = {
-    1000,    2500,    5000,     10000,    25000,    50000,     100000,
-    250000,  500000,  1000000,  2500000,  10000000, 25000000,  100000000};
-
-void sl_server_observe_latency(sl_worker *w, int64_t ns) {
-    int b = 0;
-    while (b < SL_LAT_BUCKETS && ns > lat_bounds[b]) b++;
-    sl_met_inc(&w->met->lat[b], 1);
-    sl_met_inc(&w->met->lat_sum_ns, ns > 0 ? (uint64_t)ns : 0);
-    sl_met_inc(&w->met->lat_count, 1);
-}
-
-const int64_t *sl__lat_bounds(void);
-const int64_t *sl__lat_bounds(void) { return lat_bounds; }
 
 /* ---- workers ---- */
 
@@ -373,6 +312,7 @@ static void *worker_main(void *arg) {
     w->loop.wake_ud = w;
     sl_server *s = w->srv;
     int64_t drain_deadline = 0;
+    sl_obs_thread_attach(w); /* sampled store latency is counted in this thread */
     /* the store's handle for this thread: the memory store itself, or this worker's
      * Redis client (on a private loop this one watches) */
     w->lane = s->redis ? sl_redis_lane_start(w->id, &w->loop) : (void *)s->store;
@@ -414,10 +354,11 @@ static sl_worker *worker_create(sl_server *s, unsigned id, char *err, size_t err
     sl_worker *w = calloc(1, sizeof(*w));
     if (w == NULL) goto oom;
     w->met = calloc(1, sizeof(*w->met));
+    w->obs = sl_obs_worker_new();
     w->rbatch = sl_resp_batch_create();
     w->pmax = SL_PENDING_MAX;
     w->body_buf = malloc(s->opt.http_limits.max_body + 1);
-    if (w->met == NULL || w->body_buf == NULL || w->rbatch == NULL) goto oom;
+    if (w->met == NULL || w->obs == NULL || w->body_buf == NULL || w->rbatch == NULL) goto oom;
     w->srv = s;
     w->id = id;
     if (sl_loop_init(&w->loop) != 0) {
@@ -447,6 +388,7 @@ fail:
     if (w) {
         sl_loop_deinit(&w->loop);
         free(w->met);
+        sl_obs_worker_free(w->obs);
         free(w->body_buf);
         sl_resp_batch_destroy(w->rbatch);
         free(w);
@@ -458,6 +400,7 @@ static void worker_destroy(sl_worker *w) {
     if (w == NULL) return;
     sl_loop_deinit(&w->loop);
     free(w->met);
+    sl_obs_worker_free(w->obs);
     free(w->body_buf);
     sl_resp_batch_destroy(w->rbatch);
     free(w);
@@ -472,12 +415,14 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
     if (sl_redis_store_url(url)) {
         if (sl_redis_store_config(url, st, s->opt.test_clock, err, errlen) != 0) return -1;
         if (sl_redis_store_default_secret())
-            fprintf(stderr, "sluice serve: warning: no store.key_secret: Redis keys use the documented "
-                            "default secret, and settle/release tokens are valid only on the instance "
-                            "that issued them (set one secret shared by every instance)\n");
+            sl_log_printf(s->obs->log, SL_LOG_WARN, "store_secret",
+                          "no store.key_secret: Redis keys use the documented default secret, and "
+                          "settle/release tokens are valid only on the instance that issued them "
+                          "(set one secret shared by every instance)");
         else /* tokens any instance can verify, single use claimed in Redis */
             sl_engine_tokens_shared(st->store.redis_key_secret, strlen(st->store.redis_key_secret));
-        fprintf(stderr, "sluice serve: %s\n", sl_redis_store_seeds()); /* no credentials */
+        SL_LOG(s->obs->log, SL_LOG_INFO, "store", "redis store",
+               SL_LOG_STR("seeds", sl_redis_store_seeds())); /* no credentials */
         s->redis = true;
         s->ops = &sl_redis_ops;
         /* the memory store still holds the limiter registry; decisions go to Redis */
@@ -556,9 +501,6 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     s->opt = *opt;
     for (int k = 0; k < SL_KINDS; k++) s->lfd[k] = -1;
     pthread_mutex_init(&s->reload_mu, NULL);
-    pthread_mutex_init(&s->names_mu, NULL);
-    atomic_store(&s->met_nnames, 1); /* slot 0: no policy */
-    s->cell_slot = met_slot_for(s, "cl.throttle");
     sl_cell_init(&s->cell);
     s->started_wall_ns = sl_clock_wall_ns();
 
@@ -583,11 +525,18 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     char *addrs_all[SL_KINDS] = {s->opt.http, s->opt.resp, s->opt.admin, s->opt.grpc};
     for (int k = 0; k < SL_KINDS; k++)
         if (strcmp(addrs_all[k], "-") == 0) addrs_all[k][0] = '\0'; /* "off" on the command line */
+    /* the logger, metric series and audit trail, before anything logs */
+    if (sl_obs_create(s, st, err, errlen) != 0) {
+        sl_config_destroy(cfg);
+        goto fail;
+    }
     if (open_store(s, st, err, errlen) != 0) {
         sl_config_destroy(cfg);
         goto fail;
     }
     sl_config_destroy(cfg);
+    s->inner_ops = s->ops;
+    s->ops = sl_obs_wrap_ops(s->ops); /* sampled store latency */
 
     s->clock = opt->test_clock ? sluice_clock_create_manual(sl_clock_wall_ns())
                                : sluice_clock_create_system();
@@ -605,8 +554,9 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
         int r = sluice_store_restore(s->store, s->snapshot_path, sluice_clock_now(s->clock),
                                      &skipped, ebuf, sizeof(ebuf));
         if (r != 0)
-            fprintf(stderr, "sluice serve: warning: snapshot %s not restored: %s\n",
-                    s->snapshot_path, ebuf[0] ? ebuf : sluice_strerror(r));
+            SL_LOG(s->obs->log, SL_LOG_WARN, "snapshot_restore_failed", "snapshot not restored",
+                   SL_LOG_STR("path", s->snapshot_path),
+                   SL_LOG_STR("error", ebuf[0] ? ebuf : sluice_strerror(r)));
     }
 
     const char *addrs[SL_KINDS] = {s->opt.http, s->opt.resp, s->opt.admin, s->opt.grpc};
@@ -645,7 +595,7 @@ void sl_server_destroy(sl_server *s) {
     if (s->store) sluice_store_destroy(s->store);
     if (s->clock) sluice_clock_destroy(s->clock);
     pthread_mutex_destroy(&s->reload_mu);
-    pthread_mutex_destroy(&s->names_mu);
+    sl_obs_destroy(s); /* the logger last: everything before may log */
     free(s);
 }
 
@@ -653,8 +603,9 @@ static void write_snapshot(sl_server *s, const char *why) {
     if (s->snapshot_path[0] == '\0') return;
     int r = sluice_store_snapshot(s->store, s->snapshot_path, sluice_clock_now(s->clock));
     if (r != 0)
-        fprintf(stderr, "sluice serve: snapshot (%s) to %s failed: %s\n", why, s->snapshot_path,
-                sluice_strerror(r));
+        SL_LOG(s->obs->log, SL_LOG_ERROR, "snapshot_failed", "snapshot not written",
+               SL_LOG_STR("why", why), SL_LOG_STR("path", s->snapshot_path),
+               SL_LOG_STR("error", sluice_strerror(r)));
 }
 
 int sl_server_run(sl_server *s) {
@@ -663,21 +614,20 @@ int sl_server_run(sl_server *s) {
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);               /* reopen the log file (logrotate) */
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* workers inherit the mask */
     signal(SIGPIPE, SIG_IGN);
     unsigned started = 0;
     for (unsigned i = 0; i < s->nworkers; i++) {
         if (pthread_create(&s->workers[i]->th, NULL, worker_main, s->workers[i]) != 0) {
-            fprintf(stderr, "sluice serve: cannot start worker threads\n");
+            SL_LOG(s->obs->log, SL_LOG_ERROR, "start_failed", "cannot start worker threads",
+                   SL_LOG_STR("error", strerror(errno)));
             atomic_store(&s->stop_now, 1);
             break;
         }
         started++;
     }
-    fprintf(stderr, "sluice serve: http %s, resp %s, grpc %s, admin %s, %u workers%s\n",
-            s->opt.http[0] ? s->opt.http : "off", s->opt.resp[0] ? s->opt.resp : "off",
-            s->opt.grpc[0] ? s->opt.grpc : "off", s->opt.admin[0] ? s->opt.admin : "off", s->nworkers,
-            s->opt.test_clock ? ", test clock" : "");
+    if (started == s->nworkers) sl_obs_started(s); /* the start line and the startup audit */
     int64_t next_snap = s->snapshot_every_ns > 0 ? sl_clock_mono_ns() + s->snapshot_every_ns : 0;
     while (started == s->nworkers && !atomic_load(&s->draining)) {
         struct timespec ts = {0, 100 * 1000 * 1000};
@@ -698,15 +648,12 @@ int sl_server_run(sl_server *s) {
             for (int k = 0; k < SL_KINDS; k++)
                 if (s->lfd[k] >= 0) shutdown(s->lfd[k], SHUT_RDWR);
         } else if (sig == SIGHUP) {
-            char err[4096], notes[256];
-            if (sl_server_reload_ex(s, err, sizeof(err), notes, sizeof(notes)) != 0)
-                fprintf(stderr, "sluice serve: reload refused, old config kept:\n%s\n", err);
-            else if (notes[0] != '\0')
-                fprintf(stderr, "sluice serve: config reloaded; changed settings that take effect at the "
-                                "next start: %s\n", notes);
-            else
-                fprintf(stderr, "sluice serve: config reloaded\n");
+            char err[4096];
+            sl_server_reload_from(s, SL_AUDIT_SIGHUP, NULL, err, sizeof(err), NULL, 0); /* logged */
+        } else if (sig == SIGUSR1) {
+            sl_log_reopen_request(s->obs->log);
         }
+        sl_obs_tick(s);
         reap_retired(s, false);
         if (next_snap && sl_clock_mono_ns() >= next_snap) {
             write_snapshot(s, "periodic");
@@ -715,6 +662,6 @@ int sl_server_run(sl_server *s) {
     }
     for (unsigned i = 0; i < started; i++) pthread_join(s->workers[i]->th, NULL);
     write_snapshot(s, "shutdown");
-    fprintf(stderr, "sluice serve: stopped\n");
+    sl_obs_stopped(s);
     return started == s->nworkers ? 0 : 1;
 }

@@ -37,22 +37,32 @@ typedef struct sl_server_opts {
     bool legacy_headers;
     char admin_token[128];
     sl_http_limits http_limits;
+    char log_level[16], log_format[16]; /* "" = the config's (log.level, log.format) */
+    char log_file[SL_PATH_MAX];         /* "" = the config's log.file; "-" = stderr */
 } sl_server_opts;
 
 void sl_server_opts_default(sl_server_opts *o);
 
 /* ---- policy generations (reload swaps them) ---- */
 
-#define SL_MET_POLICIES 256 /* distinct policy names counted in metrics */
-#define SL_MET_RESULTS 5
+#define SL_MET_RESULTS 9
 
+/* The results of sluice_decisions_total (observe.c names them). */
 typedef enum sl_met_result {
     SL_MET_ALLOWED = 0,
     SL_MET_LIMITED = 1,
     SL_MET_SHADOW = 2,
     SL_MET_FAIL_OPEN = 3,
-    SL_MET_ERROR = 4
+    SL_MET_ERROR = 4,
+    SL_MET_ROLLOUT = 5,
+    SL_MET_FAIL_CLOSED = 6,
+    SL_MET_DELAYED = 7,
+    SL_MET_RECHECK = 8
 } sl_met_result;
+
+struct sl_obs_gen;
+struct sl_obs_w;
+struct sl_obs;
 
 /* One loaded config and the engine compiled from it. Immutable once published. Freed
  * once retired (a reload replaced it), named by no worker's hazard and referenced by no
@@ -66,21 +76,13 @@ typedef struct sl_gen {
     char admin_token[128];
     int auth_deny_status;
     bool legacy_headers;
-    /* policy name -> metrics slot, open addressing over a power-of-two table */
-    size_t name_cap;
-    const char **names;
-    uint16_t *slots;
+    struct sl_obs_gen *obs;   /* its windows' metric series (observe.c) */
     struct sl_gen *retired_next;
 } sl_gen;
 
 /* ---- metrics (per worker; single writer, read by the scraper) ---- */
 
-#define SL_LAT_BUCKETS 14
-
 typedef struct sl_wmetrics {
-    _Atomic uint64_t dec[SL_MET_POLICIES][SL_MET_RESULTS];
-    _Atomic uint64_t lat[SL_LAT_BUCKETS + 1]; /* last: +Inf */
-    _Atomic uint64_t lat_sum_ns, lat_count;
     _Atomic uint64_t http_requests, resp_commands, bad_requests, timeouts, conns_refused;
 } sl_wmetrics;
 
@@ -196,6 +198,7 @@ typedef struct sl_worker {
     char date[40];            /* "Date: <IMF-fixdate>\r\n", refreshed once a second */
     int64_t date_at_ns;
     sl_wmetrics *met;
+    struct sl_obs_w *obs;     /* decisions by policy, latency (observe.c) */
     char scratch[SL_RESP_MAX_INLINE + 16];
     char *body_buf;           /* chunked bodies are decoded here */
 } sl_worker;
@@ -226,12 +229,10 @@ struct sl_server {
     _Atomic unsigned nconns;  /* data listeners, across workers, for the connection cap */
     _Atomic unsigned nconns_admin; /* the admin listener's own (SL_ADMIN_MAX_CONNS) */
     int64_t started_wall_ns;
-    /* metrics names: slot -> policy name; slot 0 is "" (nothing matched) */
-    pthread_mutex_t names_mu;
-    char met_names[SL_MET_POLICIES][128];
-    _Atomic unsigned met_nnames;
+    struct sl_obs *obs;       /* logger, metrics series, hot keys, audit (observe.c) */
+    const sl_store_ops *inner_ops; /* the store's own operations (ops wraps them) */
     sl_cell_cache cell;
-    unsigned cell_slot;       /* metrics slot of CL.THROTTLE decisions */
+    unsigned cell_slot;       /* metrics series of CL.THROTTLE decisions */
 };
 
 /* The decision time for the request being handled: read once per batch of requests
@@ -254,21 +255,28 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
 int sl_server_run(sl_server *s); /* until SIGTERM/SIGINT; returns the exit status */
 void sl_server_destroy(sl_server *s);
 /* Loads the config file again; on failure the old config stays and `err` holds every
- * error (one per line). Thread-safe; called from SIGHUP and POST /v1/reload. */
+ * error (one per line). Thread-safe; called from SIGHUP and POST /v1/reload. The reload
+ * is logged and audited under `source` (SL_AUDIT_*) and `caller` (an admin token's name,
+ * or NULL); `notes` (may be NULL) receives the changed settings that only a restart
+ * applies (listeners, workers, store), comma separated, "" when none (also logged).
+ * sl_server_reload is the admin API's without a caller. */
+int sl_server_reload_from(sl_server *s, int source, const char *caller, char *err, size_t errlen,
+                          char *notes, size_t noteslen);
 int sl_server_reload(sl_server *s, char *err, size_t errlen);
-/* The same; `notes` receives the changed settings that only a restart applies
- * (listeners, workers, store), comma separated, "" when none. */
-int sl_server_reload_ex(sl_server *s, char *err, size_t errlen, char *notes, size_t noteslen);
 /* The generation for the next request: publishes a hazard so it is not freed. */
 sl_gen *sl_worker_pin(sl_worker *w);
 /* Drops a reference a waiting request held (pending.c). */
 void sl_gen_release(sl_gen *g);
-unsigned sl_gen_slot(const sl_gen *g, const char *policy);
-void sl_server_count(sl_worker *w, unsigned slot, sl_met_result r);
-/* Counts one policy decision (rc and verdict from the engine) under its deciding
- * policy: error (engine error or store failure failing closed), limited, fail_open,
- * shadow_limited or allowed. */
+/* observe.c: one result under a metrics series (CL.THROTTLE's). */
+void sl_server_count(sl_worker *w, unsigned series, sl_met_result r);
+/* Counts one decision (rc and verdict from the engine) under every policy that saw it,
+ * each with its own result and deciding window (observe.c), feeds the hot-key sketches
+ * and the decision log. `traceparent` (may be NULL) gives the decision log a trace id. */
 void sl_server_count_verdict(sl_worker *w, int rc, const sl_verdict *v);
+void sl_server_count_verdict_tp(sl_worker *w, int rc, const sl_verdict *v,
+                                const char *traceparent);
+/* A settle after the response: units charged above the reservation count as admitted. */
+void sl_server_count_settle(sl_worker *w, int rc, const sl_verdict *v);
 void sl_server_observe_latency(sl_worker *w, int64_t ns);
 
 /* conn.c */

@@ -71,6 +71,61 @@ policies:
 """
 
 
+# ---- keys are personal data: no raw key in any server log -----------------------------------
+#
+# Every server started through Server() is listed; when the session ends, every log in its
+# directory (stderr and any log.file) is searched for the raw keys tests registered with
+# note_raw_key(), and every decision line must show `key_hash`, never `key`, unless the
+# server's config says log.raw_keys: true. A hit fails the session.
+
+SERVER_DIRS = []
+RAW_KEYS = set()
+
+
+def note_raw_key(*keys):
+    """Registers keys a test sends: the session fails if one shows up in a log."""
+    for k in keys:
+        RAW_KEYS.add(k if isinstance(k, bytes) else str(k).encode())
+
+
+def _raw_keys_allowed(config_path):
+    try:
+        with open(config_path) as f:
+            text = f.read()
+    except OSError:
+        return False
+    import re
+    return re.search(r"^\s*raw_keys:\s*true\b", text, re.M) is not None
+
+
+def raw_key_hits():
+    """(file, line) pairs that leak a registered raw key or a decision's raw key."""
+    import re
+    hits = []
+    decision_raw = re.compile(rb'(\bdecision\b.* key=|"event":"decision".*"key":)')
+    for d, allowed in SERVER_DIRS:
+        if allowed:
+            continue
+        for path in glob.glob(os.path.join(d, "*.log")) + glob.glob(os.path.join(d, "*.log.*")):
+            try:
+                with open(path, "rb") as f:
+                    lines = f.read().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                if decision_raw.search(line) or any(k in line for k in RAW_KEYS):
+                    hits.append((path, line[:300]))
+    return hits
+
+
+def pytest_sessionfinish(session, exitstatus):
+    hits = raw_key_hits()
+    if hits:
+        for path, line in hits[:20]:
+            sys.stderr.write("raw key in a server log: %s: %r\n" % (path, line))
+        session.exitstatus = 1
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -196,6 +251,7 @@ class Server:
             with open(config_path, "w") as f:
                 f.write(config_text if config_text is not None else TEST_CONFIG)
         self.config_path = config_path
+        SERVER_DIRS.append((self.dir, _raw_keys_allowed(config_path)))
         assert os.access(BIN, os.X_OK), "SLUICE_BIN=%s is not an executable (build first)" % BIN
         self.log_path = os.path.join(self.dir, "server.log")
         # A free port can be taken by another test between free_port() and the server's

@@ -42,12 +42,14 @@ def test_every_serve_flag_is_offered():
     assert {"--http", "--store", "--test-clock", "-c"} <= flags
     assert flags - {"-h"} <= complete("sluice serve -")
     assert complete("sluice serve --h") == {"--http", "--help"}
-    assert complete("sluice serve --store ") == {"memory:", "redis://", "redis-cluster://"}
+    assert {"memory:", "redis://", "rediss://", "redis-cluster://", "redis-sentinel://",
+            "unix://"} == complete("sluice serve --store ")
     assert "off" in complete("sluice serve --grpc ")
 
 
 def test_every_simulate_pattern_is_offered():
-    patterns = set(re.findall(r"^  ([a-z]+) ", help_text("simulate", "--help"), re.M))
+    text = help_text("simulate", "--help")
+    patterns = set(re.findall(r"^  ([a-z]+) ", text[text.index("patterns:"):], re.M))
     assert {"steady", "burst", "boundary", "identities", "all"} <= patterns
     assert patterns <= complete("sluice simulate ")
     assert complete("sluice simulate b") == {"burst", "boundary"}

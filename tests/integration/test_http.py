@@ -156,13 +156,13 @@ def test_admin(server):
     assert requests.get(a + "/healthz", timeout=5).text == "ok\n"
     assert requests.get(a + "/readyz", timeout=5).status_code == 200
     pol = requests.get(a + "/v1/policies", timeout=5).json()
-    assert pol["policies"] == ["api", "big", "login", "tokens", "slots"]
+    assert [p["name"] for p in pol["policies"]] == ["api", "big", "login", "tokens", "slots"]
     requests.post(server.http + "/v1/check", json={"policy": "api", "key": "secret-key-123", "cost": 30}, timeout=5)
     requests.post(server.http + "/v1/check", json={"policy": "api", "key": "secret-key-123"}, timeout=5)
     m = requests.get(a + "/metrics", timeout=5).text
-    assert 'sluice_decisions_total{policy="api",result="allowed"} 1' in m
-    assert 'sluice_decisions_total{policy="api",result="limited"} 1' in m
-    assert "sluice_request_duration_seconds_bucket" in m and "sluice_keys " in m
+    assert 'sluice_decisions_total{policy="api",result="allowed",window="10/s"} 1' in m
+    assert 'sluice_decisions_total{policy="api",result="limited",window="10/s"} 1' in m
+    assert "sluice_request_duration_seconds_bucket" in m and 'sluice_keys{policy="api"} ' in m
     assert "sluice_evictions_total" in m
     assert "secret-key-123" not in m  # never a raw key
     t = requests.post(a + "/v1/clock", json={"set_ms": 1_800_000_000_000}, timeout=5).json()

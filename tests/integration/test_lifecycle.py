@@ -94,7 +94,8 @@ def test_reload_under_load_loses_no_counter(server):
     d = as_dict(c.command("SL.PEEK", "big", "shared-key"))
     assert d["remaining"] == 1_000_000 - sum(counts)
     m = requests.get(server.admin + "/metrics", timeout=5).text
-    assert 'sluice_reloads_total{result="ok"} 12' in m
+    assert 'sluice_reloads_total{source="admin-api",outcome="ok"} 10' in m
+    assert 'sluice_reloads_total{source="sighup",outcome="ok"} 2' in m
     assert "config reloaded" in server.output()
 
 

@@ -1,0 +1,945 @@
+/*
+ * observe.c -- the server's observability (see observe.h): the logger and its events,
+ * decisions counted under every policy that saw them, sampled store latency, hot keys per
+ * policy, the audit trail, and the main thread's watchers.
+ * Decision path (sl_server_count_verdict): per policy application one probe of the
+ * generation's window map, relaxed single-writer counter stores, one sketch update when
+ * hot keys are on, one relaxed load when the decision log is off; no lock, no allocation,
+ * no clock read (the verdict carries its decision time).
+ * Units: ns internally; metrics render seconds.
+ */
+#include "server/observe.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "engine/explain.h"
+#include "redis/store.h"
+#include "store/famstats.h"
+
+const char *const sl_obs_result_names[SL_MET_RESULTS] = {
+    "allowed", "limited", "shadow_limited", "fail_open", "error",
+    "rollout_limited", "fail_closed", "delayed", "recheck"};
+const char *const sl_obs_op_names[SL_OBS_OPS] = {"decide", "settle", "release", "reset", "claim"};
+const char *const sl_obs_store_err_names[SL_OBS_STORE_ERRS] = {"unavailable", "full", "memory",
+                                                               "io", "other"};
+/* Store round trips: 1 us (memory) .. 1 s (a Redis timeout is 20 ms by default). */
+const int64_t sl_obs_lat_bounds[SL_OBS_LAT_BOUNDS] = {
+    1000,     2500,     5000,     10000,    25000,     50000,     100000,    250000,    500000,
+    1000000,  2500000,  5000000,  10000000, 25000000,  50000000,  100000000, 250000000, 1000000000};
+/* Requests (parse, decide, encode): 1 us .. 100 ms. */
+const int64_t sl_obs_req_bounds[SL_OBS_REQ_BOUNDS] = {
+    1000,    2500,    5000,    10000,   25000,    50000,    100000,
+    250000,  500000,  1000000, 2500000, 10000000, 25000000, 100000000};
+
+static const char *const source_names[SL_OBS_SOURCES] = {"startup", "sighup", "admin-api",
+                                                         "file-change"};
+
+static _Thread_local sl_worker *tls_worker; /* the worker this thread runs (NULL: main) */
+
+static inline void inc(_Atomic uint64_t *c, uint64_t by) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + by,
+                          memory_order_relaxed);
+}
+
+/* ---- series ---------------------------------------------------------------------------- */
+
+unsigned sl_obs_series_for(sl_obs *o, const char *policy, const char *window) {
+    if (policy == NULL) policy = "";
+    if (window == NULL) window = "";
+    if (policy[0] == '\0' && window[0] == '\0') return 0;
+    pthread_mutex_lock(&o->mu);
+    unsigned n = atomic_load(&o->nseries), found = 0;
+    for (unsigned i = 1; i < n && !found; i++)
+        if (strcmp(o->series[i].policy, policy) == 0 && strcmp(o->series[i].window, window) == 0)
+            found = i;
+    if (!found && n < SL_OBS_SERIES) {
+        snprintf(o->series[n].policy, sizeof(o->series[n].policy), "%s", policy);
+        snprintf(o->series[n].window, sizeof(o->series[n].window), "%s", window);
+        found = n;
+        atomic_store(&o->nseries, n + 1); /* published after the names */
+    }
+    pthread_mutex_unlock(&o->mu);
+    return found; /* 0 when the table is full: counted under policy="" */
+}
+
+/* Why not s->gen: on a worker (admin requests), only the generation it pinned is safe
+ * from being freed under it; the main thread frees generations itself. */
+sl_gen *sl_obs_gen_now(sl_server *s) {
+    return tls_worker != NULL && tls_worker->srv == s && tls_worker->gen != NULL ? tls_worker->gen
+                                                                                 : atomic_load(&s->gen);
+}
+
+bool sl_obs_in_config(const sl_config *cfg, const char *policy) {
+    size_t n = sl_config_policy_count(cfg);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(sl_config_policy_name(cfg, i), policy) == 0) return true;
+    return false;
+}
+
+int sl_obs_policy_series(sl_obs *o, const char *policy) {
+    int r = -1;
+    pthread_mutex_lock(&o->mu);
+    unsigned n = atomic_load(&o->nseries);
+    for (unsigned i = 1; i < n && r < 0; i++)
+        if (strcmp(o->series[i].policy, policy) == 0 && o->series[i].window[0] == '\0') r = (int)i;
+    pthread_mutex_unlock(&o->mu);
+    return r;
+}
+
+/* ---- lifetime ----------------------------------------------------------------------------- */
+
+static unsigned nworkers_of(const sl_server *s) {
+    unsigned nw = s->opt.workers;
+    if (nw == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        nw = n > 0 ? (unsigned)n : 1;
+    }
+    return nw > SL_MAX_WORKERS ? SL_MAX_WORKERS : nw;
+}
+
+static void apply_decision_log(sl_obs *o, const sl_settings *st) {
+    sl_log_decisions_set(o->log, st->log.decisions, st->log.decisions_rejections_only,
+                         st->log.decisions_sample_ppm, st->log.decisions_per_s,
+                         st->log.decisions_burst, st->log_raw_keys);
+    atomic_store(&o->dec_on, st->log.decisions ? 1 : 0);
+    atomic_store(&o->raw_keys, st->log_raw_keys ? 1 : 0);
+    atomic_store(&o->near_ppm, st->observe.near_limit_ppm);
+}
+
+int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen) {
+    sl_obs *o = calloc(1, sizeof(*o));
+    if (o == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    o->srv = s;
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_mutex_init(&o->census_mu, NULL);
+    atomic_store(&o->nseries, 1); /* series 0: policy="" (nothing matched) */
+    s->obs = o;
+    if (sl_hash_random_key(&o->hkey) != 0) {
+        snprintf(err, errlen, "cannot read random bytes for the key hash");
+        return -1;
+    }
+    o->nworkers = nworkers_of(s);
+    o->hot_counters = st->observe.hot_counters;
+    o->hot_top = st->observe.hot_top;
+    o->hot_interval_ns = st->observe.hot_interval_ns;
+
+    sl_log_config lc;
+    sl_log_config_default(&lc);
+    lc.level = (sl_log_level)st->log.level;
+    lc.format = (sl_log_format)st->log.format;
+    if (s->opt.log_level[0] && sl_log_level_parse(s->opt.log_level, &lc.level) != 0) {
+        snprintf(err, errlen, "bad --log-level '%s' (expected error, warn, info or debug)",
+                 s->opt.log_level);
+        return -1;
+    }
+    if (s->opt.log_format[0] && sl_log_format_parse(s->opt.log_format, &lc.format) != 0) {
+        snprintf(err, errlen, "bad --log-format '%s' (expected text or json)", s->opt.log_format);
+        return -1;
+    }
+    snprintf(o->log_file, sizeof(o->log_file), "%s",
+             s->opt.log_file[0] ? s->opt.log_file : st->log.file);
+    o->log_format = (int)lc.format;
+    lc.path = o->log_file;
+    lc.hash_key = &o->hkey;
+    lc.raw_keys = st->log_raw_keys;
+    /* The writer thread must not take the signals the main thread waits for (SIGTERM
+     * would kill the process instead of draining it): it inherits this mask. */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    int rc = sl_log_create(&o->log, &lc);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot open the log file %s: %s", o->log_file, strerror(-rc));
+        return -1;
+    }
+    sl_log_set_default(o->log);
+    apply_decision_log(o, st);
+    /* count-only: one summary line per interval, never one per connection */
+    sl_log_kind_set(o->log, "conn_refused", SL_LOG_WARN, 0, 0, "connections refused");
+
+    sl_audit_config ac = {.path = st->audit.file[0] ? st->audit.file : NULL, .ring = st->audit.keep};
+    rc = sl_audit_create(&o->audit, &ac);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot create the audit trail: %s", strerror(-rc));
+        return -1;
+    }
+    s->cell_slot = sl_obs_series_for(o, "cl.throttle", "");
+    return 0;
+}
+
+void sl_obs_destroy(sl_server *s) {
+    sl_obs *o = s->obs;
+    if (o == NULL) return;
+    for (unsigned i = 0; i < SL_OBS_SERIES; i++) {
+        sl_topk **sk = atomic_load(&o->topk[i]);
+        if (sk == NULL) continue;
+        for (unsigned k = 0; k < o->nworkers; k++) sl_topk_destroy(sk[k]);
+        free(sk);
+    }
+    sl_audit_destroy(o->audit);
+    if (o->log != NULL) {
+        sl_log_flush(o->log, SLUICE_NS_PER_S);
+        sl_log_destroy(o->log); /* also clears the process default */
+    }
+    free(o->census);
+    pthread_mutex_destroy(&o->mu);
+    pthread_mutex_destroy(&o->census_mu);
+    free(o);
+    s->obs = NULL;
+}
+
+sl_obs_w *sl_obs_worker_new(void) { return calloc(1, sizeof(sl_obs_w)); }
+void sl_obs_worker_free(sl_obs_w *ow) {
+    if (ow == NULL) return;
+    for (int i = 0; i < SL_OBS_EXPLAINS; i++) sl_explain_free(ow->xs_x[i]);
+    free(ow);
+}
+
+/* ---- store latency: the operations wrapped, 1 call in 16 timed ----------------------------- */
+
+/* Why a per-thread pool: a sampled call's completion must find its start time and the
+ * caller's callback, and the store's own completion argument is the caller's. A pool of
+ * records per worker thread (single writer, no lock) carries them; when it is empty the
+ * call simply is not sampled. Completions run on the thread that started the call (the
+ * worker watches its lane's loop). */
+typedef struct lat_rec {
+    sl_store_cb cb;
+    void *ud;
+    int64_t t0;
+    uint8_t op;
+    bool used;
+} lat_rec;
+
+#define LAT_RECS 32
+static _Thread_local sl_obs_w *tls_w;
+static _Thread_local const sl_store_ops *tls_inner;
+static _Thread_local uint32_t tls_seq;
+static _Thread_local lat_rec tls_rec[LAT_RECS];
+static const sl_store_ops *g_inner;
+
+void sl_obs_thread_attach(sl_worker *w) {
+    tls_worker = w;
+    tls_w = w->obs;
+    tls_inner = w->srv->inner_ops;
+}
+
+static const sl_store_ops *inner(void) { return tls_inner ? tls_inner : g_inner; }
+
+static lat_rec *sample(unsigned op, sl_store_cb cb, void *ud) {
+    if (tls_w == NULL || (tls_seq++ & 15) != 0) return NULL;
+    for (int i = 0; i < LAT_RECS; i++)
+        if (!tls_rec[i].used) {
+            lat_rec *r = &tls_rec[i];
+            *r = (lat_rec){cb, ud, sl_clock_mono_ns(), (uint8_t)op, true};
+            return r;
+        }
+    return NULL;
+}
+
+static void lat_done(void *ud, int rc, const sl_sresult *res) {
+    lat_rec *r = ud;
+    int64_t ns = sl_clock_mono_ns() - r->t0;
+    if (tls_w != NULL)
+        sl_prom_hist_observe(&tls_w->store_lat[r->op], sl_obs_lat_bounds, SL_OBS_LAT_BOUNDS, ns);
+    sl_store_cb cb = r->cb;
+    void *cud = r->ud;
+    r->used = false;
+    cb(cud, rc, res);
+}
+
+static void w_decide(void *lane, const sl_sitem *items, size_t n, unsigned flags, sluice_time now,
+                     sl_store_cb cb, void *ud) {
+    lat_rec *r = sample(0, cb, ud);
+    if (r == NULL) inner()->decide(lane, items, n, flags, now, cb, ud);
+    else inner()->decide(lane, items, n, flags, now, lat_done, r);
+}
+
+static void w_settle(void *lane, const sl_sitem *item, uint64_t actual, sluice_time reserved_at,
+                     sluice_time now, sl_store_cb cb, void *ud) {
+    lat_rec *r = sample(1, cb, ud);
+    if (r == NULL) inner()->settle(lane, item, actual, reserved_at, now, cb, ud);
+    else inner()->settle(lane, item, actual, reserved_at, now, lat_done, r);
+}
+
+static void w_release(void *lane, const sl_sitem *item, uint64_t lease, sluice_time now,
+                      sl_store_cb cb, void *ud) {
+    lat_rec *r = sample(2, cb, ud);
+    if (r == NULL) inner()->release(lane, item, lease, now, cb, ud);
+    else inner()->release(lane, item, lease, now, lat_done, r);
+}
+
+static void w_reset(void *lane, const sl_sitem *items, size_t n, sluice_time now, sl_store_cb cb,
+                    void *ud) {
+    lat_rec *r = sample(3, cb, ud);
+    if (r == NULL) inner()->reset(lane, items, n, now, cb, ud);
+    else inner()->reset(lane, items, n, now, lat_done, r);
+}
+
+static void w_claim(void *lane, uint64_t id, unsigned op, int64_t ttl_ns, sluice_time now,
+                    sl_store_cb cb, void *ud) {
+    lat_rec *r = sample(4, cb, ud);
+    if (r == NULL) inner()->claim(lane, id, op, ttl_ns, now, cb, ud);
+    else inner()->claim(lane, id, op, ttl_ns, now, lat_done, r);
+}
+
+static sl_store_ops g_wrapped;
+
+const sl_store_ops *sl_obs_wrap_ops(const sl_store_ops *in) {
+    g_inner = in;
+    g_wrapped = (sl_store_ops){.name = in->name, .immediate = in->immediate, .shared = in->shared,
+                               .decide = w_decide, .settle = w_settle, .release = w_release,
+                               .reset = w_reset, .claim = in->claim ? w_claim : NULL};
+    return &g_wrapped;
+}
+
+/* ---- generations ------------------------------------------------------------------------- */
+
+static size_t ptr_hash(const void *p, size_t mask) {
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & mask;
+}
+
+static const sl_obs_gen_ent *gen_find(const sl_obs_gen *g, const void *key) {
+    if (g == NULL) return NULL;
+    size_t mask = g->cap - 1;
+    for (size_t i = ptr_hash(key, mask), k = 0; k < g->cap; k++, i = (i + 1) & mask) {
+        if (g->ent[i].key == key) return &g->ent[i];
+        if (g->ent[i].key == NULL) return NULL;
+    }
+    return NULL;
+}
+
+static void gen_put(sl_obs_gen *g, const sl_obs_gen_ent *e) {
+    size_t mask = g->cap - 1;
+    for (size_t i = ptr_hash(e->key, mask);; i = (i + 1) & mask)
+        if (g->ent[i].key == NULL || g->ent[i].key == e->key) {
+            g->ent[i] = *e;
+            return;
+        }
+}
+
+/* Sketches for a policy seen for the first time (memory fixed by observe.hot_keys). */
+static void ensure_topk(sl_obs *o, unsigned pslot) {
+    if (o->hot_counters == 0 || pslot == 0 || atomic_load(&o->topk[pslot]) != NULL) return;
+    sl_topk **sk = calloc(o->nworkers, sizeof(*sk));
+    if (sk == NULL) return;
+    sl_topk_config c = {o->hot_counters, o->hot_interval_ns, SL_TOPK_RAW_MAX};
+    for (unsigned k = 0; k < o->nworkers; k++)
+        if (sl_topk_create(&sk[k], &c) != 0) {
+            for (unsigned j = 0; j < k; j++) sl_topk_destroy(sk[j]);
+            free(sk);
+            return;
+        }
+    atomic_store_explicit(&o->topk[pslot], sk, memory_order_release);
+}
+
+sl_obs_gen *sl_obs_gen_create(sl_server *s, const sl_engine *e) {
+    sl_obs *o = s->obs;
+    size_t nw = sl_engine_windows(e, NULL, 0);
+    const sl_window_info **wins = calloc(nw + 1, sizeof(*wins));
+    sl_obs_gen *g = calloc(1, sizeof(*g));
+    if (wins == NULL || g == NULL) goto oom;
+    sl_engine_windows(e, wins, nw);
+    g->cap = 16;
+    while (g->cap < 4 * (nw + 1)) g->cap *= 2; /* windows and policy names, load <= 1/2 */
+    g->ent = calloc(g->cap, sizeof(*g->ent));
+    if (g->ent == NULL) goto oom;
+    for (size_t i = 0; i < nw; i++) {
+        sl_window_meta m;
+        sl_window_meta_get(wins[i], &m);
+        char label[48];
+        sl_window_describe(wins[i], label, sizeof(label));
+        unsigned ps = sl_obs_series_for(o, m.policy, "");
+        unsigned ws = sl_obs_series_for(o, m.policy, label);
+        uint8_t f = (uint8_t)((m.shadow ? SL_OBSF_SHADOW : 0) |
+                              (!m.shadow && m.rollout_pct < 100 ? SL_OBSF_ROLLOUT : 0) |
+                              (m.fail_closed ? SL_OBSF_CLOSED : 0) | (m.delay ? SL_OBSF_DELAY : 0));
+        sl_obs_gen_ent ent = {wins[i], (uint16_t)ws, (uint16_t)ps, f};
+        gen_put(g, &ent);
+        /* the policy's name: missing-key rejections carry only it */
+        sl_obs_gen_ent pe = {m.policy, (uint16_t)ps, (uint16_t)ps, f};
+        if (m.policy != NULL && gen_find(g, m.policy) == NULL) gen_put(g, &pe);
+        ensure_topk(o, ps);
+    }
+    free(wins);
+    return g;
+oom:
+    free(wins);
+    if (g) free(g->ent);
+    free(g);
+    return NULL;
+}
+
+void sl_obs_gen_destroy(sl_obs_gen *g) {
+    if (g == NULL) return;
+    free(g->ent);
+    free(g);
+}
+
+/* ---- counting (the decision path) ----------------------------------------------------------- */
+
+void sl_server_count(sl_worker *w, unsigned series, sl_met_result r) {
+    if (w->obs == NULL) return;
+    if (series >= SL_OBS_SERIES) series = 0;
+    inc(&w->obs->dec[series][r], 1);
+}
+
+void sl_server_observe_latency(sl_worker *w, int64_t ns) {
+    if (w->obs) sl_prom_hist_observe(&w->obs->req_lat, sl_obs_req_bounds, SL_OBS_REQ_BOUNDS, ns);
+}
+
+void sl_obs_conn_refused(sl_worker *w, sl_conn_kind kind) {
+    if (w->obs && (unsigned)kind < SL_KINDS) inc(&w->obs->refused[kind], 1);
+    sl_log_count(w->srv->obs ? w->srv->obs->log : NULL, "conn_refused");
+}
+
+static unsigned store_err_kind(int e) {
+    switch (e) {
+    case SLUICE_ESTORE: return 0;
+    case SLUICE_EFULL: return 1;
+    case SLUICE_ENOMEM: return 2;
+    case SLUICE_EIO: return 3;
+    default: return 4;
+    }
+}
+
+/* The W3C trace id (32 hex digits) of a traceparent, into out[33]; NULL when malformed. */
+static const char *trace_id(const char *tp, char out[33]) {
+    if (tp == NULL || strlen(tp) < 55 || tp[2] != '-' || tp[35] != '-') return NULL;
+    for (int i = 0; i < 32; i++) {
+        char c = tp[3 + i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return NULL;
+        out[i] = c;
+    }
+    out[32] = '\0';
+    return out;
+}
+
+/* remaining/limit of a below b's (cross-multiplied: exact, no division) */
+static bool less_share(const sluice_result *a, const sluice_result *b) {
+    return (unsigned __int128)a->remaining * (b->limit ? b->limit : 1) <
+           (unsigned __int128)b->remaining * (a->limit ? a->limit : 1);
+}
+
+static bool later_retry(int64_t a, int64_t b) {
+    if (a == SLUICE_NEVER) return b != SLUICE_NEVER;
+    if (b == SLUICE_NEVER) return false;
+    return a > b;
+}
+
+/* One policy application (items [i, j) of v: one policy, one key) counted, sketched and
+ * maybe logged. */
+static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, size_t i, size_t j,
+                      const char *tp) {
+    sl_obs *o = w->srv->obs;
+    sl_obs_w *ow = w->obs;
+    const sl_verdict_item *first = &v->items[i];
+    const sl_obs_gen_ent *pe = gen_find(gm, first->info);
+    if (pe == NULL) return; /* a window this generation does not know: not counted */
+    unsigned pslot = pe->pseries;
+    sl_met_result r;
+    size_t dec = i;
+    bool lim = false, consumed = false;
+    uint64_t cost = 0;
+    int64_t delay = 0;
+    for (size_t k = i; k < j; k++) {
+        const sl_verdict_item *it = &v->items[k];
+        lim |= it->would_limit;
+        consumed |= it->consumed;
+        if (it->cost > cost) cost = it->cost;
+        if (it->result.delay_ns > delay) delay = it->result.delay_ns;
+    }
+    /* the deciding window of this policy: the limiting one with the longest retry-after,
+     * else the one closest to exhaustion (the engine's rule, within the policy) */
+    for (size_t k = i + 1; k < j; k++) {
+        const sluice_result *a = &v->items[k].result, *b = &v->items[dec].result;
+        if (lim) {
+            if (v->items[k].would_limit &&
+                (!v->items[dec].would_limit || later_retry(a->retry_after_ns, b->retry_after_ns)))
+                dec = k;
+        } else if (less_share(a, b)) {
+            dec = k;
+        }
+    }
+    const sl_obs_gen_ent *de = gen_find(gm, v->items[dec].info);
+    unsigned wslot = de ? de->series : pslot;
+    bool shadow = first->shadow || (pe->flags & SL_OBSF_SHADOW);
+    if (v->store_error) {
+        r = (pe->flags & SL_OBSF_CLOSED) && !shadow ? SL_MET_FAIL_CLOSED : SL_MET_FAIL_OPEN;
+        wslot = pslot;
+    } else if (lim) {
+        if (shadow) r = (pe->flags & SL_OBSF_SHADOW) ? SL_MET_SHADOW : SL_MET_ROLLOUT;
+        else if (v->action == SL_DELAY && v->recheck) r = SL_MET_RECHECK;
+        else r = SL_MET_LIMITED;
+    } else if (v->action == SL_DELAY && !v->recheck && delay > 0) {
+        r = SL_MET_DELAYED;
+    } else {
+        r = SL_MET_ALLOWED;
+    }
+    inc(&ow->dec[wslot][r], 1);
+    if (!v->store_error && !lim) {
+        /* near limit: the deciding window left at or beyond the ratio used */
+        const sluice_result *dr = &v->items[dec].result;
+        uint64_t limit = v->items[dec].override ? v->items[dec].override_limit : dr->limit;
+        uint64_t used = limit > dr->remaining ? limit - dr->remaining : 0;
+        if (limit > 0 && (unsigned __int128)used * 1000000 >=
+                             (unsigned __int128)limit * atomic_load_explicit(&o->near_ppm, memory_order_relaxed))
+            inc(&ow->near[wslot], 1);
+    }
+    if (consumed && !v->store_error) inc(&ow->cost[pslot], cost);
+    const unsigned char *key = v->keys + first->key_off;
+    size_t klen = first->key_len;
+    bool rejected = lim || r == SL_MET_FAIL_CLOSED;
+    sl_topk **sk = atomic_load_explicit(&o->topk[pslot], memory_order_acquire);
+    if (sk != NULL && w->id < o->nworkers)
+        sl_topk_add(sk[w->id], v->decided_at.mono_ns, sl_topk_key_hash(&o->hkey, key, klen), key,
+                    klen, cost ? cost : 1, rejected);
+    if (atomic_load_explicit(&o->dec_on, memory_order_relaxed)) {
+        const sluice_result *dr = &v->items[dec].result;
+        char tid[33];
+        char raw[512];
+        sl_log_dec d = {.trace_id = trace_id(tp, tid),
+                        .policy = first->info->policy,
+                        .window = de ? o->series[de->series].window : NULL,
+                        .verdict = sl_obs_result_names[r],
+                        .rejected = rejected,
+                        .cost = (int64_t)cost,
+                        .remaining = (int64_t)dr->remaining,
+                        .limit = (int64_t)dr->limit,
+                        .retry_after_ns = lim ? dr->retry_after_ns : -1,
+                        .key = key,
+                        .key_len = klen};
+        if (atomic_load_explicit(&o->raw_keys, memory_order_relaxed)) {
+            d.key_len = sl_key_text(key, klen, raw, sizeof(raw));
+            d.key = raw;
+        }
+        sl_log_decision(o->log, &d);
+    }
+}
+
+void sl_server_count_verdict_tp(sl_worker *w, int rc, const sl_verdict *v, const char *tp) {
+    sl_obs_w *ow = w->obs;
+    const sl_obs_gen *gm = w->gen ? w->gen->obs : NULL;
+    if (ow == NULL) return;
+    if (v->missing_key_policy != NULL && rc == SLUICE_OK) {
+        const sl_obs_gen_ent *e = gen_find(gm, v->missing_key_policy);
+        inc(&ow->dec[e ? e->pseries : 0][SL_MET_ERROR], 1);
+        return;
+    }
+    if (v->store_error) inc(&ow->store_err[store_err_kind(v->error)], 1);
+    if (rc != SLUICE_OK || v->action == SL_ERROR) {
+        /* an engine error: under every policy it reached, else under policy="" */
+        bool any = false;
+        for (size_t i = 0; i < v->n;) {
+            size_t j = i + 1;
+            while (j < v->n && v->items[j].info->policy == v->items[i].info->policy) j++;
+            const sl_obs_gen_ent *e = gen_find(gm, v->items[i].info);
+            if (e != NULL) {
+                inc(&ow->dec[e->pseries][SL_MET_ERROR], 1);
+                any = true;
+            }
+            i = j;
+        }
+        if (!any) inc(&ow->dec[0][SL_MET_ERROR], 1);
+        return;
+    }
+    if (v->n == 0) {
+        inc(&ow->dec[0][SL_MET_ALLOWED], 1); /* no policy matched */
+        return;
+    }
+    /* prepare.c appends each policy application's windows together */
+    for (size_t i = 0; i < v->n;) {
+        size_t j = i + 1;
+        while (j < v->n && v->items[j].info->policy == v->items[i].info->policy &&
+               v->items[j].descriptor == v->items[i].descriptor &&
+               v->items[j].key_off == v->items[i].key_off)
+            j++;
+        count_run(w, gm, v, i, j, tp);
+        i = j;
+    }
+}
+
+void sl_server_count_verdict(sl_worker *w, int rc, const sl_verdict *v) {
+    sl_server_count_verdict_tp(w, rc, v, NULL);
+}
+
+void sl_server_count_settle(sl_worker *w, int rc, const sl_verdict *v) {
+    if (rc != SLUICE_OK || w->obs == NULL || v->run.tok_op != SL_TOKEN_SETTLE) return;
+    const sl_obs_gen *gm = w->gen ? w->gen->obs : NULL;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (!it->settle || !it->consumed || v->run.actual <= it->cost) continue;
+        const sl_obs_gen_ent *e = gen_find(gm, it->info);
+        if (e != NULL) inc(&w->obs->cost[e->pseries], v->run.actual - it->cost);
+        break; /* one policy's windows share the reservation: count it once */
+    }
+}
+
+/* ---- reloads and the audit trail ----------------------------------------------------------- */
+
+static size_t first_line(const char *s, char *out, size_t cap) {
+    size_t n = 0;
+    while (s && s[n] && s[n] != '\n' && n + 1 < cap) {
+        out[n] = s[n];
+        n++;
+    }
+    out[n] = '\0';
+    return n;
+}
+
+void sl_obs_reload(sl_server *s, sl_audit_source src, const char *caller, const sl_gen *old,
+                   const sl_gen *cur, const char *error, int64_t started_ns) {
+    sl_obs *o = s->obs;
+    if (o == NULL) return;
+    int64_t took = sl_clock_mono_ns() - started_ns;
+    unsigned si = (unsigned)src < SL_OBS_SOURCES ? (unsigned)src : 0;
+    atomic_fetch_add(&o->reloads[si][cur ? 0 : 1], 1);
+    sl_audit_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.source = src;
+    ev.caller = caller;
+    ev.path = s->opt.config_path;
+    if (sl_audit_sha256_file(s->opt.config_path, ev.sha256) != 0) ev.sha256[0] = '\0';
+    sl_config_diff diff;
+    memset(&diff, 0, sizeof(diff));
+    sl_audit_change *chg = NULL;
+    if (cur != NULL) {
+        ev.ok = 1;
+        ev.generation = cur->id;
+        if (sl_config_diff_make(old ? old->cfg : NULL, cur->cfg, &diff) == SLUICE_OK) {
+            chg = calloc(diff.nchanged + 1, sizeof(*chg));
+            if (chg != NULL) {
+                for (size_t i = 0; i < diff.nchanged; i++)
+                    chg[i] = (sl_audit_change){diff.changed[i].policy, diff.changed[i].how};
+                ev.changed = chg;
+                ev.nchanged = diff.nchanged;
+            }
+            ev.added = (const char *const *)diff.added;
+            ev.nadded = diff.nadded;
+            ev.removed = (const char *const *)diff.removed;
+            ev.nremoved = diff.nremoved;
+        }
+        const sl_settings *st = sl_config_settings(cur->cfg);
+        apply_decision_log(o, st);
+        if (src != SL_AUDIT_STARTUP && (strcmp(st->log.file, o->log_file) != 0 && !s->opt.log_file[0]))
+            SL_LOG(o->log, SL_LOG_WARN, "log_settings", "log.file changed: it takes effect at restart",
+                   SL_LOG_STR("file", st->log.file));
+        if (!s->opt.log_level[0]) sl_log_set_level(o->log, (sl_log_level)st->log.level);
+    } else {
+        ev.ok = 0;
+        ev.error = error;
+        ev.generation = old ? old->id : 0;
+    }
+    int arc = sl_audit_record(o->audit, &ev);
+    if (arc != 0)
+        SL_LOG(o->log, SL_LOG_ERROR, "audit_write_failed",
+               "the audit entry is kept in memory only (GET /v1/audit)",
+               SL_LOG_STR("file", sl_config_settings((cur ? cur : old)->cfg)->audit.file),
+               SL_LOG_STR("error", strerror(-arc)));
+    /* one line: what was loaded, or why not (the caller only when a token named one) */
+    sl_log_field f[12];
+    size_t nf = 0;
+    f[nf++] = SL_LOG_STR("source", source_names[si]);
+    f[nf++] = SL_LOG_STR("outcome", cur ? "ok" : "refused");
+    char line[512];
+    if (cur != NULL) {
+        f[nf++] = SL_LOG_UINT("generation", cur->id);
+        f[nf++] = SL_LOG_UINT("policies", sl_config_policy_count(cur->cfg));
+        f[nf++] = SL_LOG_UINT("added", diff.nadded);
+        f[nf++] = SL_LOG_UINT("removed", diff.nremoved);
+        f[nf++] = SL_LOG_UINT("changed", diff.nchanged);
+    } else {
+        first_line(error, line, sizeof(line));
+        f[nf++] = SL_LOG_STR("error", line);
+    }
+    if (caller != NULL) f[nf++] = SL_LOG_STR("caller", caller);
+    if (src != SL_AUDIT_STARTUP) f[nf++] = SL_LOG_DUR("took", took);
+    if (cur != NULL)
+        sl_log_write(o->log, SL_LOG_INFO, src == SL_AUDIT_STARTUP ? "config" : "reload",
+                     src == SL_AUDIT_STARTUP ? "config loaded" : "config reloaded", f, nf);
+    else
+        sl_log_write(o->log, SL_LOG_WARN, "reload_refused", "reload refused, the old config stays",
+                     f, nf);
+    free(chg);
+    sl_config_diff_free(&diff);
+}
+
+/* ---- start, stop, watchers ------------------------------------------------------------------ */
+
+static const char *addr_or_off(const char *a) { return a[0] ? a : "off"; }
+
+void sl_obs_started(sl_server *s) {
+    sl_obs *o = s->obs;
+    sl_gen *g = atomic_load(&s->gen);
+    SL_LOG(o->log, SL_LOG_INFO, "start", "sluice serve started",
+           SL_LOG_STR("version", SLUICE_VERSION), SL_LOG_STR("http", addr_or_off(s->opt.http)),
+           SL_LOG_STR("resp", addr_or_off(s->opt.resp)), SL_LOG_STR("grpc", addr_or_off(s->opt.grpc)),
+           SL_LOG_STR("admin", addr_or_off(s->opt.admin)), SL_LOG_UINT("workers", s->nworkers),
+           SL_LOG_STR("store", s->inner_ops ? s->inner_ops->name : "memory"),
+           SL_LOG_STR("config", s->opt.config_path), SL_LOG_UINT("generation", g ? g->id : 0),
+           SL_LOG_BOOL("test_clock", s->opt.test_clock), SL_LOG_UINT("pid", (uint64_t)getpid()));
+    sl_obs_reload(s, SL_AUDIT_STARTUP, NULL, NULL, g, NULL, sl_clock_mono_ns());
+    sluice_store_stats_get(s->store, &o->last_stats);
+    o->next_store_check_ns = sl_clock_mono_ns() + 10 * SLUICE_NS_PER_S;
+}
+
+void sl_obs_stopped(sl_server *s) {
+    sl_obs *o = s->obs;
+    SL_LOG(o->log, SL_LOG_INFO, "stop", "sluice serve stopped",
+           SL_LOG_STR("http", addr_or_off(s->opt.http)), SL_LOG_STR("resp", addr_or_off(s->opt.resp)),
+           SL_LOG_STR("grpc", addr_or_off(s->opt.grpc)), SL_LOG_STR("admin", addr_or_off(s->opt.admin)),
+           SL_LOG_DUR("uptime", sl_clock_wall_ns() - s->started_wall_ns));
+}
+
+/* Why deltas every 10 s: eviction is counted per shard by the store; what an operator
+ * needs is "the store is under pressure now", once per interval, not once per key. */
+void sl_obs_tick(sl_server *s) {
+    sl_obs *o = s->obs;
+    if (o == NULL) return;
+    int64_t now = sl_clock_mono_ns();
+    if (s->redis) sl_redis_store_watch(o->log);
+    if (now < o->next_store_check_ns || s->redis) return;
+    o->next_store_check_ns = now + 10 * SLUICE_NS_PER_S;
+    sluice_store_stats st;
+    sluice_store_stats_get(s->store, &st);
+    uint64_t ev = st.evicted - o->last_stats.evicted, rf = st.refused - o->last_stats.refused;
+    if (ev || rf)
+        SL_LOG(o->log, SL_LOG_WARN, "eviction_pressure",
+               rf ? "the memory store is full: new keys were refused"
+                  : "the memory store is full: live keys were evicted (least recently used)",
+               SL_LOG_UINT("evicted", ev), SL_LOG_UINT("refused", rf),
+               SL_LOG_UINT("expired", st.expired - o->last_stats.expired),
+               SL_LOG_UINT("keys", st.keys), SL_LOG_UINT("capacity", st.capacity),
+               SL_LOG_DUR("interval", 10 * SLUICE_NS_PER_S));
+    o->last_stats = st;
+}
+
+/* ---- hot keys ----------------------------------------------------------------------------- */
+
+static int read_top(sl_server *s, int pslot, sl_topk_entry *out, size_t max, sl_topk_totals *tot) {
+    sl_obs *o = s->obs;
+    sl_topk **sk = atomic_load_explicit(&o->topk[pslot], memory_order_acquire);
+    if (sk == NULL) return -1;
+    return sl_topk_read(sk, o->nworkers, sluice_clock_now(s->clock).mono_ns, out, max, tot);
+}
+
+/* The policy's default windows in the current generation (to peek at a key's state). */
+static size_t policy_windows(const sl_engine *e, const char *policy, const sl_window_info **out,
+                             size_t max) {
+    size_t n = sl_engine_windows(e, NULL, 0), k = 0;
+    const sl_window_info **all = calloc(n + 1, sizeof(*all));
+    if (all == NULL) return 0;
+    sl_engine_windows(e, all, n);
+    for (size_t i = 0; i < n && k < max; i++)
+        if (all[i]->policy && strcmp(all[i]->policy, policy) == 0 && all[i]->plan == NULL &&
+            all[i]->limiter != NULL)
+            out[k++] = all[i];
+    free(all);
+    return k;
+}
+
+static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
+    if (*buf == NULL) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(*buf + *len, *cap - *len, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if ((size_t)n < *cap - *len) {
+            *len += (size_t)n;
+            return;
+        }
+        char *nb = realloc(*buf, *cap * 2 + (size_t)n);
+        if (nb == NULL) {
+            free(*buf);
+            *buf = NULL;
+            return;
+        }
+        *buf = nb;
+        *cap = *cap * 2 + (size_t)n;
+    }
+}
+
+/* A JSON string of arbitrary bytes (control bytes and bytes >= 0x80 escaped as \u00XX:
+ * raw keys are bytes, not text). */
+static void append_json_bytes(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    append(buf, len, cap, "\"");
+    for (size_t i = 0; i < n && *buf; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') append(buf, len, cap, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f) append(buf, len, cap, "\\u%04x", c);
+        else append(buf, len, cap, "%c", c);
+    }
+    append(buf, len, cap, "\"");
+}
+
+char *sl_obs_top_json(sl_server *s, const char *policy, size_t max, int *status, size_t *len) {
+    sl_obs *o = s->obs;
+    int pslot = sl_obs_policy_series(o, policy);
+    if (pslot < 0) {
+        *status = 404;
+        return NULL;
+    }
+    if (o->hot_counters == 0) {
+        *status = 409;
+        return NULL;
+    }
+    if (max == 0 || max > 100) max = 10;
+    sl_topk_entry *e = calloc(max, sizeof(*e));
+    sl_topk_totals tot;
+    int n = e ? read_top(s, pslot, e, max, &tot) : -1;
+    if (n < 0) {
+        free(e);
+        *status = e ? 404 : 500;
+        return NULL;
+    }
+    sl_gen *g = sl_obs_gen_now(s);
+    const sl_window_info *wins[SLUICE_MAX_ITEMS];
+    size_t nw = s->redis ? 0 : policy_windows(g->engine, policy, wins, SLUICE_MAX_ITEMS);
+    bool raw = atomic_load(&o->raw_keys) != 0;
+    sluice_time now = sluice_clock_now(s->clock);
+    size_t cap = 4096, l = 0;
+    char *b = malloc(cap);
+    append(&b, &l, &cap, "{\"policy\":");
+    append_json_bytes(&b, &l, &cap, policy, strlen(policy));
+    append(&b, &l, &cap,
+           ",\"interval_ms\":%lld,\"since_ms\":%lld,\"total_cost\":%llu,\"total_rejected\":%llu,"
+           "\"counters\":%u,\"workers\":%u,\"keys\":[",
+           (long long)(o->hot_interval_ns / SLUICE_NS_PER_MS),
+           (long long)((now.mono_ns - tot.from_ns) / SLUICE_NS_PER_MS), (unsigned long long)tot.weight,
+           (unsigned long long)tot.rejected, o->hot_counters, o->nworkers);
+    for (int i = 0; i < n; i++) {
+        double share = tot.weight ? (double)e[i].weight / (double)tot.weight : 0;
+        double lo = tot.weight ? (double)e[i].weight_min / (double)tot.weight : 0;
+        double hi = tot.weight ? (double)e[i].weight_max / (double)tot.weight : 0;
+        append(&b, &l, &cap,
+               "%s{\"rank\":%d,\"key_hash\":\"k:%016llx\",\"share\":%.6f,\"share_min\":%.6f,"
+               "\"share_max\":%.6f,\"cost\":%llu,\"cost_min\":%llu,\"cost_max\":%llu,"
+               "\"rejections\":%llu",
+               i ? "," : "", i + 1, (unsigned long long)e[i].key_hash, share, lo, hi,
+               (unsigned long long)e[i].weight, (unsigned long long)e[i].weight_min,
+               (unsigned long long)e[i].weight_max, (unsigned long long)e[i].rejected);
+        if (raw && e[i].raw_len > 0) {
+            char t[512];
+            size_t tl = sl_key_text(e[i].raw, e[i].raw_len, t, sizeof(t));
+            append(&b, &l, &cap, ",\"key\":");
+            append_json_bytes(&b, &l, &cap, t, tl);
+            if (e[i].raw_truncated) append(&b, &l, &cap, ",\"key_truncated\":true");
+        }
+        /* the key's state now in each of the policy's windows (memory store: a peek) */
+        if (nw > 0 && e[i].raw_len > 0 && !e[i].raw_truncated) {
+            sl_sitem it[SLUICE_MAX_ITEMS];
+            for (size_t k = 0; k < nw; k++)
+                it[k] = (sl_sitem){.lim = wins[k]->limiter, .key = e[i].raw, .key_len = e[i].raw_len};
+            sl_sresult res;
+            if (sl_mem_decide(s->store, it, nw, 0, now, &res) == SLUICE_OK) {
+                append(&b, &l, &cap, ",\"remaining\":[");
+                for (size_t k = 0; k < nw; k++) {
+                    char lab[48];
+                    sl_window_describe(wins[k], lab, sizeof(lab));
+                    append(&b, &l, &cap, "%s{\"window\":", k ? "," : "");
+                    append_json_bytes(&b, &l, &cap, lab, strlen(lab));
+                    append(&b, &l, &cap, ",\"remaining\":%llu,\"limit\":%llu}",
+                           (unsigned long long)res.r[k].remaining, (unsigned long long)res.r[k].limit);
+                }
+                append(&b, &l, &cap, "]");
+            }
+        } else {
+            append(&b, &l, &cap, ",\"remaining\":null");
+        }
+        append(&b, &l, &cap, "}");
+    }
+    append(&b, &l, &cap, "]}");
+    free(e);
+    if (b == NULL) {
+        *status = 500;
+        return NULL;
+    }
+    *status = 200;
+    *len = l;
+    return b;
+}
+
+void sl_obs_prom_hot_keys(sl_server *s, sl_prom *p) {
+    sl_obs *o = s->obs;
+    sl_prom_family(p, "sluice_hot_key_share", SL_PROM_GAUGE,
+                   "Share of the policy's cost taken by each of its top keys over the recent "
+                   "interval (rank 1 is the heaviest; keys as keyed hashes).");
+    if (o->hot_counters == 0 || o->hot_top == 0) return;
+    unsigned n = atomic_load(&o->nseries);
+    sl_topk_entry e[20];
+    for (unsigned i = 1; i < n; i++) {
+        if (o->series[i].window[0] != '\0') continue;
+        sl_topk_totals tot;
+        int k = read_top(s, (int)i, e, o->hot_top < 20 ? o->hot_top : 20, &tot);
+        for (int r = 0; r < k; r++) {
+            if (tot.weight == 0) break;
+            char rank[12], key[24];
+            snprintf(rank, sizeof(rank), "%d", r + 1);
+            snprintf(key, sizeof(key), "k:%016llx", (unsigned long long)e[r].key_hash);
+            const char *l[] = {"policy", o->series[i].policy, "rank", rank, "key", key, NULL};
+            sl_prom_fixed(p, l, (int64_t)((unsigned __int128)e[r].weight * 1000000 / tot.weight),
+                          1000000);
+        }
+    }
+}
+
+/* Entries per policy from a census of the memory store (at most one walk per 10 s: it
+ * reads every slot). A family's name is its policy, or "policy@plan". */
+void sl_obs_prom_keys(sl_server *s, sl_prom *p) {
+    sl_obs *o = s->obs;
+    sl_prom_family(p, "sluice_keys", SL_PROM_GAUGE,
+                   "State entries the memory store holds for the policy (one per key and "
+                   "window; refreshed at most every 10 s).");
+    if (s->redis) return;
+    pthread_mutex_lock(&o->census_mu);
+    int64_t now = sl_clock_mono_ns();
+    if (o->census == NULL || now - o->census_at_ns >= 10 * SLUICE_NS_PER_S) {
+        int n = sl_store_family_counts(s->store, NULL, 0);
+        sl_fam_count *c = n > 0 ? calloc((size_t)n, sizeof(*c)) : NULL;
+        if (c != NULL) n = sl_store_family_counts(s->store, c, (size_t)n);
+        if (n >= 0 && (c != NULL || n == 0)) {
+            free(o->census);
+            o->census = c;
+            o->ncensus = n;
+            o->census_at_ns = now;
+        } else {
+            free(c);
+        }
+    }
+    /* per policy: sum over its families (windows, plans) */
+    unsigned ns = atomic_load(&o->nseries);
+    for (unsigned i = 1; i < ns; i++) {
+        if (o->series[i].window[0] != '\0') continue;
+        const char *pol = o->series[i].policy;
+        size_t pl = strlen(pol);
+        uint64_t t = 0;
+        for (int k = 0; k < o->ncensus; k++) {
+            const char *fn = o->census[k].name;
+            if (strncmp(fn, pol, pl) == 0 && (fn[pl] == '\0' || fn[pl] == '@'))
+                t += o->census[k].entries;
+        }
+        if (t == 0 && !sl_obs_in_config(sl_obs_gen_now(s)->cfg, pol)) continue;
+        const char *l[] = {"policy", pol, NULL};
+        sl_prom_u64(p, l, t);
+    }
+    pthread_mutex_unlock(&o->census_mu);
+}
