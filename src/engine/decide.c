@@ -43,6 +43,8 @@ typedef struct item_ctx {
     int prev;        /* an earlier item with the same limiter family and key, or -1 */
     bool changed;    /* dst must be stored if the decision commits */
     bool writer;     /* the last changed item of its key: the one that stores */
+    bool norm;       /* refused, and dst is a normalised state to store even so (a state
+                        from the future clamped by its algorithm) [store, issue 12] */
 } item_ctx;
 
 SL_NO_SLP static void to_public(const sl_result *r, sluice_result *o) {
@@ -227,14 +229,14 @@ SL_NO_SLP SL_INLINE int one_run(sluice_store *st, const sluice_item *it, const s
     int rc = SLUICE_OK;
     if (e != NULL) {
         void *s = sl_entry_state(e);
-        uint16_t stamp = SL_TOUCH(*nowp);
-        if (e->touch != stamp) e->touch = stamp;
         if (it->cost > 0) {
             algo_decide(l, s, s, *nowp, it->cost, &r);
         } else {
             uint64_t scratch[SL_STORE_SMALL_STATE / 8];
             algo_decide(l, s, scratch, *nowp, 0, &r);
         }
+        /* [store, issue 12] eviction hints: last use, uses, limited, time to fresh */
+        sl_entry_touch(e, nowp->mono_ns, !r.allowed || r.remaining == 0, r.reset_after_ns);
     } else {
         uint64_t next[SL_STORE_SMALL_STATE / 8];
         bool ch = algo_decide(l, NULL, next, *nowp, it->cost, &r);
@@ -242,8 +244,11 @@ SL_NO_SLP SL_INLINE int one_run(sluice_store *st, const sluice_item *it, const s
             sl_keep keep = {loc->k0, loc->k1, loc->fam};
             bool moved = false;
             rc = sl_store_reserve(st, loc, *nowp, &keep, 1, &moved);
-            if (rc == SLUICE_OK)
-                memcpy(sl_entry_state(sl_table_insert(st, loc, *nowp)), next, l->state_size);
+            if (rc == SLUICE_OK) {
+                void *ne = sl_table_insert(st, loc, *nowp);
+                memcpy(sl_entry_state(ne), next, l->state_size);
+                sl_entry_touch(ne, nowp->mono_ns, r.remaining == 0, r.reset_after_ns);
+            }
         }
     }
     sl_shard_unlock(loc->sh);
@@ -369,7 +374,6 @@ static int decide_many(sluice_store *st, const sluice_item *items, size_t n, slu
 
     /* phase 1: check */
     bool all = true;
-    uint16_t stamp = SL_TOUCH(now);
     for (size_t i = 0; i < n; i++) {
         item_ctx *x = &c[i];
         x->prev = -1;
@@ -389,12 +393,25 @@ static int decide_many(sluice_store *st, const sluice_item *items, size_t n, slu
         sl_result r;
         bool ch = sl_algo_decide(&x->ver->lim, x->src, x->dst, now, items[i].cost, &r);
         x->changed = ch && items[i].cost > 0;
+        x->norm = ch && !r.allowed;
         if (!r.allowed) all = false;
         to_public(&r, &out->results[i]);
     }
     if (!all) {
-        for (size_t i = 0; i < n; i++)
-            if (c[i].entry != NULL) ((sl_ehdr *)c[i].entry)->touch = stamp;
+        /* [store, issue 12] A refused item whose algorithm normalised its state (clamped a
+         * state from the future) stores it, so the clamp is done once, not once per window;
+         * only for a key decided once in this call (nothing else of it to keep apart). */
+        for (size_t i = 0; i < n; i++) {
+            if (c[i].entry == NULL) continue;
+            bool alone = c[i].prev < 0;
+            for (size_t j = i + 1; j < n && alone; j++) alone = !same_key(&c[i], &c[j]);
+            if (c[i].norm && alone)
+                memcpy(sl_entry_state(c[i].entry), c[i].dst, c[i].ver->lim.state_size);
+            const sluice_result *ri = &out->results[i];
+            if (c[i].prev < 0) /* one use per key and decision */
+                sl_entry_touch(c[i].entry, now.mono_ns, !ri->allowed || ri->remaining == 0,
+                               ri->reset_after_ns);
+        }
         out->allowed = 0;
         out->deciding = sl_decision_deciding(out);
         unlock_shards(locked, m);
@@ -430,13 +447,16 @@ static int decide_many(sluice_store *st, const sluice_item *items, size_t n, slu
     for (size_t i = 0; i < n; i++) {
         sl_ehdr *e = c[i].entry;
         if (e == NULL) continue;
-        e->touch = stamp;
+        const sluice_result *ri = &out->results[i];
+        if (c[i].prev < 0) sl_entry_touch(e, now.mono_ns, ri->remaining == 0, ri->reset_after_ns);
         if (c[i].writer) memcpy(sl_entry_state(e), c[i].dst, c[i].ver->lim.state_size);
     }
     for (size_t i = 0; i < n; i++) {
         if (!c[i].writer || c[i].entry != NULL) continue;
         void *e = sl_table_insert(st, &c[i].loc, now);
         memcpy(sl_entry_state(e), c[i].dst, c[i].ver->lim.state_size);
+        const sluice_result *ri = &out->results[i];
+        sl_entry_touch(e, now.mono_ns, ri->remaining == 0, ri->reset_after_ns);
     }
     unlock_shards(locked, m);
     out->deciding = sl_decision_deciding(out);
@@ -476,7 +496,7 @@ int sluice_settle(sluice_store *st, const sluice_limiter *lim, const void *key, 
     sl_algo_settle(l, e != NULL ? sl_entry_state(e) : NULL, next.b, now, delta, &r);
     if (e != NULL) {
         memcpy(sl_entry_state(e), next.b, l->state_size);
-        e->touch = SL_TOUCH(now);
+        sl_entry_touch(e, now.mono_ns, r.remaining == 0, r.reset_after_ns);
     } else if (delta > 0) {
         /* a charge on a key with no state (expired, or never decided): store it */
         sl_keep keep = {o.c.loc.k0, o.c.loc.k1, o.c.loc.fam};
@@ -485,6 +505,7 @@ int sluice_settle(sluice_store *st, const sluice_limiter *lim, const void *key, 
         if (rc == SLUICE_OK) {
             void *ne = sl_table_insert(st, &o.c.loc, now);
             memcpy(sl_entry_state(ne), next.b, l->state_size);
+            sl_entry_touch(ne, now.mono_ns, r.remaining == 0, r.reset_after_ns);
         }
     }
     unlock_shards(o.locked, o.m);
@@ -504,7 +525,8 @@ int sluice_release(sluice_store *st, const sluice_limiter *lim, const void *key,
         big_state next;
         if (sl_conc_release(l, sl_entry_state(e), next.b, now, lease)) {
             memcpy(sl_entry_state(e), next.b, l->state_size);
-            e->touch = SL_TOUCH(now);
+            sl_entry_touch(e, now.mono_ns, false,
+                           sl_algo_fresh_at(l, sl_entry_state(e), now) - now.mono_ns);
             rc = SLUICE_OK;
         }
     }

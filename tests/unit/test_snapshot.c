@@ -231,18 +231,40 @@ static void test_corrupt_refused(void) {
         T_CHECK(eb[0] != '\0');
         T_EQ_U(keys_of(st), 0);
     }
+    /* each kind of damage says what it is: empty, foreign, truncated (N of M bytes) */
     size_t cuts[6] = {0, 7, 63, 64, n / 2, n - 1};
+    const char *says[6] = {"empty", "not a sluice snapshot", "truncated", "truncated",
+                           "truncated", "truncated"};
     for (int i = 0; i < 6; i++) {
         eb[0] = '\0';
         T_EQ_I(restore_bytes(st, good, cuts[i], eb, sizeof(eb)), SLUICE_ECORRUPT);
-        T_CHECK(strstr(eb, "truncat") != NULL || strstr(eb, "checksum") != NULL);
+        if (strstr(eb, says[i]) == NULL) T_FAIL("cut at %zu: \"%s\"", cuts[i], eb);
         T_EQ_U(keys_of(st), 0);
     }
+    char want[64];
+    snprintf(want, sizeof(want), "snapshot truncated: %zu of %zu bytes", n / 2, n);
+    restore_bytes(st, good, n / 2, eb, sizeof(eb));
+    T_EQ_S(eb, want);
+    /* bytes appended, a foreign file that happens to be long, a newer format */
+    uint8_t *longer = malloc(n + 10);
+    memcpy(longer, good, n);
+    memset(longer + n, 'x', 10);
+    T_EQ_I(restore_bytes(st, longer, n + 10, eb, sizeof(eb)), SLUICE_ECORRUPT);
+    T_CHECK(strstr(eb, "10 more than it was written with") != NULL);
+    memset(longer, '{', n);
+    T_EQ_I(restore_bytes(st, longer, n, eb, sizeof(eb)), SLUICE_ECORRUPT);
+    T_CHECK(strstr(eb, "not a sluice snapshot") != NULL);
+    free(longer);
     memcpy(bad, good, n);
-    bad[8] = 2; /* version 2 */
+    bad[8] = 3; /* version 3 */
     T_EQ_I(restore_bytes(st, bad, n, eb, sizeof(eb)), SLUICE_ECORRUPT);
-    T_CHECK(strstr(eb, "version 2") != NULL);
+    T_CHECK(strstr(eb, "version 3 is newer") != NULL);
     T_EQ_U(keys_of(st), 0);
+    /* a bit flip inside the body: the checksum */
+    memcpy(bad, good, n);
+    bad[n / 2] ^= 0x10;
+    T_EQ_I(restore_bytes(st, bad, n, eb, sizeof(eb)), SLUICE_ECORRUPT);
+    T_CHECK(strstr(eb, "checksum mismatch: the file is damaged") != NULL);
     /* the good file still loads into that store afterwards */
     T_EQ_I(restore_bytes(st, good, n, eb, sizeof(eb)), SLUICE_OK);
     T_CHECK(keys_of(st) > 0);
