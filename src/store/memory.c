@@ -315,10 +315,15 @@ void sl_store_unreserve(sluice_store *st, const sl_loc *loc) {
  *     the one nearest to fresh (least budget consumed, in powers of two of time), then
  *     the least recently used (16.8 ms resolution).
  *  4. With nothing the inserter may take, the new key is refused (SLUICE_EFULL).
- * Sampled: a scan looks at SL_STORE_SCAN slots from the shard's hand (keys are hashed
- * uniformly, so a window is a random sample); up to SL_STORE_WINDOWS windows while no
- * cheap candidate (class 0, not the inserter's own under its share) has been seen, then
- * other shards with a try-lock (decisions hold their locks in address order and must
+ * Sampled: a scan looks at a window of SL_STORE_SCAN slots at a pseudo-random place of
+ * the shard; up to SL_STORE_WINDOWS windows while no cheap candidate (class 0, not the
+ * inserter's own under its share) has been seen. Why random places and not a sweeping
+ * hand: evicting where a hand passes depletes the slots behind it (a window that held
+ * only protected keys is skipped, the next one pays), so sparse stretches form in which
+ * a protected key is the only candidate; random windows evict uniformly and keep every
+ * part of the shard as dense as the rest. A protected key (class 2 or 3) goes only after
+ * the whole shard and up to 4 other shards of its table had nothing cheaper. Other
+ * shards are taken with a try-lock (decisions hold their locks in address order and must
  * never wait out of order; a shard that is busy or already ours is skipped).
  * Every eviction of a non-fresh entry is counted (shard and family): each is a reset.
  */
@@ -326,6 +331,7 @@ void sl_store_unreserve(sluice_store *st, const sl_loc *loc) {
 #define SL_RECENT 256u           /* stamp units (4.3 s): "recently active" */
 #define SCORE_NONE UINT64_MAX
 #define SCORE_CHEAP (UINT64_C(1) << 60) /* below: class 0 and not own-under-share */
+#define SCORE_PROTECTED (UINT64_C(2) << 61) /* from: recently active or limited */
 
 typedef struct press {
     sluice_store *st;
@@ -391,16 +397,26 @@ typedef struct cand {
     sl_keep id;
 } cand;
 
+/* A pseudo-random window start in loc's shard: xorshift32 on the shard's `hand`. */
+static uint64_t window_at(const sl_loc *loc) {
+    uint32_t x = loc->sh->hand ? loc->sh->hand : 0x9e3779b9u;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    loc->sh->hand = x;
+    return (uint64_t)(((unsigned __int128)x << 32) * loc->t->nslots >> 64);
+}
+
 /*
- * One window of SL_STORE_SCAN slots of loc's shard from its hand: drops every fresh
- * entry (a slot emptied by a removal is looked at again: a later entry may have moved
- * in) and, when ranking, keeps the cheapest candidate in *best (by identity: drops later
- * in the window may move it). Returns how many were dropped.
+ * `count` slots of loc's shard from slot `from`: drops every fresh entry (a slot emptied
+ * by a removal is looked at again: a later entry may have moved in) and, when ranking,
+ * keeps the cheapest candidate in *best (by identity: drops later in the window may move
+ * it). Returns how many were dropped.
  */
-static unsigned scan(press *p, const sl_loc *loc, cand *best) {
-    uint64_t n = loc->t->nslots, i = loc->sh->hand % n;
-    unsigned dropped = 0, looked = 0;
-    while (looked < SL_STORE_SCAN && looked < n) {
+static unsigned scan_from(press *p, const sl_loc *loc, uint64_t from, uint64_t count, cand *best) {
+    uint64_t n = loc->t->nslots, i = from % n, looked = 0;
+    unsigned dropped = 0;
+    while (looked < count && looked < n) {
         sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
         if (e->fam != 0 && !kept(e, p->keep, p->nkeep)) {
             if (hinted_fresh(p, e)) {
@@ -417,9 +433,13 @@ static unsigned scan(press *p, const sl_loc *loc, cand *best) {
         looked++;
         if (++i == n) i = 0;
     }
-    loc->sh->hand = (uint32_t)i;
     loc->sh->expired += dropped;
     return dropped;
+}
+
+/* One window at a random place. */
+static unsigned scan(press *p, const sl_loc *loc, cand *best) {
+    return scan_from(p, loc, window_at(loc), SL_STORE_SCAN, best);
 }
 
 /* Evicts candidate c from loc's shard (if it is still there). An entry whose hint was
@@ -465,12 +485,13 @@ static bool other_tables(press *p, const sl_loc *loc, uint64_t limit) {
     return false;
 }
 
-/* Other shards of loc's table (for a family over its share whose entries are elsewhere). */
-static bool other_shards(press *p, const sl_loc *loc) {
+/* Other shards of loc's table: for a family over its share whose entries are elsewhere
+ * (limit SCORE_NONE), or a cheaper candidate than a protected one here. */
+static bool other_shards(press *p, const sl_loc *loc, uint64_t limit) {
     const sl_table *t = loc->t;
     uint32_t s0 = (uint32_t)(loc->sh - t->shards);
     for (uint32_t j = 1; j <= 4 && j < t->nshards; j++)
-        if (elsewhere(p, loc->t, (s0 + j * 0x9e3779b1u) & t->shard_mask, SCORE_NONE)) return true;
+        if (elsewhere(p, loc->t, (s0 + j * 0x9e3779b1u) & t->shard_mask, limit)) return true;
     return false;
 }
 
@@ -493,19 +514,26 @@ int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const
         }
         if (best.score < SCORE_CHEAP) break;
     }
+    /* Nothing but protected keys (or nothing at all) sampled: the whole shard. */
+    if (best.score >= SCORE_PROTECTED && scan_from(&p, loc, 0, loc->t->nslots, &best) > 0) {
+        *moved = true;
+        if ((why = try_reserve(st, loc)) == ROOM_OK) return SLUICE_OK;
+    }
     /* Room freed in other tables helps unless this shard itself is full: fresh entries
      * there always go before anything here is evicted, and (with no cheap candidate here)
      * a borrower's entry there cheaper than the best one here. */
     if (why == ROOM_STORE && other_tables(&p, loc, best.score < SCORE_CHEAP ? 0 : best.score) &&
         (why = try_reserve(st, loc)) == ROOM_OK)
         return SLUICE_OK;
+    /* Before a protected key goes (or when this shard has nothing the inserter may take):
+     * other shards of this table, for anything cheaper. */
+    if (p.rank && best.score >= SCORE_PROTECTED && why == ROOM_STORE &&
+        other_shards(&p, loc, best.score) && (why = try_reserve(st, loc)) == ROOM_OK)
+        return SLUICE_OK;
     if (best.score != SCORE_NONE && evict(&p, loc, &best)) {
         *moved = true;
         if ((why = try_reserve(st, loc)) == ROOM_OK) return SLUICE_OK;
     }
-    if (p.rank && best.score == SCORE_NONE && why == ROOM_STORE && other_shards(&p, loc) &&
-        try_reserve(st, loc) == ROOM_OK)
-        return SLUICE_OK;
     loc->sh->refused++;
     fam_stat(st, loc->fam, f_refused);
     return SLUICE_EFULL;

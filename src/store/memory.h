@@ -91,7 +91,7 @@ typedef struct sl_shard {
     _Alignas(64) atomic_uint lock;
     uint32_t count;    /* entries held */
     uint32_t reserved; /* room promised to inserts of the decision in progress */
-    uint32_t hand;     /* where the next pressure scan starts */
+    uint32_t hand;     /* pressure scans: state of the generator of window places */
     sluice_time last_now; /* latest time a decision brought here (register's carry) */
     uint64_t expired, evicted, refused; /* evicted: non-fresh entries only */
 } sl_shard;
