@@ -18,8 +18,10 @@ typedef __int128 i128;
 
 /* The TAT is kept at most this far ahead of now (charges past the limit: debt). */
 #define GCRA_MAX_AHEAD (INT64_MAX / 4)
-/* Largest B*T accepted by init. */
+/* Largest B*T accepted by init (29 years), and for CL.THROTTLE (146 years: redis-cell
+ * takes anything whose B*T fits in an i64; the 128-bit path keeps these exact). */
 #define GCRA_MAX_DVT (INT64_MAX / 8)
+#define GCRA_CELL_MAX_DVT (INT64_MAX / 2)
 
 /* floor(a / b) for a >= 0, b > 0. Why: a 128-bit division is a libgcc call (__divti3,
  * ~25-40 instructions and a slow divide) even when both operands are small, which is
@@ -85,10 +87,11 @@ int sl_gcra_cell_init(sl_limit *out, int64_t max_burst, int64_t count, int64_t p
     int64_t p = period_s * SLUICE_NS_PER_S, t = p / count;
     if (t <= 0)
         return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "Zero rates are not supported");
-    if ((i128)(max_burst + 1) * t > GCRA_MAX_DVT)
+    if ((i128)(max_burst + 1) * t > GCRA_CELL_MAX_DVT)
         return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE,
                              "burst %lld at one per %lld ns spans more than %lld ns",
-                             (long long)(max_burst + 1), (long long)t, (long long)GCRA_MAX_DVT);
+                             (long long)(max_burst + 1), (long long)t,
+                             (long long)GCRA_CELL_MAX_DVT);
     out->algo = SLUICE_GCRA;
     out->limit = (uint64_t)count;
     out->capacity = (uint64_t)max_burst + 1;
@@ -102,7 +105,7 @@ int sl_gcra_cell_init(sl_limit *out, int64_t max_burst, int64_t count, int64_t p
 /*
  * redis-cell's remaining (cell/mod.rs, unchanged from 0.2 to 0.5): next = DVT - ttl, and
  * if next > -T, (next.whole_microseconds() as f64 / T.whole_microseconds() as f64) as i64,
- * else 0. Both operands are below 2^53 (next <= DVT <= GCRA_MAX_DVT ns), so the f64
+ * else 0. Both operands are below 2^53 (next <= DVT <= 2^62 ns: in us, below 2^53), so the f64
  * quotient truncates to the integer quotient exactly (same argument as above); a T below
  * 1 us divides by zero in f64: +inf saturates to INT64_MAX, NaN (0/0) casts to 0. Here
  * ttl is reset_after_ns (TAT - now, or new TAT - now when admitted).
