@@ -468,7 +468,10 @@ static bool elsewhere(press *p, sl_table *t, uint32_t s, uint64_t limit) {
     if (atomic_exchange_explicit(&sh->lock, 1, memory_order_acquire)) return false;
     sl_loc o = {.t = t, .sh = sh, .base = t->slots + (size_t)s * t->shard_bytes};
     cand c = {SCORE_NONE, {0, 0, 0}};
+    bool rank = p->rank;
+    p->rank = rank && limit > 0; /* limit 0: fresh entries only, no ranking */
     bool freed = scan(p, &o, &c) > 0;
+    p->rank = rank;
     if (!freed && c.score < limit) freed = evict(p, &o, &c);
     sl_shard_unlock(sh);
     return freed;
