@@ -186,10 +186,14 @@ static bool decide128(const sl_limit *lim, const void *state, void *next, sluice
 bool sl_gcra_decide(const sl_limit *lim, const void *state, void *next, sluice_time now,
                     uint64_t cost, sl_result *r) {
     bool changed;
-    if (!decide64(lim, state, next, now.mono_ns, cost, r, &changed))
-        changed = decide128(lim, state, next, now, cost, r);
-    if (__builtin_expect(lim->cell, 0)) cell_remaining(lim, r);
-    return changed;
+    if (__builtin_expect(lim->cell, 0)) {
+        if (!decide64(lim, state, next, now.mono_ns, cost, r, &changed))
+            changed = decide128(lim, state, next, now, cost, r);
+        cell_remaining(lim, r);
+        return changed;
+    }
+    if (decide64(lim, state, next, now.mono_ns, cost, r, &changed)) return changed;
+    return decide128(lim, state, next, now, cost, r);
 }
 
 /* The same decision in 128-bit arithmetic, for values decide64 refuses. */

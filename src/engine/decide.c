@@ -236,7 +236,7 @@ SL_NO_SLP SL_INLINE int one_run(sluice_store *st, const sluice_item *it, const s
             algo_decide(l, s, scratch, *nowp, 0, &r);
         }
         /* [store, issue 12] eviction hints: last use, uses, limited, time to fresh */
-        sl_entry_touch(e, nowp->mono_ns, !r.allowed || r.remaining == 0, r.reset_after_ns);
+        sl_entry_touch(e, nowp->mono_ns, r.remaining == 0, r.reset_after_ns);
     } else {
         uint64_t next[SL_STORE_SMALL_STATE / 8];
         bool ch = algo_decide(l, NULL, next, *nowp, it->cost, &r);
@@ -409,8 +409,7 @@ static int decide_many(sluice_store *st, const sluice_item *items, size_t n, slu
                 memcpy(sl_entry_state(c[i].entry), c[i].dst, c[i].ver->lim.state_size);
             const sluice_result *ri = &out->results[i];
             if (c[i].prev < 0) /* one use per key and decision */
-                sl_entry_touch(c[i].entry, now.mono_ns, !ri->allowed || ri->remaining == 0,
-                               ri->reset_after_ns);
+                sl_entry_touch(c[i].entry, now.mono_ns, ri->remaining == 0, ri->reset_after_ns);
         }
         out->allowed = 0;
         out->deciding = sl_decision_deciding(out);

@@ -215,7 +215,7 @@ uint32_t sl_entry_meta(const sl_limit *lim, const void *state, sluice_time now, 
     int64_t fresh_at = sl_algo_fresh_at(lim, state, now), d;
     __int128 since = (__int128)fresh_at - now.mono_ns + ((__int128)age << SL_STAMP_SHIFT);
     d = since > INT64_MAX ? INT64_MAX : since < 0 ? 0 : (int64_t)since;
-    return stamp << 8 | (uses_limited & (SL_META_USES | SL_META_LIMITED)) | sl_fresh_bits(d);
+    return stamp << 9 | (uses_limited & (SL_META_USES | SL_META_LIMITED)) | sl_fresh_bits(d);
 }
 
 void sl_store_count(sluice_store *st, uint16_t fam, int delta) {
@@ -360,19 +360,21 @@ static bool fam_over(press *p, uint16_t fam) {
 
 /* Units since the last use, and the hinted bound on units from it to fresh. */
 static inline uint32_t age_of(const press *p, uint32_t meta) {
-    return (p->stamp - (meta >> 8)) & SL_STAMP_MASK;
+    return (p->stamp - (meta >> 9)) & SL_STAMP_MASK;
 }
+/* ceil((2^fresh - 1) ns / unit): the state is fresh this many units after its last use
+ * at the latest (an age in whole units undercounts by less than one: fresh from + 1). */
 static inline uint64_t fresh_units(uint32_t meta) {
     uint32_t b = meta & SL_META_FRESH;
-    return b ? (UINT64_C(1) << b) - 1 : 0;
+    return b > SL_STAMP_SHIFT ? UINT64_C(1) << (b - SL_STAMP_SHIFT) : 1;
 }
 
 /* Lower is evicted first; SCORE_NONE when the inserter may not take it. */
 static uint64_t score(press *p, const sl_ehdr *e) {
     bool own = e->fam == p->own;
     if (!own && (p->own_over || !fam_over(p, e->fam))) return SCORE_NONE;
-    uint32_t m = e->meta, age = age_of(p, m), uses = (m & SL_META_USES) >> 6;
-    uint64_t cls = (m & SL_META_LIMITED) ? 3 : uses >= 2 ? (age < SL_RECENT ? 2 : 1) : 0;
+    uint32_t m = e->meta, age = age_of(p, m);
+    uint64_t cls = (m & SL_META_LIMITED) ? 3 : (m & SL_META_AGAIN) ? (age < SL_RECENT ? 2 : 1) : 0;
     uint64_t bound = fresh_units(m) + 1;
     uint64_t rem = bound > age ? bound - age : 0;
     uint64_t remb = rem ? 64u - (uint64_t)__builtin_clzll(rem) : 0;
@@ -558,7 +560,7 @@ void *sl_table_insert(sluice_store *st, const sl_loc *loc, sluice_time now) {
             sh->count++;
             break;
         }
-        uint32_t age = (stamp - (e->meta >> 8)) & SL_STAMP_MASK;
+        uint32_t age = (stamp - (e->meta >> 9)) & SL_STAMP_MASK;
         if (age >= 512 && age >= fresh_units(e->meta) + 1 && entry_fresh(st, e, now)) {
             sh->expired++;
             fam_stat(st, e->fam, f_expired);

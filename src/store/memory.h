@@ -42,42 +42,43 @@ typedef struct sl_ehdr {
 /*
  * Eviction hints, rewritten at every decision on the entry (sl_entry_touch), so that
  * pressure handling can rank entries without running their algorithm:
- *   bits 31..8  stamp: last use, monotonic ns >> SL_STAMP_SHIFT (16.8 ms units), mod 2^24
- *               (ages wrap after 78 hours; an entry that old looks younger: it is kept
+ *   bits 31..9  stamp: last use, monotonic ns >> SL_STAMP_SHIFT (16.8 ms units), mod 2^23
+ *               (ages wrap after 39 hours; an entry that old looks younger: it is kept
  *               longer, never dropped as fresh without its algorithm agreeing)
- *   bits 7..6   uses, saturating at 3: a key seen once is what a key flood is made of
- *   bit  5      limited: the last decision was refused or left nothing remaining
- *   bits 4..0   fresh: the bit length of ceil(reset_after / 16.8 ms) at that use (31 =
- *               more than 2^24 units), so the state is fresh by then + (2^fresh - 1)
- *               units at the latest (an upper bound: at most 2x late)
+ *   bit  8      limited: the last decision left nothing remaining
+ *   bit  7      used again: decided at least twice (a key seen once is what a key flood
+ *               is made of)
+ *   bit  6      used: decided at least once (0 only between insert and first touch)
+ *   bits 5..0   fresh: the bit length of reset_after in ns at that use, so the state is
+ *               fresh 2^fresh - 1 ns after it at the latest (an upper bound, at most 2x)
  */
 #define SL_STAMP_SHIFT 24
-#define SL_STAMP_MASK UINT32_C(0xFFFFFF)
-#define SL_META_USES_1 (UINT32_C(1) << 6)
-#define SL_META_USES (UINT32_C(3) << 6)
-#define SL_META_LIMITED (UINT32_C(1) << 5)
-#define SL_META_FRESH UINT32_C(31)
+#define SL_STAMP_MASK UINT32_C(0x7FFFFF)
+#define SL_META_LIMITED (UINT32_C(1) << 8)
+#define SL_META_AGAIN (UINT32_C(1) << 7)
+#define SL_META_USED (UINT32_C(1) << 6)
+#define SL_META_USES (SL_META_AGAIN | SL_META_USED)
+#define SL_META_FRESH UINT32_C(63)
 
 static inline uint32_t sl_stamp(int64_t mono_ns) {
     return (uint32_t)((uint64_t)mono_ns >> SL_STAMP_SHIFT) & SL_STAMP_MASK;
 }
 
-/* The bit length of ceil(ns / stamp unit), capped at 31 (0 when ns <= 0). */
+/* The bit length of a reset-after in ns, at least 1 (never negative; a negative one would
+ * read as 64: pessimistic, never wrong). */
 static inline uint32_t sl_fresh_bits(int64_t ns) {
-    if (ns <= 0) return 0;
-    uint64_t u = ((uint64_t)ns + ((UINT64_C(1) << SL_STAMP_SHIFT) - 1)) >> SL_STAMP_SHIFT;
-    uint32_t b = 64u - (uint32_t)__builtin_clzll(u);
-    return b > 31 ? 31 : b;
+    return 64u - (uint32_t)__builtin_clzll((uint64_t)ns | 1);
 }
 
 /* Records a use of entry `e` at `mono_ns` whose decision left the state fresh again
- * reset_after_ns later; `limited` when it was refused or left nothing remaining. A few
- * instructions: the decision's line is being written anyway. */
+ * reset_after_ns later; `limited` when it left nothing remaining. Why so terse: it runs
+ * on every decision (about a dozen instructions, on a line the decision writes anyway):
+ * "used again" is the "used" bit moved up, the fresh hint a single bit scan. */
 static inline void sl_entry_touch(void *e, int64_t mono_ns, bool limited, int64_t reset_after_ns) {
     sl_ehdr *h = e;
-    uint32_t uses = h->meta & SL_META_USES;
-    uses += uses != SL_META_USES ? SL_META_USES_1 : 0;
-    h->meta = sl_stamp(mono_ns) << 8 | uses | (limited ? SL_META_LIMITED : 0) |
+    uint32_t m = h->meta;
+    h->meta = ((uint32_t)((uint64_t)mono_ns >> (SL_STAMP_SHIFT - 9)) & ~UINT32_C(0x1FF)) |
+              ((uint32_t)limited << 8) | ((m << 1) & SL_META_AGAIN) | SL_META_USED |
               sl_fresh_bits(reset_after_ns);
 }
 

@@ -270,7 +270,7 @@ int sluice_store_snapshot_ex(sluice_store *st, const char *path, sluice_time now
                 put_u(&w, (uint32_t)(e->fam - 1), 4);
                 put_u(&w, e->k1, 4);
                 put_u(&w, e->k0, 8);
-                put_u(&w, (stamp - (e->meta >> 8)) & SL_STAMP_MASK, 4);
+                put_u(&w, (stamp - (e->meta >> 9)) & SL_STAMP_MASK, 4);
                 put_u(&w, e->meta & (SL_META_USES | SL_META_LIMITED), 4);
                 put(&w, tmp.b, t->ssize);
                 n++;
@@ -554,7 +554,7 @@ int sl_store_restore_buf(sluice_store *st, const uint8_t *buf, size_t len, sluic
         if (version == 1) {
             age = (uint32_t)get_u(&r, 2) << 8; /* 2^32 ns units to 2^24 */
             get_bytes(&r, 6);
-            hints = SL_META_USES_1 * 2; /* unknown: kept as a key used more than once */
+            hints = SL_META_USES; /* unknown: kept as a key used more than once */
         } else {
             age = (uint32_t)get_u(&r, 4);
             hints = (uint32_t)get_u(&r, 4);
