@@ -634,9 +634,11 @@ int sluice_store_restore(sluice_store *st, const char *path, sluice_time now, ui
         errno = e;
         return SLUICE_EIO;
     }
-    if (!S_ISREG(sb.st_mode)) {
+    if (!S_ISREG(sb.st_mode)) { /* a directory or a device: a setup error, not damage */
         close(fd);
-        return fail(errbuf, errbuf_len, SLUICE_ECORRUPT, "snapshot %s is not a regular file", path);
+        fail(errbuf, errbuf_len, SLUICE_EIO, "snapshot %s is not a regular file", path);
+        errno = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
+        return SLUICE_EIO;
     }
     size_t len = (size_t)sb.st_size, off = 0;
     uint8_t *buf = malloc(len ? len : 1);
