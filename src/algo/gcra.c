@@ -110,7 +110,7 @@ int sl_gcra_cell_init(sl_limit *out, int64_t max_burst, int64_t count, int64_t p
  * 1 us divides by zero in f64: +inf saturates to INT64_MAX, NaN (0/0) casts to 0. Here
  * ttl is reset_after_ns (TAT - now, or new TAT - now when admitted).
  */
-static void cell_remaining(const sl_limit *lim, sl_result *r) {
+__attribute__((noinline, cold)) static void cell_remaining(const sl_limit *lim, sl_result *r) {
     int64_t T = lim->emission_ns;
     i128 next = (i128)lim->capacity * T - r->reset_after_ns;
     if (next <= -(i128)T) {
@@ -183,22 +183,21 @@ static inline bool decide64(const sl_limit *lim, const void *state, void *next, 
 static bool decide128(const sl_limit *lim, const void *state, void *next, sluice_time now,
                       uint64_t cost, sl_result *r);
 
+/* The 64-bit path first (nearly every call); the 128-bit one and redis-cell's remaining
+ * are kept out of line so that the common path stays as short as it was without them. */
 bool sl_gcra_decide(const sl_limit *lim, const void *state, void *next, sluice_time now,
                     uint64_t cost, sl_result *r) {
     bool changed;
-    if (__builtin_expect(lim->cell, 0)) {
-        if (!decide64(lim, state, next, now.mono_ns, cost, r, &changed))
-            changed = decide128(lim, state, next, now, cost, r);
-        cell_remaining(lim, r);
-        return changed;
-    }
-    if (decide64(lim, state, next, now.mono_ns, cost, r, &changed)) return changed;
-    return decide128(lim, state, next, now, cost, r);
+    if (__builtin_expect(!decide64(lim, state, next, now.mono_ns, cost, r, &changed), 0))
+        changed = decide128(lim, state, next, now, cost, r);
+    if (__builtin_expect(lim->cell, 0)) cell_remaining(lim, r);
+    return changed;
 }
 
 /* The same decision in 128-bit arithmetic, for values decide64 refuses. */
-static bool decide128(const sl_limit *lim, const void *state, void *next, sluice_time now,
-                      uint64_t cost, sl_result *r) {
+__attribute__((noinline)) static bool decide128(const sl_limit *lim, const void *state,
+                                                void *next, sluice_time now, uint64_t cost,
+                                                sl_result *r) {
     int64_t t = now.mono_ns;
     i128 tat = tat_at(state, t);
     memset(r, 0, sizeof(*r));

@@ -311,9 +311,9 @@ void sl_store_unreserve(sluice_store *st, const sl_loc *loc) {
  *     share's worth from one that borrowed.
  *  3. Cost, cheapest first: a key seen once (what a key flood is made of), then one
  *     used repeatedly but idle for more than SL_RECENT, then one used repeatedly and
- *     recently, then a limited key (refused, or nothing remaining) last; within a class
- *     the one nearest to fresh (least budget consumed, in powers of two of time), then
- *     the least recently used (16.8 ms resolution).
+ *     recently, and last a limited key (nothing remaining at its last decision); within
+ *     a class the one nearest to fresh (least budget consumed, in powers of two of time),
+ *     then the least recently used (16.8 ms resolution).
  *  4. With nothing the inserter may take, the new key is refused (SLUICE_EFULL).
  * Sampled: a scan looks at a window of SL_STORE_SCAN slots at a pseudo-random place of
  * the shard; up to SL_STORE_WINDOWS windows while no cheap candidate (class 0, not the

@@ -289,7 +289,8 @@ int sluice_store_snapshot_ex(sluice_store *st, const char *path, sluice_time now
     sl_hash128 h = sl_siphash128(&checksum_key, w.p, w.len, 2, 4);
     put_u(&w, h.lo, 8);
     put_u(&w, h.hi, 8);
-    int rc = w.oom ? fail(errbuf, errbuf_len, SLUICE_ENOMEM, "out of memory building snapshot %s", path)
+    int rc = w.oom ? fail(errbuf, errbuf_len, SLUICE_ENOMEM, "out of memory building snapshot %s",
+                          path)
                    : write_atomically(path, &w, sys_errno, errbuf, errbuf_len);
     free(w.p);
     return rc;
@@ -489,7 +490,8 @@ int sl_store_restore_buf(sluice_store *st, const uint8_t *buf, size_t len, sluic
     (void)get_u(&r, 4);
     uint64_t nent = get_u(&r, 8);
     if (version >= 2) (void)get_u(&r, 8);
-    if (r.bad || r.off != hlen) return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot truncated in header");
+    if (r.bad || r.off != hlen)
+        return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot truncated in header");
     if (nlim > SL_STORE_MAX_FAMILIES)
         return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot: %u limiters is too many", nlim);
     /* each limiter takes at least 69 bytes, each entry at least 32 */
@@ -607,7 +609,8 @@ void sl_snapshot_seal(uint8_t *buf, size_t len) {
     /* a version 2 header also says how long the file is */
     if (len >= HEADER_V2 + TRAILER && memcmp(buf, SNAP_MAGIC, 8) == 0 && buf[8] == 2 &&
         buf[9] == 0 && buf[10] == 0 && buf[11] == 0)
-        for (int i = 0; i < 8; i++) buf[FILE_LEN_AT + (size_t)i] = (uint8_t)((uint64_t)len >> (8 * i));
+        for (int i = 0; i < 8; i++)
+            buf[FILE_LEN_AT + (size_t)i] = (uint8_t)((uint64_t)len >> (8 * i));
     sl_hash128 h = sl_siphash128(&checksum_key, buf, len - TRAILER, 2, 4);
     for (int i = 0; i < 8; i++) {
         buf[len - TRAILER + (size_t)i] = (uint8_t)(h.lo >> (8 * i));
