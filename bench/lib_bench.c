@@ -18,6 +18,11 @@
  *        then Ir / 1048576 per decision (sluice_decide: str+hash, sluice_decide_batch: batch16).
  *        lib_bench -hash [-s SECONDS]         the hash alone, SipHash-1-3 vs -2-4
  *        lib_bench -mem [-T 1|2] [NKEYS...]   the host's 2T/1T ceiling, nothing shared
+ *        lib_bench -flood [NFLOOD]            a key flood at full speed on the real clock:
+ *            max_keys 100,000, NFLOOD (default 10,000,000) rotating attacker keys on two
+ *            limiters, 1,000 keys active at 1 request/s and 400 exhausted keys retrying
+ *            each second, every victim decision compared with an unflooded store;
+ *            prints resets, evictions, bytes, RSS and the attacker's ns/decision
  * Output: RESULT lines, one per case (bench/run_lib.sh turns them into a table).
  */
 #ifndef _GNU_SOURCE
@@ -323,10 +328,119 @@ static void bench_mem(uint64_t nkeys) {
     fflush(stdout);
 }
 
+/* ---- -flood -------------------------------------------------------------------------- */
+
+static long rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+    if (f != NULL) fclose(f);
+    return kb;
+}
+
+typedef struct fvictim {
+    int lim;
+    char key[16];
+    int64_t next;
+    int exhausted;
+} fvictim;
+
+static void bench_flood(uint64_t nflood) {
+    enum { NV = 1400 };
+    sluice_store_options o = {.max_keys = 100000, .on_full = SLUICE_EVICT_LRU};
+    sluice_store_options ro = {.max_keys = 1000000, .on_full = SLUICE_EVICT_LRU};
+    int err = 0;
+    sluice_store *st = sluice_store_create(&o, &err), *ref = sluice_store_create(&ro, &err);
+    sluice_limit_spec specs[2] = {
+        {.algo = SLUICE_GCRA, .name = "login", .limit = 3, .period_ns = 3600 * SLUICE_NS_PER_S, .burst = 3},
+        {.algo = SLUICE_TOKEN_BUCKET, .name = "api", .limit = 1800, .period_ns = 3600 * SLUICE_NS_PER_S,
+         .burst = 3600}};
+    sluice_limiter *lim[2];
+    for (int i = 0; i < 2; i++) {
+        lim[i] = sluice_limiter_create(&specs[i], &err, NULL, 0);
+        if (st == NULL || ref == NULL || lim[i] == NULL || sluice_store_register(st, lim[i]) != 0 ||
+            sluice_store_register(ref, lim[i]) != 0) {
+            fprintf(stderr, "lib_bench: flood setup failed\n");
+            exit(1);
+        }
+    }
+    static fvictim v[NV];
+    rng r = {88172645463325252ull};
+    int64_t t0 = now_ns(), w0 = wall_ns();
+    for (int i = 0; i < NV; i++) {
+        v[i].exhausted = i < 400;
+        v[i].lim = v[i].exhausted ? 0 : 1;
+        snprintf(v[i].key, sizeof(v[i].key), "victim%d", i);
+        v[i].next = t0 + (int64_t)pick(&r, 1000000000);
+    }
+    uint64_t decisions = 0, resets = 0;
+    /* before the flood: exhausted keys spend everything, active ones are used twice */
+    for (int i = 0; i < NV; i++) {
+        for (int k = 0; k < (v[i].exhausted ? 4 : 2); k++) {
+            sluice_time now = {now_ns(), wall_ns()};
+            sluice_item it = {lim[v[i].lim], v[i].key, strlen(v[i].key), 1};
+            sluice_decision a, b;
+            sluice_decide(st, &it, 1, now, &a);
+            sluice_decide(ref, &it, 1, now, &b);
+        }
+    }
+    sluice_store_stats s0;
+    sluice_store_stats_get(st, &s0);
+    long rss0 = rss_kib();
+    char key[32];
+    int64_t f0 = now_ns(), victim_ns = 0;
+    sluice_time now = {f0, wall_ns()};
+    for (uint64_t n = 0; n < nflood; n++) {
+        if ((n & 255) == 0) {
+            now.mono_ns = now_ns();
+            now.wall_ns = w0 + (now.mono_ns - t0);
+            int64_t vs = now.mono_ns;
+            for (int i = 0; i < NV; i++) { /* victims due: once a second each */
+                if (v[i].next > now.mono_ns) continue;
+                v[i].next += 1000000000;
+                sluice_item it = {lim[v[i].lim], v[i].key, strlen(v[i].key), 1};
+                sluice_decision a, b;
+                int ra = sluice_decide(st, &it, 1, now, &a), rb = sluice_decide(ref, &it, 1, now, &b);
+                decisions++;
+                resets += ra != rb || a.allowed != b.allowed ||
+                          a.results[0].remaining != b.results[0].remaining;
+            }
+            victim_ns += now_ns() - vs;
+        }
+        sluice_item it = {lim[n & 1], key, fmt_key(key, n + 1000000000ull), 1};
+        sluice_decision d;
+        sluice_decide(st, &it, 1, now, &d);
+    }
+    int64_t el = now_ns() - f0 - victim_ns;
+    sluice_store_stats s1;
+    sluice_store_stats_get(st, &s1);
+    printf("RESULT | flood keys=%llu max_keys=100000 | %.1f ns/attacker decision | %.1f s | victims "
+           "%llu decisions, %llu resets | evicted %llu expired %llu refused %llu | bytes %llu -> %llu "
+           "(%.1f/key of capacity) | RSS %ld -> %ld KiB (both stores)\n",
+           (unsigned long long)nflood, (double)el / (double)nflood, (double)(now_ns() - f0) / 1e9,
+           (unsigned long long)decisions, (unsigned long long)resets,
+           (unsigned long long)s1.evicted, (unsigned long long)s1.expired,
+           (unsigned long long)s1.refused, (unsigned long long)s0.bytes,
+           (unsigned long long)s1.bytes, (double)s1.bytes / 100000.0, rss0, rss_kib());
+    for (int i = 0; i < 2; i++) {
+        sluice_limiter_stats ls;
+        sluice_store_limiter_stats(st, lim[i], &ls);
+        printf("STATS  | flood %-6s keys %llu share %llu evicted %llu expired %llu refused %llu\n",
+               specs[i].name, (unsigned long long)ls.keys, (unsigned long long)ls.share,
+               (unsigned long long)ls.evicted, (unsigned long long)ls.expired,
+               (unsigned long long)ls.refused);
+    }
+    sluice_store_destroy(st);
+    sluice_store_destroy(ref);
+    for (int i = 0; i < 2; i++) sluice_limiter_destroy(lim[i]);
+}
+
 int main(int argc, char **argv) {
     double secs = 1.5;
     uint64_t list[16];
-    int nl = 0, hash_only = 0, mem_only = 0;
+    int nl = 0, hash_only = 0, mem_only = 0, flood = 0;
     const char *only_algo = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-s") && i + 1 < argc)
@@ -341,6 +455,8 @@ int main(int argc, char **argv) {
             hash_only = 1;
         else if (!strcmp(argv[i], "-mem"))
             mem_only = 1;
+        else if (!strcmp(argv[i], "-flood"))
+            flood = 1;
         else if (nl < 16)
             list[nl++] = strtoull(argv[i], NULL, 10);
     }
@@ -352,6 +468,10 @@ int main(int argc, char **argv) {
     if (secs <= 0 || secs > 60) secs = 1.5;
     if (hash_only) {
         bench_hash(secs);
+        return 0;
+    }
+    if (flood) {
+        bench_flood(nl > 0 ? list[0] : 10000000);
         return 0;
     }
     if (mem_only) {

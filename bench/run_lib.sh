@@ -8,11 +8,15 @@
 #   (default 1) runs of the whole sequence, the table then shows medians over them.
 # Each key count also runs lib_bench -mem: the 2T/1T scaling this host gives work that
 # shares no line at all (the ceiling the store's CPU-time scaling is read against).
+# Then lib_bench -flood: LIB_BENCH_FLOOD (default 10000000, 0 skips it) rotating attacker
+# keys at full speed against max_keys 100,000, victims compared with an unflooded store
+# (resets of active and exhausted keys must be 0; ~20 s).
 set -euo pipefail
 build=$(cd "${1:?usage: bench/run_lib.sh BUILD_DIR}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 secs=${LIB_BENCH_SECONDS:-1.5}
+flood=${LIB_BENCH_FLOOD:-10000000}
 keys=${LIB_BENCH_KEYS:-"1000 100000 10000000"}
 reps=${LIB_BENCH_REPS:-1}
 lib="$build/libsluice.a"
@@ -42,6 +46,11 @@ for r in $(seq "$reps"); do
     "$work/lib_bench" -mem "$n" | tee -a "$work/lib.txt"
   done
 done
+
+if [ "$flood" != 0 ]; then
+  echo "-- key flood: $flood rotating keys, max_keys 100000"
+  "$work/lib_bench" -flood "$flood" | tee "$work/flood.txt"
+fi
 
 /usr/bin/python3 - "$work/naive.txt" "$work/lib.txt" "$reps" <<'EOF'
 import re, sys, statistics
@@ -96,3 +105,8 @@ print('"host ceiling": two threads walking private arrays of the table\'s size (
 print('the scaling this host gives memory-bound work at all; read the store\'s CPU-time column against it.')
 print('The cores are shared: figures are medians over %s run(s), noisy; compare only within this run.' % sys.argv[3])
 EOF
+if [ -s "$work/flood.txt" ]; then
+  echo
+  echo "key flood (victims: keys active at 1/s and exhausted keys; resets must be 0):"
+  grep -E '^(RESULT|STATS)' "$work/flood.txt"
+fi

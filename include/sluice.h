@@ -69,7 +69,8 @@ sluice_clock *sluice_clock_create_manual(int64_t wall_ns);
 void sluice_clock_destroy(sluice_clock *clock);
 /* One reading of both clocks. Thread-safe. */
 sluice_time sluice_clock_now(const sluice_clock *clock);
-/* Manual clocks only; SLUICE_EINVAL on the system clock or a negative step. */
+/* Manual clocks only; SLUICE_EINVAL on the system clock or a negative step
+ * (SLUICE_ERANGE outside SLUICE_CLOCK_WALL_MIN_NS..MAX_NS, see the additions below). */
 int sluice_clock_advance(sluice_clock *clock, int64_t delta_ns);
 int sluice_clock_set_wall(sluice_clock *clock, int64_t wall_ns);
 
@@ -243,6 +244,59 @@ int sluice_store_snapshot(sluice_store *st, const char *path, sluice_time now);
  * skipped and counted in *skipped (may be NULL). */
 int sluice_store_restore(sluice_store *st, const char *path, sluice_time now, uint64_t *skipped,
                          char *errbuf, size_t errbuf_len);
+
+/* ---- additions (issue 12): manual clock range, per-limiter pressure, snapshot care -- */
+
+/* The wall readings a manual clock accepts: 1970-01-01 to 2200-01-01 UTC, in ns. Outside
+ * that range sluice_clock_set_wall/_advance return SLUICE_ERANGE and change nothing
+ * (sluice_clock_create_manual returns NULL); the monotonic reading is bounded too. */
+#define SLUICE_CLOCK_WALL_MIN_NS INT64_C(0)
+#define SLUICE_CLOCK_WALL_MAX_NS (INT64_C(7258118400) * SLUICE_NS_PER_S)
+
+/* sluice_clock_set_wall / sluice_clock_advance with milliseconds, range-checked before
+ * any conversion (a caller can pass a client's integer as it is): SLUICE_ERANGE outside
+ * the range above (e.g. 9223372036855 ms), SLUICE_EINVAL on the system clock or a
+ * negative step. */
+int sluice_clock_set_wall_ms(sluice_clock *clock, int64_t wall_ms);
+int sluice_clock_advance_ms(sluice_clock *clock, int64_t delta_ms);
+
+/* What memory pressure did to one limiter (its name + index: every limiter object
+ * registered under them shares these). Under pressure the store drops fresh-equivalent
+ * keys first, then evicts the cheapest (a key seen once before one used repeatedly,
+ * exhausted and recently active keys last, least recently used first); each limiter is
+ * guaranteed `share` keys (max_keys divided among the limiters that hold keys) and
+ * borrows free room beyond it, and a limiter at or over its share only ever evicts its
+ * own keys. See docs/algorithms.md, "Memory pressure". */
+typedef struct sluice_limiter_stats {
+    uint64_t keys;     /* entries held now */
+    uint64_t share;    /* keys guaranteed to it under pressure, at the moment */
+    uint64_t evicted;  /* its keys evicted while their state was not fresh (each a reset) */
+    uint64_t expired;  /* its fresh-equivalent keys dropped (no behaviour change) */
+    uint64_t refused;  /* its new keys refused for lack of room */
+} sluice_limiter_stats;
+
+/* SLUICE_EINVAL for a NULL argument or a limiter never registered with `st`. */
+int sluice_store_limiter_stats(sluice_store *st, const sluice_limiter *lim,
+                               sluice_limiter_stats *out);
+
+/* sluice_store_snapshot that says what failed: on error *sys_errno (may be NULL) is the
+ * errno of the failing system call (0 when none, e.g. SLUICE_ENOMEM) and errbuf a
+ * one-line message naming the step ("cannot create a temporary file in DIR: ..."). */
+int sluice_store_snapshot_ex(sluice_store *st, const char *path, sluice_time now,
+                             int *sys_errno, char *errbuf, size_t errbuf_len);
+
+/* Moves a damaged snapshot aside, never overwriting anything: renames `path` to
+ * "PATH.damaged-<unix_s>" (or "...-<unix_s>.N" when that exists). On success the new
+ * name is written to aside (when not NULL and large enough). SLUICE_ENOTFOUND when
+ * `path` does not exist; SLUICE_EIO with *sys_errno set otherwise. */
+int sluice_snapshot_move_aside(const char *path, int64_t unix_s, char *aside,
+                               size_t aside_len, int *sys_errno);
+
+/* Checks that snapshots can be written at `path`: its directory exists and a file can be
+ * created, written, synced and removed in it (the file itself is not touched).
+ * SLUICE_OK, or SLUICE_EIO with *sys_errno and a message in errbuf. */
+int sluice_snapshot_check_dir(const char *path, int *sys_errno, char *errbuf,
+                              size_t errbuf_len);
 
 #ifdef __cplusplus
 }

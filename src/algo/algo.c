@@ -179,9 +179,10 @@ typedef union {
 /*
  * Same algorithm: the algorithm's own carry (it knows what "used" means for it).
  * Different rate algorithms: "used" is taken as capacity - remaining of a peek under the
- * old limit, scaled by the same rule (min(used, used * new_cap / old_cap)) and charged
- * onto a fresh state of the new one at `now`. Anything else (to or from concurrency or
- * quota, whose usage is not a rate) starts fresh.
+ * old limit, clamped to the new capacity by the same rule (absolute usage, so raising a
+ * limit and reverting it changes nothing) and charged onto a fresh state of the new one
+ * at `now`. Anything else (to or from concurrency or quota, whose usage is not a rate)
+ * starts fresh.
  */
 void sl_algo_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
                    sluice_time now) {
@@ -198,8 +199,7 @@ void sl_algo_carry(const sl_limit *old, const void *state, const sl_limit *lim, 
     state_buf tmp;
     oo->decide(old, state, tmp.bytes, now, 0, &r);
     uint64_t used = r.remaining < old->capacity ? old->capacity - r.remaining : 0;
-    unsigned __int128 scaled = (unsigned __int128)used * lim->capacity / old->capacity;
-    uint64_t new_used = scaled < used ? (uint64_t)scaled : used;
+    uint64_t new_used = used < lim->capacity ? used : lim->capacity;
     if (new_used > 0) {
         if (new_used > (uint64_t)INT64_MAX) new_used = (uint64_t)INT64_MAX;
         o->settle(lim, next, next, now, (int64_t)new_used, &r);

@@ -84,6 +84,7 @@ typedef struct sl_limit {
     const struct sl_tz *tz; /* quota; NULL = UTC */
     /* derived by sl_limit_init: */
     int64_t emission_ns;    /* GCRA: period/limit, truncated (redis-cell) */
+    bool cell;              /* GCRA for CL.THROTTLE: redis-cell's integer results (gcra.c) */
 } sl_limit;
 
 typedef struct sl_result {
@@ -100,6 +101,13 @@ typedef struct sl_result {
  * quotas). Returns SLUICE_OK or SLUICE_EINVAL/ERANGE with a message in errbuf. */
 int sl_limit_init(sl_limit *out, const sluice_limit_spec *spec, const struct sl_tz *tz,
                   char *errbuf, size_t errbuf_len);
+
+/* A GCRA limit with redis-cell's CL.THROTTLE arithmetic: burst max_burst + 1,
+ * T = period/count truncated to the ns with no accuracy check, and `remaining` computed
+ * from whole microseconds as redis-cell computes it (see gcra.c). Fills `out` (algo,
+ * capacity, ...); SLUICE_EINVAL/ERANGE with a message as sl_limit_init. */
+int sl_gcra_cell_init(sl_limit *out, int64_t max_burst, int64_t count, int64_t period_s,
+                      char *errbuf, size_t errbuf_len);
 
 /* Decides `cost` units at `now`. `state` is the stored state or NULL when the key is
  * fresh; `next` (state_size bytes, may alias `state`) receives the state to store if
@@ -131,9 +139,10 @@ int64_t sl_algo_fresh_at(const sl_limit *lim, const void *state, sluice_time now
  * wall-clock-relative times and rebase them on restore). */
 void sl_algo_rebase(const sl_limit *lim, void *state, int64_t delta_ns);
 
-/* Carries state over when a limit changes under the same name (reload): scales counts
- * proportionally from `old` to `lim` so that raising a limit never penalises a client
- * and lowering it keeps the fraction used. `next` has lim->state_size bytes. */
+/* Carries state over when a limit changes under the same name (reload): the absolute
+ * usage is kept, clamped to the new capacity, so raising a limit never penalises a
+ * client and raising then reverting it is neutral (100 with 60 used -> 200 -> 100 leaves
+ * 60 used). Concurrency keeps its in-flight slots. `next` has lim->state_size bytes. */
 void sl_algo_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
                    sluice_time now);
 

@@ -46,9 +46,12 @@ static int64_t bucket_expiry(const sl_limit *lim, const sl_conc_state *s, int i)
     return s->base_ns + (int64_t)(i + 1) * bucket_width(lim) + lim->lease_ns;
 }
 
-/* The state as seen at `now`: the window slid so that its newest bucket holds `now`
- * (unless the state is ahead of now, e.g. after a rebase: then acquisitions go to its
- * newest bucket and simply live longer), and expired buckets zeroed. */
+/* The state as seen at `now`: the window slid so that its newest bucket holds `now`,
+ * and expired buckets zeroed. Within a process the monotonic clock never goes back, so
+ * a state is never ahead of now by more than the one bucket a rebase's rounding adds
+ * (acquisitions then go to its newest bucket and live up to w longer). A state further
+ * ahead (a damaged snapshot) is from the future: it is pulled back to that bound, counts
+ * kept, so its slots expire within lease + 2w of now instead of whenever it says. */
 static void normalise(const sl_limit *lim, const void *state, sluice_time now, sl_conc_state *s) {
     int64_t w = bucket_width(lim);
     int64_t b = floor_div(now.mono_ns, w);
@@ -62,8 +65,8 @@ static void normalise(const sl_limit *lim, const void *state, sluice_time now, s
     if (base_b <= b - (2 * N - 1)) { /* every bucket is older than the window */
         memset(s->counts, 0, sizeof(s->counts));
         base_b = b - (N - 1);
-    } else if (base_b > b + N) { /* far ahead (a clock or snapshot oddity): bounded */
-        base_b = b + N;
+    } else if (base_b > b - (N - 1) + 1) { /* from the future: bounded, see above */
+        base_b = b - (N - 1) + 1;
     } else if (b - (N - 1) > base_b) {
         int64_t shift = b - (N - 1) - base_b;
         memmove(s->counts, s->counts + shift, (size_t)(N - shift) * sizeof(s->counts[0]));

@@ -6,8 +6,12 @@
  * Admits iff count + cost <= limit. Known flaw, by design: a client may spend the whole
  * limit at the end of one window and again at the start of the next, so up to 2x the
  * limit passes within period_ns around a boundary. Use it for long windows, not bursts.
- * Windows follow the wall clock: a step forward ends one early, a step back keeps the
- * stored window (and its count) in force until the clock catches up.
+ * Time steps: windows are calendar alignment, so they follow the wall clock. A step
+ * forward ends the stored window early (the key gains at most one fresh window). A
+ * stored window later than the wall clock's (the clock stepped back, or a snapshot from a
+ * host whose clock was ahead) is state from the future: its count is kept but moved into
+ * the window in force now, so the key waits at most until that window ends (<= period)
+ * instead of until the wall clock catches up with the stored one.
  */
 #include "algo_impl.h"
 
@@ -20,13 +24,14 @@ int sl_fixed_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf,
     return sl_window_init(out, spec, sizeof(sl_fixed_state));
 }
 
-/* The window in force at `now` and its count. A stored window later than the wall
- * clock's (the wall clock stepped back) stays in force: its count is not forgotten. */
+/* The window in force at `now` and its count. A stored window from the future (the
+ * wall clock stepped back) is clamped to the current window with its count: nothing is
+ * forgotten, and nothing waits longer than one period. */
 static sl_fixed_state current(const sl_limit *lim, const void *state, sluice_time now) {
     sl_fixed_state w = {sl_window_start(now.wall_ns, lim->period_ns), 0};
     if (state != NULL) {
         const sl_fixed_state *s = state;
-        if (s->window_start_ns >= w.window_start_ns) w = *s;
+        if (s->window_start_ns >= w.window_start_ns) w.count = s->count;
     }
     return w;
 }
@@ -49,6 +54,16 @@ static void keep(const void *state, void *next, const sl_fixed_state *w) {
         *(sl_fixed_state *)next = *(const sl_fixed_state *)state;
 }
 
+/* Whether `state` is from the future at `now` (current() moved its count). */
+static bool from_future(const sl_limit *lim, const void *state, sluice_time now) {
+    return state != NULL && ((const sl_fixed_state *)state)->window_start_ns >
+                                sl_window_start(now.wall_ns, lim->period_ns);
+}
+
+/* A rejection or a peek writes back what is stored, except a state from the future: its
+ * clamped form is written (and true returned) so that the store keeps it, and the count
+ * expires with the current window instead of being moved into every window until the
+ * wall clock catches up. */
 bool sl_fixed_decide(const sl_limit *lim, const void *state, void *next, sluice_time now,
                      uint64_t cost, sl_result *r) {
     sl_fixed_state w = current(lim, state, now);
@@ -68,8 +83,12 @@ bool sl_fixed_decide(const sl_limit *lim, const void *state, void *next, sluice_
             return true;
         }
     }
-    keep(state, next, &w);
     report(lim, &w, now, r);
+    if (from_future(lim, state, now)) {
+        *(sl_fixed_state *)next = w;
+        return true;
+    }
+    keep(state, next, &w);
     return false;
 }
 
@@ -88,12 +107,12 @@ void sl_fixed_settle(const sl_limit *lim, const void *state, void *next, sluice_
     sl_fixed_decide(lim, next, next, now, 0, r);
 }
 
-/* Fresh once the window has passed (or at once when it counted nothing). */
+/* Fresh once the window in force has passed (or at once when it counted nothing). */
 int64_t sl_fixed_fresh_at(const sl_limit *lim, const void *state, sluice_time now) {
     if (state == NULL) return now.mono_ns;
-    const sl_fixed_state *s = state;
-    if (s->count == 0) return now.mono_ns;
-    i128 at = (i128)now.mono_ns + ((i128)s->window_start_ns + lim->period_ns - now.wall_ns);
+    sl_fixed_state w = current(lim, state, now);
+    if (w.count == 0) return now.mono_ns;
+    i128 at = (i128)now.mono_ns + ((i128)w.window_start_ns + lim->period_ns - now.wall_ns);
     if (at < now.mono_ns) return now.mono_ns;
     return at > INT64_MAX ? INT64_MAX : (int64_t)at;
 }
@@ -105,13 +124,13 @@ void sl_fixed_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
     (void)delta_ns;
 }
 
-/* The count of the window in force, min(count, count * new_limit / old_limit), in the
- * window of the new period that contains now. */
+/* The count of the window in force, clamped to the new limit (absolute usage: raising a
+ * limit and reverting it changes nothing), in the window of the new period containing
+ * now. */
 void sl_fixed_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
                     sluice_time now) {
     sl_fixed_state w = current(old, state, now);
-    uint64_t used = w.count;
-    if (lim->limit < old->limit) used = (uint64_t)((unsigned __int128)used * lim->limit / old->limit);
+    uint64_t used = w.count < lim->limit ? w.count : lim->limit;
     sl_fixed_state n = {sl_window_start(now.wall_ns, lim->period_ns), used};
     if (lim->period_ns == old->period_ns) n.window_start_ns = w.window_start_ns;
     *(sl_fixed_state *)next = n;

@@ -2,11 +2,15 @@
  * gcra.c -- the generic cell rate algorithm, as redis-cell and go-redis/redis_rate run it
  * (SPECS.md §5, §6.2). State: one monotonic timestamp, the TAT. T = period_ns / limit
  * (ns, truncated like redis-cell); B = burst, or limit when burst is 0. Admits iff
- * new_tat - B*T <= now, i.e. exactly the admissions of a token bucket of B tokens
- * refilled one per T. redis-cell's max_burst=N is our burst N+1 (it admits N+1 from idle).
- * Arithmetic is in __int128 and stored times are clamped, so no input overflows.
- * One deliberate difference from redis-cell: it tests diff truncated to whole seconds
- * (so it may admit up to 1 s early); we test diff < 0 in ns, as SPECS §6.2 states it.
+ * new_tat - B*T <= now (diff >= 0 in ns, as redis-cell since 0.2.2 and SPECS §6.2), i.e.
+ * exactly the admissions of a token bucket of B tokens refilled one per T. redis-cell's
+ * max_burst=N is our burst N+1 (it admits N+1 from idle). Arithmetic is in __int128 and
+ * stored times are clamped, so no input overflows.
+ * `remaining` is floor((B*T - (TAT - now)) / T) in ns. redis-cell (every version through
+ * 0.5) computes it from whole microseconds instead, trunc(trunc_us(B*T - ttl) /
+ * trunc_us(T)), which can be one more (T = 142857142 ns is divided as 142857 us). Limits
+ * made for CL.THROTTLE (sl_gcra_cell_init, lim->cell) reproduce that formula; every other
+ * GCRA keeps the exact one. See docs/algorithms.md for what else differs.
  */
 #include "algo_impl.h"
 
@@ -14,8 +18,10 @@ typedef __int128 i128;
 
 /* The TAT is kept at most this far ahead of now (charges past the limit: debt). */
 #define GCRA_MAX_AHEAD (INT64_MAX / 4)
-/* Largest B*T accepted by init. */
+/* Largest B*T accepted by init (29 years), and for CL.THROTTLE (146 years: redis-cell
+ * takes anything whose B*T fits in an i64; the 128-bit path keeps these exact). */
 #define GCRA_MAX_DVT (INT64_MAX / 8)
+#define GCRA_CELL_MAX_DVT (INT64_MAX / 2)
 
 /* floor(a / b) for a >= 0, b > 0. Why: a 128-bit division is a libgcc call (__divti3,
  * ~25-40 instructions and a slow divide) even when both operands are small, which is
@@ -60,6 +66,60 @@ int sl_gcra_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf,
     out->emission_ns = t;
     out->state_size = sizeof(sl_gcra_state);
     return SLUICE_OK;
+}
+
+/*
+ * CL.THROTTLE parameters, as redis-cell derives them (cell/mod.rs): T = (ns as f64 /
+ * count as f64) as i64, DVT = T * (max_burst + 1), limit max_burst + 1. For periods below
+ * 2^53 ns (104 days) the f64 quotient truncates to floor(ns / count) exactly (a rounding
+ * up to the next integer needs (count - rem) * (2^53 - 1) <= ns), which is what is used;
+ * longer periods may differ by the f64 rounding of ns itself. T = 0 is redis-cell's "Zero
+ * rates are not supported". No 0.01% accuracy check: redis-cell's T is truncated too.
+ */
+int sl_gcra_cell_init(sl_limit *out, int64_t max_burst, int64_t count, int64_t period_s,
+                      char *errbuf, size_t errbuf_len) {
+    if (out == NULL) return SLUICE_EINVAL;
+    memset(out, 0, sizeof(*out));
+    if (max_burst < 0 || count <= 0 || period_s <= 0 || max_burst >= INT64_MAX - 1 ||
+        period_s > INT64_MAX / SLUICE_NS_PER_S)
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL,
+                             "CL.THROTTLE needs max_burst >= 0, count >= 1 and period >= 1");
+    int64_t p = period_s * SLUICE_NS_PER_S, t = p / count;
+    if (t <= 0)
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "Zero rates are not supported");
+    if ((i128)(max_burst + 1) * t > GCRA_CELL_MAX_DVT)
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE,
+                             "burst %lld at one per %lld ns spans more than %lld ns",
+                             (long long)(max_burst + 1), (long long)t,
+                             (long long)GCRA_CELL_MAX_DVT);
+    out->algo = SLUICE_GCRA;
+    out->limit = (uint64_t)count;
+    out->capacity = (uint64_t)max_burst + 1;
+    out->period_ns = p;
+    out->emission_ns = t;
+    out->state_size = sizeof(sl_gcra_state);
+    out->cell = true;
+    return SLUICE_OK;
+}
+
+/*
+ * redis-cell's remaining (cell/mod.rs, unchanged from 0.2 to 0.5): next = DVT - ttl, and
+ * if next > -T, (next.whole_microseconds() as f64 / T.whole_microseconds() as f64) as i64,
+ * else 0. Both operands are below 2^53 (next <= DVT <= 2^62 ns: in us, below 2^53), so the f64
+ * quotient truncates to the integer quotient exactly (same argument as above); a T below
+ * 1 us divides by zero in f64: +inf saturates to INT64_MAX, NaN (0/0) casts to 0. Here
+ * ttl is reset_after_ns (TAT - now, or new TAT - now when admitted).
+ */
+__attribute__((noinline, cold)) static void cell_remaining(const sl_limit *lim, sl_result *r) {
+    int64_t T = lim->emission_ns;
+    i128 next = (i128)lim->capacity * T - r->reset_after_ns;
+    if (next <= -(i128)T) {
+        r->remaining = 0;
+        return;
+    }
+    int64_t a = (int64_t)(next / 1000), b = T / 1000; /* whole_microseconds: toward zero */
+    if (b == 0) r->remaining = a > 0 ? (uint64_t)INT64_MAX : 0;
+    else r->remaining = a > 0 ? (uint64_t)(a / b) : 0;
 }
 
 /* The stored TAT, or now for a fresh key or a TAT already in the past. */
@@ -120,10 +180,24 @@ static inline bool decide64(const sl_limit *lim, const void *state, void *next, 
     return true;
 }
 
+static bool decide128(const sl_limit *lim, const void *state, void *next, sluice_time now,
+                      uint64_t cost, sl_result *r);
+
+/* The 64-bit path first (nearly every call); the 128-bit one and redis-cell's remaining
+ * are kept out of line so that the common path stays as short as it was without them. */
 bool sl_gcra_decide(const sl_limit *lim, const void *state, void *next, sluice_time now,
                     uint64_t cost, sl_result *r) {
     bool changed;
-    if (decide64(lim, state, next, now.mono_ns, cost, r, &changed)) return changed;
+    if (__builtin_expect(!decide64(lim, state, next, now.mono_ns, cost, r, &changed), 0))
+        changed = decide128(lim, state, next, now, cost, r);
+    if (__builtin_expect(lim->cell, 0)) cell_remaining(lim, r);
+    return changed;
+}
+
+/* The same decision in 128-bit arithmetic, for values decide64 refuses. */
+__attribute__((noinline)) static bool decide128(const sl_limit *lim, const void *state,
+                                                void *next, sluice_time now, uint64_t cost,
+                                                sl_result *r) {
     int64_t t = now.mono_ns;
     i128 tat = tat_at(state, t);
     memset(r, 0, sizeof(*r));
@@ -183,17 +257,17 @@ void sl_gcra_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
 }
 
 /*
- * "Used" is the TAT debt d = TAT - now, i.e. d/T_old units. New usage
- * min(u, u * B_new / B_old) units, i.e. a debt of that times T_new (truncated to the ns).
+ * "Used" is the TAT debt d = TAT - now, i.e. u = d/T_old units (fractions kept). It is
+ * carried as an absolute amount clamped to the new capacity: a debt of min(u, B_new)
+ * times T_new (truncated to the ns), so raising a limit and reverting it changes nothing.
  */
 void sl_gcra_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
                    sluice_time now) {
     int64_t t = now.mono_ns;
     i128 d = tat_at(state, t) - t;
+    i128 cap = (i128)lim->capacity * lim->emission_ns;
+    /* d <= GCRA_MAX_AHEAD and T_new <= GCRA_MAX_DVT: the product fits in 128 bits */
     i128 keep = d * lim->emission_ns / old->emission_ns;
-    if (lim->capacity < old->capacity)
-        keep = d * lim->emission_ns * (i128)lim->capacity /
-               ((i128)old->emission_ns * (i128)old->capacity);
-    if (keep > GCRA_MAX_AHEAD) keep = GCRA_MAX_AHEAD;
+    if (keep > cap) keep = cap;
     ((sl_gcra_state *)next)->tat_ns = clamp64((i128)t + keep);
 }

@@ -150,13 +150,14 @@ void sl_leaky_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
     s->last_ns = clamp64((i128)s->last_ns + delta_ns);
 }
 
-/* The level is what is used: min(level, level * new_capacity / old_capacity). */
+/* The level is what is used: kept as it is, clamped to the new capacity (absolute usage:
+ * raising a limit and reverting it changes nothing). */
 void sl_leaky_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
                     sluice_time now) {
     int64_t t = now.mono_ns;
     sl_leaky_state s = load(state, t);
     i128 level = level_at(old, &s, t);
-    if (lim->capacity < old->capacity) level = level * lim->capacity / old->capacity;
+    if (level > (i128)lim->capacity * SL_MICRO) level = (i128)lim->capacity * SL_MICRO;
     sl_leaky_state n = {t, (int64_t)level};
     *(sl_leaky_state *)next = n;
 }

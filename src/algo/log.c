@@ -148,14 +148,14 @@ void sl_log_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
     }
 }
 
-/* Keeps the newest min(used, used * new_limit / old_limit) live entries (timestamps are
- * absolute, so a new window length applies to them as they are). */
+/* Keeps the newest min(used, new_limit) live entries: absolute usage, so raising a limit
+ * and reverting it changes nothing (timestamps are absolute, so a new window length
+ * applies to them as they are). */
 void sl_log_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
                   sluice_time now) {
     live_log l;
     load(old, state, now.mono_ns, &l);
     uint64_t used = l.n;
-    if (lim->limit < old->limit) used = used * lim->limit / old->limit;
     if (used > lim->limit) used = lim->limit;
     uint32_t drop = l.n - (uint32_t)used;
     memmove(l.ts, l.ts + drop, sizeof(int64_t) * used);

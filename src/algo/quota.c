@@ -4,6 +4,12 @@
  * The state is (period start in UTC seconds, used); a later period starts at 0. Period
  * boundaries come from sl_cal_* (tz.c), so 23- and 25-hour days and month lengths are
  * exact. Retry-after of a refused request is the start of the next period.
+ * Time steps: periods are calendar alignment, so they follow the wall clock. A stored
+ * period later than the wall clock's (a step back, or a snapshot from a host whose clock
+ * was ahead) is state from the future: its `used` is moved into the period in force now
+ * and written back, so a key waits at most until that period ends (one period) instead of
+ * until the wall clock reaches the stored one; a step forward into a later period starts
+ * it fresh (at most one fresh period gained).
  */
 #include "algo_impl.h"
 #include "tz.h"
@@ -22,19 +28,28 @@ static int64_t until(int64_t s, sluice_time now) {
     return __builtin_sub_overflow(ns, now.wall_ns, &d) ? INT64_MAX : d;
 }
 
-/* The state in effect at `now`: the stored one while its period lasts, else a fresh
- * one for the current period. If the wall clock stepped back into an earlier period,
- * the stored (later) period is kept: a clock step must not hand out a second budget.
- * Both cases are "now is before the stored period's end", which costs one calendar
- * computation on the common path. *end receives the end of the returned period. */
-static sl_quota_state current(const sl_limit *lim, const void *state, sluice_time now, int64_t *end) {
+/* The state in effect at `now`: the stored one while its period lasts (one calendar
+ * computation on the common path), else a fresh one for the current period. A stored
+ * period that has not begun yet (the wall clock stepped back into an earlier period) is
+ * from the future: its usage is kept, in the period in force now (*future is set), so a
+ * clock step hands out no second budget and blocks nobody for longer than one period.
+ * *end receives the end of the returned period. */
+static sl_quota_state current(const sl_limit *lim, const void *state, sluice_time now,
+                              int64_t *end, bool *future) {
     int64_t t = wall_s(now);
+    uint64_t used = 0;
+    *future = false;
     if (state != NULL) {
         const sl_quota_state *old = state;
-        *end = sl_cal_period_next(lim->tz, lim->quota_period, old->period_start_s);
-        if (t < *end) return *old;
+        if (t >= old->period_start_s) {
+            *end = sl_cal_period_next(lim->tz, lim->quota_period, old->period_start_s);
+            if (t < *end) return *old;
+        } else {
+            used = old->used;
+            *future = true;
+        }
     }
-    sl_quota_state s = {sl_cal_period_start(lim->tz, lim->quota_period, t), 0};
+    sl_quota_state s = {sl_cal_period_start(lim->tz, lim->quota_period, t), used};
     *end = sl_cal_period_next(lim->tz, lim->quota_period, t);
     return s;
 }
@@ -65,14 +80,15 @@ int sl_quota_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf, si
 bool sl_quota_decide(const sl_limit *lim, const void *state, void *next, sluice_time now,
                      uint64_t cost, sl_result *r) {
     int64_t end;
-    sl_quota_state s = current(lim, state, now, &end);
+    bool future;
+    sl_quota_state s = current(lim, state, now, &end, &future);
     bool fits = cost <= lim->limit && s.used <= lim->limit - cost;
     if (fits) s.used += cost;
     report(lim, &s, end, now, r);
     r->allowed = fits;
     if (!fits) r->retry_after_ns = cost > lim->limit ? SLUICE_NEVER : r->reset_after_ns;
     *(sl_quota_state *)next = s;
-    return fits && cost > 0;
+    return (fits && cost > 0) || future; /* a clamped future state must be written back */
 }
 
 /* A charge lands in the current period even past the limit (the work was done); a
@@ -80,7 +96,8 @@ bool sl_quota_decide(const sl_limit *lim, const void *state, void *next, sluice_
 void sl_quota_settle(const sl_limit *lim, const void *state, void *next, sluice_time now,
                      int64_t delta, sl_result *r) {
     int64_t end;
-    sl_quota_state s = current(lim, state, now, &end);
+    bool future;
+    sl_quota_state s = current(lim, state, now, &end, &future);
     if (delta > 0) {
         s.used = s.used > UINT64_MAX - (uint64_t)delta ? UINT64_MAX : s.used + (uint64_t)delta;
     } else if (delta < 0) {
@@ -93,9 +110,13 @@ void sl_quota_settle(const sl_limit *lim, const void *state, void *next, sluice_
 }
 
 int64_t sl_quota_fresh_at(const sl_limit *lim, const void *state, sluice_time now) {
-    const sl_quota_state *s = state;
-    if (s == NULL || s->used == 0) return now.mono_ns;
-    int64_t d = until(sl_cal_period_next(lim->tz, lim->quota_period, s->period_start_s), now), t;
+    if (state == NULL) return now.mono_ns;
+    int64_t end, t;
+    bool future;
+    sl_quota_state s = current(lim, state, now, &end, &future);
+    if (s.used == 0) return now.mono_ns;
+    int64_t d = until(end, now);
+    if (d <= 0) return now.mono_ns;
     return __builtin_add_overflow(now.mono_ns, d, &t) ? INT64_MAX : t;
 }
 
@@ -103,16 +124,18 @@ void sl_quota_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
     (void)lim, (void)state, (void)delta_ns; /* wall-clock based: nothing monotonic inside */
 }
 
-/* Raising the budget keeps what was used; lowering it keeps the fraction used. A change
- * of period or zone carries `used` into the new period that contains now. */
+/* The units used are kept as they are, clamped to the new budget (absolute usage:
+ * raising a budget and reverting it changes nothing; lowering it below what was used
+ * leaves the key exhausted). A change of period or zone carries `used` into the new
+ * period that contains now. */
 void sl_quota_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
                     sluice_time now) {
     int64_t end, old_end;
-    sl_quota_state s = current(lim, NULL, now, &end);
-    if (state != NULL && old->limit > 0) {
-        sl_quota_state o = current(old, state, now, &old_end);
-        unsigned __int128 scaled = (unsigned __int128)o.used * lim->limit / old->limit;
-        s.used = scaled < o.used ? (uint64_t)scaled : o.used;
+    bool future;
+    sl_quota_state s = current(lim, NULL, now, &end, &future);
+    if (state != NULL) {
+        sl_quota_state o = current(old, state, now, &old_end, &future);
+        s.used = o.used < lim->limit ? o.used : lim->limit;
         if (old->quota_period == lim->quota_period && old->tz == lim->tz) s.period_start_s = o.period_start_s;
     }
     *(sl_quota_state *)next = s;

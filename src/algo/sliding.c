@@ -11,8 +11,12 @@
  * far that tail is above uniform, so it is 0 for uniform traffic and below limit (total
  * < 2 * limit) when all of a full previous window sits at its very end. Symmetrically it
  * refuses early when the previous window's traffic was front-loaded.
- * Windows follow the wall clock: a step forward ends them early, a step back keeps the
- * stored window in force (nothing is forgotten).
+ * Time steps: windows follow the wall clock (calendar alignment). A step forward ends
+ * them early (at most one fresh window gained). A stored window later than the wall
+ * clock's (a step back, or a snapshot from a host whose clock was ahead) is state from
+ * the future: both counts are kept but moved to the windows in force now, and that
+ * clamped state is written back by the next decision, so no key waits for the wall clock
+ * to catch up (the longest wait stays what the estimator gives: below 2 windows).
  */
 #include "algo_impl.h"
 
@@ -36,13 +40,13 @@ static int64_t clamp64(i128 v) {
 }
 
 /* The two windows in force at `now`. A stored window later than the wall clock's (it
- * stepped back) stays in force, at elapsed 0 until the clock catches up. */
+ * stepped back) is state from the future: its counts move to the windows in force. */
 static sl_sliding_state current(const sl_limit *lim, const void *state, sluice_time now) {
     int64_t ws = sl_window_start(now.wall_ns, lim->period_ns);
     sl_sliding_state w = {ws, 0, 0};
     if (state == NULL) return w;
     const sl_sliding_state *s = state;
-    if (s->window_start_ns >= ws) w = *s;
+    if (s->window_start_ns >= ws) w.cur = s->cur, w.prev = s->prev;
     else if ((i128)s->window_start_ns + lim->period_ns == ws) w.prev = s->cur;
     if (w.cur > SLIDING_COUNT_MAX) w.cur = SLIDING_COUNT_MAX;
     if (w.prev > SLIDING_COUNT_MAX) w.prev = SLIDING_COUNT_MAX;
@@ -124,11 +128,16 @@ bool sl_sliding_decide(const sl_limit *lim, const void *state, void *next, sluic
             return true;
         }
     }
+    report(lim, &w, now, r);
+    /* A state from the future is written back clamped (see the top of the file). */
+    if (state != NULL && ((const sl_sliding_state *)state)->window_start_ns > w.window_start_ns) {
+        *(sl_sliding_state *)next = w;
+        return true;
+    }
     if (state == NULL)
         *(sl_sliding_state *)next = w;
     else if (state != next)
         *(sl_sliding_state *)next = *(const sl_sliding_state *)state;
-    report(lim, &w, now, r);
     return false;
 }
 
@@ -150,7 +159,8 @@ void sl_sliding_settle(const sl_limit *lim, const void *state, void *next, sluic
 
 int64_t sl_sliding_fresh_at(const sl_limit *lim, const void *state, sluice_time now) {
     if (state == NULL) return now.mono_ns;
-    const sl_sliding_state *s = state;
+    sl_sliding_state w = current(lim, state, now);
+    const sl_sliding_state *s = &w;
     i128 fresh = s->cur > 0 ? (i128)s->window_start_ns + 2 * (i128)lim->period_ns
                  : s->prev > 0 ? (i128)s->window_start_ns + lim->period_ns
                                : (i128)now.wall_ns;
@@ -164,15 +174,14 @@ void sl_sliding_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
     (void)delta_ns;
 }
 
-/* Both counts scaled by min(1, new_limit / old_limit). With a new window length the
- * counts are placed in the new windows containing now and the one before. */
+/* Both counts kept as they are, clamped to the new limit (absolute usage: raising a
+ * limit and reverting it changes nothing). With a new window length the counts are
+ * placed in the new windows containing now and the one before. */
 void sl_sliding_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
                       sluice_time now) {
     sl_sliding_state w = current(old, state, now);
-    if (lim->limit < old->limit) {
-        w.cur = (uint64_t)((unsigned __int128)w.cur * lim->limit / old->limit);
-        w.prev = (uint64_t)((unsigned __int128)w.prev * lim->limit / old->limit);
-    }
+    if (w.cur > lim->limit) w.cur = lim->limit;
+    if (w.prev > lim->limit) w.prev = lim->limit;
     if (lim->period_ns != old->period_ns) w.window_start_ns = sl_window_start(now.wall_ns, lim->period_ns);
     *(sl_sliding_state *)next = w;
 }

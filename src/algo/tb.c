@@ -234,16 +234,16 @@ void sl_tb_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
     s->last_ns = clamp64((i128)s->last_ns + delta_ns);
 }
 
-/* used = capacity - tokens (consumed tokens, debt included), kept as
- * min(used, used * new_capacity / old_capacity). */
+/* used = capacity - tokens (consumed tokens, debt included) at now under the old rate,
+ * kept as an absolute amount clamped to the new capacity: raising a limit and reverting
+ * it changes nothing; debt beyond the new capacity is forgiven. */
 void sl_tb_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
                  sluice_time now) {
     int64_t t = now.mono_ns;
     sl_tb_state s = load(old, state, t);
     i128 used = (i128)cap_u(old) - tokens_at(old, &s, t);
-    if (lim->capacity < old->capacity) used = used * (i128)lim->capacity / (i128)old->capacity;
+    if (used > cap_u(lim)) used = cap_u(lim);
     i128 tok = (i128)cap_u(lim) - used;
-    if (tok < TB_DEBT_MIN) tok = TB_DEBT_MIN;
     sl_tb_state *n = next;
     n->last_ns = t;
     n->tokens_u = (int64_t)tok;

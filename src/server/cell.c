@@ -6,13 +6,42 @@
  * for known parameters takes no lock beyond the store's shard lock.
  * Bound: SL_CELL_CAP sets (3/4 used at most); beyond it new sets are refused with an
  * error rather than evicting a limiter another thread may be using.
- * Difference from redis-cell: state is per key *and* parameter set, so calling one key
- * with two different rates keeps two counters (redis-cell would share one TAT).
+ * The limiters are GCRA in redis-cell mode (sl_gcra_cell_init: T and `remaining` as
+ * redis-cell computes them); the reply's seconds are rounded here (sl_cell_round_s).
+ * Differences from redis-cell that remain are listed in docs/algorithms.md; the one made
+ * here: state is per key *and* parameter set, so calling one key with two different
+ * rates keeps two counters (redis-cell would share one TAT).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "algo/limiter.h"
 #include "server/server.h"
+
+/* A sluice_limiter holding redis-cell-mode GCRA parameters (what sluice_limiter_create
+ * builds from a spec, with the CL.THROTTLE arithmetic; freed by sluice_limiter_destroy). */
+static sluice_limiter *cell_limiter(const char *name, int64_t max_burst, int64_t count,
+                                    int64_t period_s, int *err) {
+    sluice_limiter *l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        *err = SLUICE_ENOMEM;
+        return NULL;
+    }
+    size_t n = strnlen(name, sizeof(l->name) - 1);
+    memcpy(l->name, name, n);
+    *err = sl_gcra_cell_init(&l->lim, max_burst, count, period_s, NULL, 0);
+    if (*err != SLUICE_OK) {
+        free(l);
+        return NULL;
+    }
+    l->spec.algo = SLUICE_GCRA;
+    l->spec.name = l->name;
+    l->spec.limit = l->lim.limit;
+    l->spec.period_ns = l->lim.period_ns;
+    l->spec.burst = l->lim.capacity;
+    return l;
+}
 
 void sl_cell_init(sl_cell_cache *cc) {
     memset(cc, 0, sizeof(*cc));
@@ -65,14 +94,7 @@ const sluice_limiter *sl_cell_get(sl_server *s, int64_t max_burst, int64_t count
             char name[96];
             snprintf(name, sizeof(name), "cl.throttle/%lld/%lld/%lld", (long long)max_burst,
                      (long long)count, (long long)period_s);
-            sluice_limit_spec spec;
-            memset(&spec, 0, sizeof(spec));
-            spec.algo = SLUICE_GCRA;
-            spec.name = name;
-            spec.limit = (uint64_t)count;
-            spec.period_ns = period_s * SLUICE_NS_PER_S;
-            spec.burst = (uint64_t)max_burst + 1;
-            sluice_limiter *nl = sluice_limiter_create(&spec, err, NULL, 0);
+            sluice_limiter *nl = cell_limiter(name, max_burst, count, period_s, err);
             if (nl && (*err = sluice_store_register(s->store, nl)) != 0) {
                 sluice_limiter_destroy(nl);
                 nl = NULL;
@@ -92,6 +114,11 @@ const sluice_limiter *sl_cell_get(sl_server *s, int64_t max_burst, int64_t count
     return l;
 }
 
+/* A reply's whole seconds as redis-cell 0.4+ rounds them (lib.rs): `as_seconds_f64() as
+ * i64`, plus 1 when `subsec_milliseconds() > 0`, i.e. up only when at least 1 ms is left
+ * over (redis-cell 0.3.1 added 1 whenever the duration was >= 1 ms, earlier versions
+ * truncated). Durations here are >= 0 (a negative or zero one answers 0); from 2^24 s (194
+ * days) on, redis-cell's f64 may round .999999999 up once more: not reproduced. */
 int64_t sl_cell_round_s(int64_t ns) {
     if (ns <= 0) return 0;
     int64_t s = ns / SLUICE_NS_PER_S;

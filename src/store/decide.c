@@ -232,14 +232,14 @@ SL_NO_SLP SL_INLINE int one_run(sluice_store *st, const sluice_item *it, const s
     int rc = SLUICE_OK;
     if (e != NULL) {
         void *s = sl_entry_state(e);
-        uint16_t stamp = SL_TOUCH(*nowp);
-        if (e->touch != stamp) e->touch = stamp;
         if (it->cost > 0) {
             algo_decide(l, s, s, *nowp, it->cost, &r);
         } else {
             uint64_t scratch[SL_STORE_SMALL_STATE / 8];
             algo_decide(l, s, scratch, *nowp, 0, &r);
         }
+        /* eviction hints: last use, uses, limited, time to fresh */
+        sl_entry_touch(e, nowp->mono_ns, r.remaining == 0, r.reset_after_ns);
     } else {
         uint64_t next[SL_STORE_SMALL_STATE / 8];
         bool ch = algo_decide(l, NULL, next, *nowp, it->cost, &r);
@@ -247,8 +247,11 @@ SL_NO_SLP SL_INLINE int one_run(sluice_store *st, const sluice_item *it, const s
             sl_keep keep = {loc->k0, loc->k1, loc->fam};
             bool moved = false;
             rc = sl_store_reserve(st, loc, *nowp, &keep, 1, &moved);
-            if (rc == SLUICE_OK)
-                memcpy(sl_entry_state(sl_table_insert(st, loc, *nowp)), next, l->state_size);
+            if (rc == SLUICE_OK) {
+                void *ne = sl_table_insert(st, loc, *nowp);
+                memcpy(sl_entry_state(ne), next, l->state_size);
+                sl_entry_touch(ne, nowp->mono_ns, r.remaining == 0, r.reset_after_ns);
+            }
         }
     }
     sl_shard_unlock(loc->sh);
@@ -426,9 +429,12 @@ static int decide_general(sluice_store *st, const sl_sitem *items, size_t n, uns
     sl_group_decide(&g);
     *out = g.res;
 
-    uint16_t stamp = SL_TOUCH(now);
-    for (size_t k = 0; k < nk; k++)
-        if (c[first[k]].entry != NULL) ((sl_ehdr *)c[first[k]].entry)->touch = stamp;
+    /* eviction hints, once per key (its first item's answer) */
+    for (size_t k = 0; k < nk; k++) {
+        const sluice_result *ri = &out->r[first[k]];
+        if (c[first[k]].entry != NULL)
+            sl_entry_touch(c[first[k]].entry, now.mono_ns, ri->remaining == 0, ri->reset_after_ns);
+    }
     bool any_new = false, any = false;
     for (size_t k = 0; k < nk; k++) {
         if (g.final[k] == stored[k]) continue;
@@ -473,6 +479,8 @@ static int decide_general(sluice_store *st, const sl_sitem *items, size_t n, uns
         if (stored[k] != NULL || g.final[k] == NULL) continue;
         void *e = sl_table_insert(st, &c[i].loc, now);
         memcpy(sl_entry_state(e), g.final[k], lims[i].state_size);
+        const sluice_result *ri = &out->r[i];
+        sl_entry_touch(e, now.mono_ns, ri->remaining == 0, ri->reset_after_ns);
     }
     unlock_shards(locked, m);
     return SLUICE_OK;
@@ -536,7 +544,7 @@ int sluice_settle(sluice_store *st, const sluice_limiter *lim, const void *key, 
     sl_algo_settle(l, e != NULL ? sl_entry_state(e) : NULL, next.b, now, delta, &r);
     if (e != NULL) {
         memcpy(sl_entry_state(e), next.b, l->state_size);
-        e->touch = SL_TOUCH(now);
+        sl_entry_touch(e, now.mono_ns, r.remaining == 0, r.reset_after_ns);
     } else if (delta > 0) {
         /* a charge on a key with no state (expired, or never decided): store it */
         sl_keep keep = {o.c.loc.k0, o.c.loc.k1, o.c.loc.fam};
@@ -545,6 +553,7 @@ int sluice_settle(sluice_store *st, const sluice_limiter *lim, const void *key, 
         if (rc == SLUICE_OK) {
             void *ne = sl_table_insert(st, &o.c.loc, now);
             memcpy(sl_entry_state(ne), next.b, l->state_size);
+            sl_entry_touch(ne, now.mono_ns, r.remaining == 0, r.reset_after_ns);
         }
     }
     unlock_shards(o.locked, o.m);
@@ -564,7 +573,8 @@ int sluice_release(sluice_store *st, const sluice_limiter *lim, const void *key,
         big_state next;
         if (sl_conc_release(l, sl_entry_state(e), next.b, now, lease)) {
             memcpy(sl_entry_state(e), next.b, l->state_size);
-            e->touch = SL_TOUCH(now);
+            sl_entry_touch(e, now.mono_ns, false,
+                           sl_algo_fresh_at(l, sl_entry_state(e), now) - now.mono_ns);
             rc = SLUICE_OK;
         }
     }

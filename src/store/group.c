@@ -31,7 +31,7 @@ size_t sl_group_keys(size_t n, bool (*same)(const void *ctx, size_t a, size_t b)
 
 /* Decides the items of group `grp` on the states in cur (chaining repeats); true when
  * every item admitted. */
-static bool run_group(sl_group_run *g, unsigned grp, const void **cur, bool *decided) {
+static bool run_group(sl_group_run *g, unsigned grp, const void **cur, bool *decided, bool *norm) {
     bool all = true;
     for (size_t i = 0; i < g->n; i++) {
         const sl_sitem *it = &g->items[i];
@@ -41,6 +41,7 @@ static bool run_group(sl_group_run *g, unsigned grp, const void **cur, bool *dec
         bool ch = sl_algo_decide(&g->lims[i], cur[k], g->work[i], g->now, it->cost, &r);
         if (r.allowed && ch && it->cost > 0) cur[k] = g->work[i];
         if (!r.allowed) all = false;
+        if (norm != NULL) norm[i] = ch && !r.allowed;
         to_public(&r, &g->res.r[i]);
         decided[i] = true;
     }
@@ -58,11 +59,23 @@ void sl_group_decide(sl_group_run *g) {
     }
     g->res.n = g->n;
     g->res.groups_ok = 0;
-    bool all = run_group(g, 0, cur, decided) && !(g->flags & SL_SREQ_REJECT);
+    bool norm[SLUICE_MAX_ITEMS] = {false};
+    bool all = run_group(g, 0, cur, decided, norm) && !(g->flags & SL_SREQ_REJECT);
     g->res.allowed = all ? 1 : 0;
     if (!all) {
-        /* nothing of group 0 stands; charges are counted on the stored states */
+        /* nothing of group 0 stands; charges are counted on the stored states. A refused
+         * item whose algorithm normalised its key's state (a state from the future, after
+         * a clock step, clamped into the window in force) keeps that, so the clamp is
+         * done once, not again at every decision: only for a key decided by that one item
+         * (nothing else of it to keep apart) and not charged. */
         for (size_t k = 0; k < g->nkeys; k++) cur[k] = g->stored[k];
+        for (size_t i = 0; i < g->n; i++) {
+            const sl_sitem *it = &g->items[i];
+            if (!norm[i] || it->group != 0 || (it->flags & SL_SI_CHARGE)) continue;
+            bool alone = true;
+            for (size_t j = 0; j < g->n && alone; j++) alone = j == i || g->kidx[j] != g->kidx[i];
+            if (alone) cur[g->kidx[i]] = g->work[i];
+        }
         for (size_t i = 0; i < g->n; i++) {
             const sl_sitem *it = &g->items[i];
             if (it->group != 0 || !(it->flags & SL_SI_CHARGE) || it->cost == 0) continue;
@@ -82,7 +95,7 @@ void sl_group_decide(sl_group_run *g) {
     for (unsigned grp = 1; grp <= maxg && grp < SL_SGROUPS; grp++) {
         const void *save[SLUICE_MAX_ITEMS];
         memcpy(save, cur, g->nkeys * sizeof(cur[0]));
-        bool ok = run_group(g, grp, cur, decided);
+        bool ok = run_group(g, grp, cur, decided, NULL);
         if (ok) g->res.groups_ok |= 1u << grp;
         if (ok && all) {
             for (size_t i = 0; i < g->n; i++)

@@ -196,13 +196,45 @@ static inline uint64_t home_of(const sl_table *t, uint64_t k0) {
     return (uint64_t)(((unsigned __int128)k0 * t->nslots) >> 64);
 }
 
-/* Is the entry equivalent to a fresh state at `now` (so dropping it changes nothing)? */
+/* ---- entries, counts ------------------------------------------------------------------ */
+
+/* Is the entry equivalent to a fresh state at `now` (so dropping it changes nothing)?
+ * Asks the algorithm: the hints only say when to ask. */
 static bool entry_fresh(sluice_store *st, sl_ehdr *e, sluice_time now) {
     sl_family *f = sl_store_family(st, e->fam);
     if (f == NULL) return true;
     sl_lver *v = sl_family_cur(f);
     return sl_algo_fresh_at(&v->lim, sl_entry_state(e), now) <= now.mono_ns;
 }
+
+uint32_t sl_entry_meta(const sl_limit *lim, const void *state, sluice_time now, uint32_t age,
+                       uint32_t uses_limited) {
+    if (age > SL_STAMP_MASK) age = SL_STAMP_MASK;
+    uint32_t stamp = (sl_stamp(now.mono_ns) - age) & SL_STAMP_MASK;
+    /* the hint counts from the last use: fresh_at - (now - age units) */
+    int64_t fresh_at = sl_algo_fresh_at(lim, state, now), d;
+    __int128 since = (__int128)fresh_at - now.mono_ns + ((__int128)age << SL_STAMP_SHIFT);
+    d = since > INT64_MAX ? INT64_MAX : since < 0 ? 0 : (int64_t)since;
+    return stamp << 9 | (uses_limited & (SL_META_USES | SL_META_LIMITED)) | sl_fresh_bits(d);
+}
+
+void sl_store_count(sluice_store *st, uint16_t fam, int delta) {
+    sl_family *f = sl_store_family(st, fam);
+    if (f == NULL) return;
+    int64_t before = atomic_fetch_add_explicit(&f->keys, delta, memory_order_relaxed);
+    if (delta > 0 && before == 0)
+        atomic_fetch_add_explicit(&st->active_fams, 1, memory_order_relaxed);
+    else if (delta < 0 && before + delta == 0)
+        atomic_fetch_sub_explicit(&st->active_fams, 1, memory_order_relaxed);
+}
+
+static void fam_stat(sluice_store *st, uint16_t fam, atomic_uint_fast64_t *(*pick)(sl_family *)) {
+    sl_family *f = sl_store_family(st, fam);
+    if (f != NULL) atomic_fetch_add_explicit(pick(f), 1, memory_order_relaxed);
+}
+static atomic_uint_fast64_t *f_expired(sl_family *f) { return &f->expired; }
+static atomic_uint_fast64_t *f_evicted(sl_family *f) { return &f->evicted; }
+static atomic_uint_fast64_t *f_refused(sl_family *f) { return &f->refused; }
 
 static bool kept(const sl_ehdr *e, const sl_keep *keep, size_t nkeep) {
     for (size_t i = 0; i < nkeep; i++)
@@ -228,137 +260,299 @@ static void remove_at(const sl_loc *loc, uint64_t hole) {
     memset(slot_at(loc, hole), 0, t->esize);
 }
 
-void sl_table_remove(sluice_store *st, const sl_loc *loc, void *e) {
-    uint64_t i = (uint64_t)((unsigned char *)e - loc->base) / loc->t->esize;
+/* Removes slot i of loc's shard and every count that held it. */
+static void remove_counted(sluice_store *st, const sl_loc *loc, uint64_t i) {
+    uint16_t fam = ((sl_ehdr *)slot_at(loc, i))->fam;
     remove_at(loc, i);
     loc->sh->count--;
     atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
+    sl_store_count(st, fam, -1);
 }
 
-static bool try_reserve(sluice_store *st, const sl_loc *loc) {
+void sl_table_remove(sluice_store *st, const sl_loc *loc, void *e) {
+    remove_counted(st, loc, (uint64_t)((unsigned char *)e - loc->base) / loc->t->esize);
+}
+
+/* Why false: the shard is at its hard cap (only room in this shard helps), or the store
+ * is at max_keys (room anywhere helps). */
+typedef enum { ROOM_OK, ROOM_SHARD, ROOM_STORE } room;
+
+static room try_reserve(sluice_store *st, const sl_loc *loc) {
     sl_shard *sh = loc->sh;
-    if ((uint64_t)sh->count + sh->reserved >= loc->t->hard_cap) return false;
+    if ((uint64_t)sh->count + sh->reserved >= loc->t->hard_cap) return ROOM_SHARD;
     uint64_t before = atomic_fetch_add_explicit(&st->keys, 1, memory_order_relaxed);
     if (before >= st->max_keys) {
         atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
-        return false;
+        return ROOM_STORE;
     }
     sh->reserved++;
-    return true;
-}
-
-/* Drops every fresh-equivalent entry among the next SL_STORE_SCAN slots from the shard's
- * hand (a slot emptied by a removal is examined again: a later entry may have moved in).
- * Returns how many were dropped. */
-static unsigned drop_fresh(sluice_store *st, const sl_loc *loc, sluice_time now,
-                           const sl_keep *keep, size_t nkeep) {
-    uint64_t n = loc->t->nslots, i = loc->sh->hand % n;
-    unsigned dropped = 0, looked = 0;
-    while (looked < SL_STORE_SCAN && looked < n) {
-        sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
-        if (e->fam != 0 && !kept(e, keep, nkeep) && entry_fresh(st, e, now)) {
-            remove_at(loc, i);
-            loc->sh->count--;
-            atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
-            dropped++;
-            continue; /* the hole may have been refilled */
-        }
-        looked++;
-        if (++i == n) i = 0;
-    }
-    loc->sh->hand = (uint32_t)i;
-    loc->sh->expired += dropped;
-    return dropped;
-}
-
-/* Capacity is shared by every size class, so when the new key's shard has nothing
- * fresh, one shard of each other table (picked by the new key's hash) is scanned too.
- * Only with a try-lock: we hold locks in address order and must not wait out of order
- * (a shard we hold ourselves, or a busy one, is skipped). */
-static unsigned drop_fresh_elsewhere(sluice_store *st, const sl_loc *loc, sluice_time now,
-                                     const sl_keep *keep, size_t nkeep) {
-    unsigned nt = __atomic_load_n(&st->ntables, __ATOMIC_ACQUIRE), dropped = 0;
-    for (unsigned ti = 0; ti < nt && dropped == 0; ti++) {
-        sl_table *t = __atomic_load_n(&st->tables[ti], __ATOMIC_ACQUIRE);
-        if (t == loc->t) continue;
-        uint32_t s = (loc->k1 >> 16) & t->shard_mask;
-        sl_shard *sh = &t->shards[s];
-        if (atomic_exchange_explicit(&sh->lock, 1, memory_order_acquire)) continue;
-        sl_loc o = {.t = t, .sh = sh, .base = t->slots + (size_t)s * t->nslots * t->esize};
-        dropped = drop_fresh(st, &o, now, keep, nkeep);
-        sl_shard_unlock(sh);
-    }
-    return dropped;
-}
-
-/*
- * Sampled LRU: among the SL_STORE_SCAN slots after the hand, the entry with the oldest
- * stamp. Approximation, documented: stamps are 4.3 s units mod 2^16 (ages wrap after
- * ~78 hours, and entries untouched that long usually were dropped as fresh first), and
- * only this shard's window is sampled (keys are hashed uniformly, so the window is a
- * random sample of the shard). The hand advances so successive evictions sample anew.
- */
-static bool evict_lru(sluice_store *st, const sl_loc *loc, sluice_time now, const sl_keep *keep,
-                      size_t nkeep) {
-    uint64_t n = loc->t->nslots, i = loc->sh->hand % n, victim = UINT64_MAX;
-    uint16_t stamp = SL_TOUCH(now), oldest_age = 0;
-    for (unsigned looked = 0; looked < SL_STORE_SCAN && looked < n; looked++) {
-        sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
-        if (e->fam != 0 && !kept(e, keep, nkeep)) {
-            uint16_t age = (uint16_t)(stamp - e->touch);
-            if (victim == UINT64_MAX || age > oldest_age) victim = i, oldest_age = age;
-        }
-        if (++i == n) i = 0;
-    }
-    loc->sh->hand = (uint32_t)i;
-    if (victim == UINT64_MAX) return false;
-    remove_at(loc, victim);
-    loc->sh->count--;
-    atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
-    loc->sh->evicted++;
-    return true;
-}
-
-int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const sl_keep *keep,
-                     size_t nkeep, bool *moved) {
-    if (try_reserve(st, loc)) return SLUICE_OK;
-    /* Up to 4 windows of this shard (the hand moves on each time): a store where only a
-     * few entries are fresh still finds one before anything busy is evicted or a new key
-     * refused. Fresh entries in other shards of this table are not looked at (their locks
-     * are not ours to take here); other tables get one try-locked window each. */
-    for (int w = 0; w < 4; w++) {
-        if (drop_fresh(st, loc, now, keep, nkeep) == 0) continue;
-        *moved = true;
-        if (try_reserve(st, loc)) return SLUICE_OK;
-    }
-    /* other tables' entries never move ours: *moved stays as it is */
-    if (drop_fresh_elsewhere(st, loc, now, keep, nkeep) > 0 && try_reserve(st, loc))
-        return SLUICE_OK;
-    if (st->on_full == SLUICE_EVICT_LRU) {
-        /* Two attempts: the first window may hold only this decision's own keys. */
-        for (int a = 0; a < 2; a++) {
-            if (!evict_lru(st, loc, now, keep, nkeep)) continue;
-            *moved = true;
-            if (try_reserve(st, loc)) return SLUICE_OK;
-        }
-    }
-    loc->sh->refused++;
-    return SLUICE_EFULL;
+    sl_store_count(st, loc->fam, +1);
+    return ROOM_OK;
 }
 
 void sl_store_unreserve(sluice_store *st, const sl_loc *loc) {
     loc->sh->reserved--;
     atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
+    sl_store_count(st, loc->fam, -1);
+}
+
+/* ---- pressure ------------------------------------------------------------------------- */
+
+/*
+ * What a full store does for a new key of family F (the "inserter"):
+ *  1. Fresh-equivalent entries of any family are dropped first: forgetting them changes
+ *     nothing (hinted by the entry's meta, confirmed by its algorithm).
+ *  2. Otherwise one entry is evicted, the cheapest F may take. Shares: each family
+ *     holding keys is guaranteed max_keys / (families holding keys) (equal weights);
+ *     room beyond that is borrowed. A family at or over its share may evict only its
+ *     own entries; one under its share may also evict entries of families over theirs
+ *     (the borrowers), and prefers those to its own at equal cost. So a flood on one
+ *     limiter never evicts a key of a limiter within its share, and takes back at most a
+ *     share's worth from one that borrowed.
+ *  3. Cost, cheapest first: a key seen once (what a key flood is made of), then one
+ *     used repeatedly but idle for more than SL_RECENT, then one used repeatedly and
+ *     recently, and last a limited key (nothing remaining at its last decision); within
+ *     a class the one nearest to fresh (least budget consumed, in powers of two of time),
+ *     then the least recently used (16.8 ms resolution).
+ *  4. With nothing the inserter may take, the new key is refused (SLUICE_EFULL).
+ * Sampled: a scan looks at a window of SL_STORE_SCAN slots at a pseudo-random place of
+ * the shard; up to SL_STORE_WINDOWS windows while no cheap candidate (class 0, not the
+ * inserter's own under its share) has been seen. Why random places and not a sweeping
+ * hand: evicting where a hand passes depletes the slots behind it (a window that held
+ * only protected keys is skipped, the next one pays), so sparse stretches form in which
+ * a protected key is the only candidate; random windows evict uniformly and keep every
+ * part of the shard as dense as the rest. A protected key (class 2 or 3) goes only after
+ * the whole shard and up to 4 other shards of its table had nothing cheaper. Other
+ * shards are taken with a try-lock (decisions hold their locks in address order and must
+ * never wait out of order; a shard that is busy or already ours is skipped).
+ * Every eviction of a non-fresh entry is counted (shard and family): each is a reset.
+ */
+#define SL_STORE_WINDOWS 4
+#define SL_RECENT 256u           /* stamp units (4.3 s): "recently active" */
+#define SCORE_NONE UINT64_MAX
+#define SCORE_CHEAP (UINT64_C(1) << 60) /* below: class 0 and not own-under-share */
+#define SCORE_PROTECTED (UINT64_C(2) << 61) /* from: recently active or limited */
+
+typedef struct press {
+    sluice_store *st;
+    sluice_time now;
+    uint32_t stamp;
+    const sl_keep *keep;
+    size_t nkeep;
+    uint16_t own;
+    bool own_over; /* the inserter is at or over its share: only its own entries */
+    bool rank;     /* eviction allowed (on_full = evict): rank candidates */
+    uint64_t share;
+    unsigned nseen;
+    uint16_t seen[8];
+    bool seen_over[8];
+} press;
+
+static bool fam_over(press *p, uint16_t fam) {
+    for (unsigned i = 0; i < p->nseen; i++)
+        if (p->seen[i] == fam) return p->seen_over[i];
+    sl_family *f = sl_store_family(p->st, fam);
+    bool over = f != NULL &&
+                (uint64_t)atomic_load_explicit(&f->keys, memory_order_relaxed) > p->share;
+    if (p->nseen < 8) p->seen[p->nseen] = fam, p->seen_over[p->nseen++] = over;
+    return over;
+}
+
+/* Units since the last use, and the hinted bound on units from it to fresh. */
+static inline uint32_t age_of(const press *p, uint32_t meta) {
+    return (p->stamp - (meta >> 9)) & SL_STAMP_MASK;
+}
+/* ceil((2^fresh - 1) ns / unit): the state is fresh this many units after its last use
+ * at the latest (an age in whole units undercounts by less than one: fresh from + 1). */
+static inline uint64_t fresh_units(uint32_t meta) {
+    uint32_t b = meta & SL_META_FRESH;
+    return b > SL_STAMP_SHIFT ? UINT64_C(1) << (b - SL_STAMP_SHIFT) : 1;
+}
+
+/* Lower is evicted first; SCORE_NONE when the inserter may not take it. */
+static uint64_t score(press *p, const sl_ehdr *e) {
+    bool own = e->fam == p->own;
+    if (!own && (p->own_over || !fam_over(p, e->fam))) return SCORE_NONE;
+    uint32_t m = e->meta, age = age_of(p, m);
+    uint64_t cls = (m & SL_META_LIMITED) ? 3 : (m & SL_META_AGAIN) ? (age < SL_RECENT ? 2 : 1) : 0;
+    uint64_t bound = fresh_units(m) + 1;
+    uint64_t rem = bound > age ? bound - age : 0;
+    uint64_t remb = rem ? 64u - (uint64_t)__builtin_clzll(rem) : 0;
+    return cls << 61 | (uint64_t)(own && !p->own_over) << 60 | remb << 24 |
+           (uint64_t)(SL_STAMP_MASK - age);
+}
+
+/* The entry's hint says it may be fresh; if its algorithm disagrees (the wall clock
+ * stepped, or the stamp wrapped), its hint is corrected. */
+static bool hinted_fresh(press *p, sl_ehdr *e) {
+    if (age_of(p, e->meta) < fresh_units(e->meta) + 1) return false;
+    if (entry_fresh(p->st, e, p->now)) return true;
+    sl_family *f = sl_store_family(p->st, e->fam);
+    if (f != NULL)
+        e->meta = sl_entry_meta(&sl_family_cur(f)->lim, sl_entry_state(e), p->now,
+                                age_of(p, e->meta), e->meta);
+    return false;
+}
+
+typedef struct cand {
+    uint64_t score;
+    sl_keep id;
+} cand;
+
+/* A pseudo-random window start in loc's shard: xorshift32 on the shard's `hand`. */
+static uint64_t window_at(const sl_loc *loc) {
+    uint32_t x = loc->sh->hand ? loc->sh->hand : 0x9e3779b9u;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    loc->sh->hand = x;
+    return (uint64_t)(((unsigned __int128)x << 32) * loc->t->nslots >> 64);
+}
+
+/*
+ * `count` slots of loc's shard from slot `from`: drops every fresh entry (a slot emptied
+ * by a removal is looked at again: a later entry may have moved in) and, when ranking,
+ * keeps the cheapest candidate in *best (by identity: drops later in the window may move
+ * it). Returns how many were dropped.
+ */
+static unsigned scan_from(press *p, const sl_loc *loc, uint64_t from, uint64_t count, cand *best) {
+    uint64_t n = loc->t->nslots, i = from % n, looked = 0;
+    unsigned dropped = 0;
+    while (looked < count && looked < n) {
+        sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
+        if (e->fam != 0 && !kept(e, p->keep, p->nkeep)) {
+            if (hinted_fresh(p, e)) {
+                fam_stat(p->st, e->fam, f_expired);
+                remove_counted(p->st, loc, i);
+                dropped++;
+                continue;
+            }
+            if (p->rank) {
+                uint64_t s = score(p, e);
+                if (s < best->score) *best = (cand){s, {e->k0, e->k1, e->fam}};
+            }
+        }
+        looked++;
+        if (++i == n) i = 0;
+    }
+    loc->sh->expired += dropped;
+    return dropped;
+}
+
+/* One window at a random place. */
+static unsigned scan(press *p, const sl_loc *loc, cand *best) {
+    return scan_from(p, loc, window_at(loc), SL_STORE_SCAN, best);
+}
+
+/* Evicts candidate c from loc's shard (if it is still there). An entry whose hint was
+ * pessimistic may turn out fresh: it is then counted as expired, not evicted. */
+static bool evict(press *p, const sl_loc *loc, const cand *c) {
+    sl_loc at = *loc;
+    at.k0 = c->id.k0;
+    at.k1 = c->id.k1;
+    at.fam = c->id.fam;
+    at.home = home_of(loc->t, c->id.k0);
+    sl_ehdr *e = sl_table_find(&at);
+    if (e == NULL) return false;
+    bool fresh = entry_fresh(p->st, e, p->now);
+    fam_stat(p->st, e->fam, fresh ? f_expired : f_evicted);
+    if (fresh) loc->sh->expired++;
+    else loc->sh->evicted++;
+    sl_table_remove(p->st, &at, e);
+    return true;
+}
+
+/* A shard of another table, or another shard of this one, scanned under a try-lock:
+ * fresh entries dropped, else (when ranking) its cheapest candidate evicted if it scores
+ * below `limit` (what the inserter would otherwise evict at home). */
+static bool elsewhere(press *p, sl_table *t, uint32_t s, uint64_t limit) {
+    sl_shard *sh = &t->shards[s];
+    if (atomic_exchange_explicit(&sh->lock, 1, memory_order_acquire)) return false;
+    sl_loc o = {.t = t, .sh = sh, .base = t->slots + (size_t)s * t->shard_bytes};
+    cand c = {SCORE_NONE, {0, 0, 0}};
+    bool rank = p->rank;
+    p->rank = rank && limit > 0; /* limit 0: fresh entries only, no ranking */
+    bool freed = scan(p, &o, &c) > 0;
+    p->rank = rank;
+    if (!freed && c.score < limit) freed = evict(p, &o, &c);
+    sl_shard_unlock(sh);
+    return freed;
+}
+
+/* Other tables: one shard each (picked by the new key's hash). */
+static bool other_tables(press *p, const sl_loc *loc, uint64_t limit) {
+    unsigned nt = __atomic_load_n(&p->st->ntables, __ATOMIC_ACQUIRE);
+    for (unsigned ti = 0; ti < nt; ti++) {
+        sl_table *t = __atomic_load_n(&p->st->tables[ti], __ATOMIC_ACQUIRE);
+        if (t != loc->t && elsewhere(p, t, (uint32_t)(loc->k0 >> 20) & t->shard_mask, limit))
+            return true;
+    }
+    return false;
+}
+
+/* Other shards of loc's table: for a family over its share whose entries are elsewhere
+ * (limit SCORE_NONE), or a cheaper candidate than a protected one here. */
+static bool other_shards(press *p, const sl_loc *loc, uint64_t limit) {
+    const sl_table *t = loc->t;
+    uint32_t s0 = (uint32_t)(loc->sh - t->shards);
+    for (uint32_t j = 1; j <= 4 && j < t->nshards; j++)
+        if (elsewhere(p, loc->t, (s0 + j * 0x9e3779b1u) & t->shard_mask, limit)) return true;
+    return false;
+}
+
+int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const sl_keep *keep,
+                     size_t nkeep, bool *moved) {
+    room why = try_reserve(st, loc);
+    if (why == ROOM_OK) return SLUICE_OK;
+    unsigned active = atomic_load_explicit(&st->active_fams, memory_order_relaxed);
+    press p = {.st = st, .now = now, .stamp = sl_stamp(now.mono_ns), .keep = keep,
+               .nkeep = nkeep, .own = loc->fam, .rank = st->on_full == SLUICE_EVICT_LRU,
+               .share = st->max_keys / (active ? active : 1)};
+    sl_family *f = sl_store_family(st, loc->fam);
+    p.own_over = f != NULL &&
+                 (uint64_t)atomic_load_explicit(&f->keys, memory_order_relaxed) >= p.share;
+    cand best = {SCORE_NONE, {0, 0, 0}};
+    for (int w = 0; w < SL_STORE_WINDOWS; w++) {
+        if (scan(&p, loc, &best) > 0) {
+            *moved = true;
+            if ((why = try_reserve(st, loc)) == ROOM_OK) return SLUICE_OK;
+        }
+        if (best.score < SCORE_CHEAP) break;
+    }
+    /* Nothing but protected keys (or nothing at all) sampled: the whole shard. */
+    if (best.score >= SCORE_PROTECTED && scan_from(&p, loc, 0, loc->t->nslots, &best) > 0) {
+        *moved = true;
+        if ((why = try_reserve(st, loc)) == ROOM_OK) return SLUICE_OK;
+    }
+    /* Room freed in other tables helps unless this shard itself is full: fresh entries
+     * there always go before anything here is evicted, and (with no cheap candidate here)
+     * a borrower's entry there cheaper than the best one here. */
+    if (why == ROOM_STORE && other_tables(&p, loc, best.score < SCORE_CHEAP ? 0 : best.score) &&
+        (why = try_reserve(st, loc)) == ROOM_OK)
+        return SLUICE_OK;
+    /* Before a protected key goes (or when this shard has nothing the inserter may take):
+     * other shards of this table, for anything cheaper. */
+    if (p.rank && best.score >= SCORE_PROTECTED && why == ROOM_STORE &&
+        other_shards(&p, loc, best.score) && (why = try_reserve(st, loc)) == ROOM_OK)
+        return SLUICE_OK;
+    if (best.score != SCORE_NONE && evict(&p, loc, &best)) {
+        *moved = true;
+        if ((why = try_reserve(st, loc)) == ROOM_OK) return SLUICE_OK;
+    }
+    loc->sh->refused++;
+    fam_stat(st, loc->fam, f_refused);
+    return SLUICE_EFULL;
 }
 
 /* Reusing a fresh-equivalent slot on the probe path is safe for lookups: the slot stays
  * occupied, so no probe run is cut, and the new key is reachable from its home. Only
- * entries untouched for two stamp units (~8.6 s) are considered: a key that went fresh
+ * entries untouched for 512 stamp units (~8.6 s) are considered: a key that went fresh
  * a few ms ago is likely to come back, and replacing it would just churn the table
  * (pressure handling still drops any fresh entry when room is short). */
 void *sl_table_insert(sluice_store *st, const sl_loc *loc, sluice_time now) {
     uint64_t n = loc->t->nslots, i = loc->home;
     sl_shard *sh = loc->sh;
+    uint32_t stamp = sl_stamp(now.mono_ns);
     sh->reserved--;
     for (;;) {
         sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
@@ -366,8 +560,11 @@ void *sl_table_insert(sluice_store *st, const sl_loc *loc, sluice_time now) {
             sh->count++;
             break;
         }
-        if ((uint16_t)(SL_TOUCH(now) - e->touch) >= 2 && entry_fresh(st, e, now)) {
+        uint32_t age = (stamp - (e->meta >> 9)) & SL_STAMP_MASK;
+        if (age >= 512 && age >= fresh_units(e->meta) + 1 && entry_fresh(st, e, now)) {
             sh->expired++;
+            fam_stat(st, e->fam, f_expired);
+            sl_store_count(st, e->fam, -1);
             atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
             break;
         }
@@ -377,12 +574,12 @@ void *sl_table_insert(sluice_store *st, const sl_loc *loc, sluice_time now) {
     e->k0 = loc->k0;
     e->k1 = loc->k1;
     e->fam = loc->fam;
-    e->touch = SL_TOUCH(now);
+    e->meta = 0;
     return e;
 }
 
-bool sl_table_insert_raw(sluice_store *st, sl_table *t, uint64_t k0, uint32_t k1, uint16_t fam,
-                         uint16_t touch, const void *state) {
+bool sl_table_insert_raw(sluice_store *st, sl_table *t, uint64_t k0, uint16_t k1, uint16_t fam,
+                         uint32_t meta, const void *state) {
     sl_hash128 h = {.lo = k1, .hi = k0};
     sl_loc loc;
     sl_table_locate(t, h, fam, &loc);
@@ -395,10 +592,11 @@ bool sl_table_insert_raw(sluice_store *st, sl_table *t, uint64_t k0, uint32_t k1
     e->k0 = k0;
     e->k1 = k1;
     e->fam = fam;
-    e->touch = touch;
+    e->meta = meta;
     memcpy(sl_entry_state(e), state, t->ssize);
     loc.sh->count++;
     atomic_fetch_add_explicit(&st->keys, 1, memory_order_relaxed);
+    sl_store_count(st, fam, +1);
     return true;
 }
 
@@ -431,6 +629,7 @@ sluice_store *sluice_store_create(const sluice_store_options *opt, int *err) {
         return NULL;
     }
     atomic_init(&st->keys, 0);
+    atomic_init(&st->active_fams, 0);
     sl_regmap *m = regmap_new(64);
     if (m == NULL) {
         free(st);
@@ -495,6 +694,22 @@ void sluice_store_stats_get(sluice_store *st, sluice_store_stats *out) {
     pthread_mutex_unlock(&st->reg_lock);
 }
 
+int sluice_store_limiter_stats(sluice_store *st, const sluice_limiter *lim,
+                               sluice_limiter_stats *out) {
+    if (out != NULL) memset(out, 0, sizeof(*out));
+    if (st == NULL || lim == NULL || out == NULL) return SLUICE_EINVAL;
+    sl_family *f = sl_store_family_of(st, lim);
+    if (f == NULL) return SLUICE_EINVAL;
+    int64_t k = atomic_load_explicit(&f->keys, memory_order_relaxed);
+    unsigned active = atomic_load_explicit(&st->active_fams, memory_order_relaxed);
+    out->keys = k > 0 ? (uint64_t)k : 0;
+    out->share = st->max_keys / (active ? active : 1);
+    out->evicted = atomic_load_explicit(&f->evicted, memory_order_relaxed);
+    out->expired = atomic_load_explicit(&f->expired, memory_order_relaxed);
+    out->refused = atomic_load_explicit(&f->refused, memory_order_relaxed);
+    return SLUICE_OK;
+}
+
 /* ---- registry ---------------------------------------------------------------------------- */
 
 static inline uint32_t reg_hash(const void *p) {
@@ -546,7 +761,7 @@ bool sl_limit_same(const sl_limit *a, const sl_limit *b) {
            a->capacity == b->capacity && a->period_ns == b->period_ns &&
            a->max_delay_ns == b->max_delay_ns && a->lease_ns == b->lease_ns &&
            a->quota_period == b->quota_period && a->tz == b->tz &&
-           a->emission_ns == b->emission_ns;
+           a->emission_ns == b->emission_ns && a->cell == b->cell;
 }
 
 static sl_table *table_for(sluice_store *st, uint32_t ssize) {
@@ -599,13 +814,13 @@ static void migrate(sluice_store *st, sl_family *f, sl_lver *old, sl_lver *nv) {
                 continue;
             }
             uint64_t k0 = e->k0;
-            uint32_t k1 = e->k1;
-            uint16_t touch = e->touch;
-            remove_at(&oloc, i);
-            ot->shards[s].count--;
-            atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
-            if (!sl_table_insert_raw(st, nt, k0, k1, f->id, touch, next.b))
+            uint16_t k1 = e->k1;
+            uint32_t meta = e->meta;
+            remove_counted(st, &oloc, i);
+            if (!sl_table_insert_raw(st, nt, k0, k1, f->id, meta, next.b)) {
                 nt->shards[k1 & nt->shard_mask].evicted++; /* new class shard full */
+                atomic_fetch_add_explicit(&f->evicted, 1, memory_order_relaxed);
+            }
         }
     }
     atomic_store_explicit(&f->cur, nv, memory_order_release);
@@ -673,11 +888,18 @@ int sluice_store_register(sluice_store *st, const sluice_limiter *lim) {
         v->lim = lim->lim;
         v->table = t;
         if (f == NULL) {
-            if (st->nfams == SL_STORE_MAX_FAMILIES || (f = calloc(1, sizeof(*f))) == NULL) {
+            /* aligned: the counters sit on their own 64-byte line */
+            if (st->nfams == SL_STORE_MAX_FAMILIES ||
+                (f = aligned_alloc(64, (sizeof(*f) + 63) & ~(size_t)63)) == NULL) {
                 free(v);
                 rc = f == NULL && st->nfams < SL_STORE_MAX_FAMILIES ? SLUICE_ENOMEM : SLUICE_ERANGE;
                 goto out;
             }
+            memset(f, 0, sizeof(*f));
+            atomic_init(&f->keys, 0);
+            atomic_init(&f->evicted, 0);
+            atomic_init(&f->expired, 0);
+            atomic_init(&f->refused, 0);
             f->id = (uint16_t)(st->nfams + 1);
             f->index = lim->spec.index;
             f->name_len = name_len;

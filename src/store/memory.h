@@ -5,10 +5,10 @@
  * Layout: one table per state size ("class"), created when the first limiter of that
  * size registers; each table is split into power-of-two shards, each shard a linear-
  * probing array of fixed-size entries guarded by its own spinlock. An entry is a 16-byte
- * header (96 bits of the key's 128-bit hash, the limiter family, an LRU stamp) followed
- * by the algorithm's state. Invariants: an entry's shard is k1 & shard_mask and its home
- * slot is k0 scaled to nslots; a slot is empty iff fam == 0; every field of a shard's
- * slots and of struct sl_shard is read or written only under that shard's lock.
+ * header (80 bits of the key's 128-bit hash, the limiter family, the eviction hints)
+ * followed by the algorithm's state. Invariants: an entry's shard is k1 & shard_mask and
+ * its home slot is k0 scaled to nslots; a slot is empty iff fam == 0; every field of a
+ * shard's slots and of struct sl_shard is read or written only under that shard's lock.
  */
 #ifndef SL_STORE_MEMORY_H
 #define SL_STORE_MEMORY_H
@@ -33,13 +33,54 @@
 /* ---- entries ---------------------------------------------------------------------- */
 
 typedef struct sl_ehdr {
-    uint64_t k0;    /* hash word hi: picks the home slot */
-    uint32_t k1;    /* low 32 bits of hash word lo: its low bits pick the shard */
-    uint16_t fam;   /* limiter family id; 0 = empty slot */
-    uint16_t touch; /* last use, in 2^32 ns (~4.3 s) units, mod 2^16: the sampled LRU */
+    uint64_t k0;   /* hash word hi: picks the home slot, compared in full */
+    uint16_t k1;   /* low 16 bits of hash word lo: its low bits pick the shard */
+    uint16_t fam;  /* limiter family id; 0 = empty slot */
+    uint32_t meta; /* eviction hints, see SL_META_* */
 } sl_ehdr;
 
-#define SL_TOUCH(now) ((uint16_t)((uint64_t)(now).mono_ns >> 32))
+/*
+ * Eviction hints, rewritten at every decision on the entry (sl_entry_touch), so that
+ * pressure handling can rank entries without running their algorithm:
+ *   bits 31..9  stamp: last use, monotonic ns >> SL_STAMP_SHIFT (16.8 ms units), mod 2^23
+ *               (ages wrap after 39 hours; an entry that old looks younger: it is kept
+ *               longer, never dropped as fresh without its algorithm agreeing)
+ *   bit  8      limited: the last decision left nothing remaining
+ *   bit  7      used again: decided at least twice (a key seen once is what a key flood
+ *               is made of)
+ *   bit  6      used: decided at least once (0 only between insert and first touch)
+ *   bits 5..0   fresh: the bit length of reset_after in ns at that use, so the state is
+ *               fresh 2^fresh - 1 ns after it at the latest (an upper bound, at most 2x)
+ */
+#define SL_STAMP_SHIFT 24
+#define SL_STAMP_MASK UINT32_C(0x7FFFFF)
+#define SL_META_LIMITED (UINT32_C(1) << 8)
+#define SL_META_AGAIN (UINT32_C(1) << 7)
+#define SL_META_USED (UINT32_C(1) << 6)
+#define SL_META_USES (SL_META_AGAIN | SL_META_USED)
+#define SL_META_FRESH UINT32_C(63)
+
+static inline uint32_t sl_stamp(int64_t mono_ns) {
+    return (uint32_t)((uint64_t)mono_ns >> SL_STAMP_SHIFT) & SL_STAMP_MASK;
+}
+
+/* The bit length of a reset-after in ns, at least 1 (never negative; a negative one would
+ * read as 64: pessimistic, never wrong). */
+static inline uint32_t sl_fresh_bits(int64_t ns) {
+    return 64u - (uint32_t)__builtin_clzll((uint64_t)ns | 1);
+}
+
+/* Records a use of entry `e` at `mono_ns` whose decision left the state fresh again
+ * reset_after_ns later; `limited` when it left nothing remaining. Why so terse: it runs
+ * on every decision (about a dozen instructions, on a line the decision writes anyway):
+ * "used again" is the "used" bit moved up, the fresh hint a single bit scan. */
+static inline void sl_entry_touch(void *e, int64_t mono_ns, bool limited, int64_t reset_after_ns) {
+    sl_ehdr *h = e;
+    uint32_t m = h->meta;
+    h->meta = ((uint32_t)((uint64_t)mono_ns >> (SL_STAMP_SHIFT - 9)) & ~UINT32_C(0x1FF)) |
+              ((uint32_t)limited << 8) | ((m << 1) & SL_META_AGAIN) | SL_META_USED |
+              sl_fresh_bits(reset_after_ns);
+}
 
 static inline void *sl_entry_state(void *e) {
     return (unsigned char *)e + sizeof(sl_ehdr);
@@ -51,9 +92,9 @@ typedef struct sl_shard {
     _Alignas(64) atomic_uint lock;
     uint32_t count;    /* entries held */
     uint32_t reserved; /* room promised to inserts of the decision in progress */
-    uint32_t hand;     /* where the next pressure scan starts */
+    uint32_t hand;     /* pressure scans: state of the generator of window places */
     sluice_time last_now; /* latest time a decision brought here (register's carry) */
-    uint64_t expired, evicted, refused;
+    uint64_t expired, evicted, refused; /* evicted: non-fresh entries only */
 } sl_shard;
 
 typedef struct sl_table {
@@ -76,7 +117,8 @@ typedef struct sl_lver {
     struct sl_lver *older;
 } sl_lver;
 
-/* A limiter identity: name + index. */
+/* A limiter identity: name + index. Its counters sit on their own line: they change on
+ * inserts and removals (pressure), never on decisions about stored keys. */
 typedef struct sl_family {
     uint16_t id;
     uint32_t index;
@@ -84,6 +126,8 @@ typedef struct sl_family {
     char name[256];
     sl_sip prefix; /* SipHash state after the 16-byte identity of (name, index) */
     _Atomic(sl_lver *) cur;
+    _Alignas(64) atomic_int_fast64_t keys; /* entries held + room reserved for it */
+    atomic_uint_fast64_t evicted, expired, refused;
 } sl_family;
 
 typedef struct sl_reg {
@@ -106,6 +150,7 @@ struct sluice_store {
     sluice_on_full on_full;
     unsigned shards_opt;
     _Alignas(64) atomic_uint_fast64_t keys; /* entries held + reserved, all tables */
+    atomic_uint active_fams;                 /* families holding keys (their shares) */
     _Alignas(64) pthread_mutex_t reg_lock;  /* registry changes only, never decisions */
     sl_table *tables[SL_STORE_MAX_CLASSES];
     unsigned ntables;
@@ -122,7 +167,7 @@ typedef struct sl_loc {
     unsigned char *base; /* first slot of the shard */
     uint64_t home;
     uint64_t k0;
-    uint32_t k1;
+    uint16_t k1;
     uint16_t fam;
 } sl_loc;
 
@@ -191,7 +236,7 @@ void sl_store_unlock_all(sluice_store *st);
 /* ---- table operations (caller holds the shard lock) ------------------------------- */
 
 static inline void sl_table_locate(sl_table *t, sl_hash128 h, uint16_t fam, sl_loc *loc) {
-    uint32_t k1 = (uint32_t)h.lo;
+    uint16_t k1 = (uint16_t)h.lo;
     uint32_t s = k1 & t->shard_mask;
     loc->t = t;
     loc->sh = &t->shards[s];
@@ -220,27 +265,38 @@ static inline void *sl_table_find(const sl_loc *loc) {
     }
 }
 
-/* Room for one new entry in loc's shard: reserves it (global count and shard), first
- * dropping fresh-equivalent entries, then evicting or refusing per on_full. Entries
- * matching `keep` (the other keys of the decision) are never dropped. *moved is set when
- * entries moved (pointers from sl_table_find are then stale). SLUICE_OK or SLUICE_EFULL. */
+/* Room for one new entry in loc's shard: reserves it (global, family and shard counts),
+ * first dropping fresh-equivalent entries, then evicting (the cheapest entry the family
+ * may take: see memory.c) or refusing per on_full. Entries matching `keep` (the other
+ * keys of the decision) are never dropped. *moved is set when entries of loc's shard
+ * moved (pointers from sl_table_find are then stale). SLUICE_OK or SLUICE_EFULL. */
 typedef struct sl_keep {
     uint64_t k0;
-    uint32_t k1;
+    uint16_t k1;
     uint16_t fam;
 } sl_keep;
 int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const sl_keep *keep,
                      size_t nkeep, bool *moved);
 void sl_store_unreserve(sluice_store *st, const sl_loc *loc);
-/* Inserts (room reserved); returns the entry with its state uninitialised. May reuse a
+/* Inserts (room reserved); returns the entry with its state uninitialised and its hints
+ * cleared (the caller writes the state, then calls sl_entry_touch). May reuse a
  * fresh-equivalent slot on the probe path (counted as expired). */
 void *sl_table_insert(sluice_store *st, const sl_loc *loc, sluice_time now);
 /* Removes the entry `e` (backward-shift deletion: no tombstones). */
 void sl_table_remove(sluice_store *st, const sl_loc *loc, void *e);
 
-/* Restore path: inserts without pressure handling; false when the shard is full. */
-bool sl_table_insert_raw(sluice_store *st, sl_table *t, uint64_t k0, uint32_t k1, uint16_t fam,
-                         uint16_t touch, const void *state);
+/* Restore path: inserts without pressure handling (counted for its family); false when
+ * the shard is full or the key is there already. */
+bool sl_table_insert_raw(sluice_store *st, sl_table *t, uint64_t k0, uint16_t k1, uint16_t fam,
+                         uint32_t meta, const void *state);
+
+/* Hints for an entry whose state is `state` at `now`, last used `age` stamp units ago
+ * (restore, migration): the limited bit and use count as given, fresh from the algorithm. */
+uint32_t sl_entry_meta(const sl_limit *lim, const void *state, sluice_time now, uint32_t age,
+                       uint32_t uses_limited);
+
+/* Family counters (insert/remove paths; relaxed atomics). */
+void sl_store_count(sluice_store *st, uint16_t fam, int delta);
 
 /* Restore from memory (the fuzz target's entry point; sluice_store_restore reads the
  * file and calls this). Same contract as sluice_store_restore. */

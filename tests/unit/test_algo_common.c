@@ -247,7 +247,8 @@ static void test_settle_no_double_count(void) {
     }
 }
 
-/* new_used = min(used, used * new_capacity / old_capacity). */
+/* new_used = min(used, new_capacity): absolute usage, clamped. Lowering below what was
+ * used leaves the key exhausted; raising and reverting (10 -> 20 -> 10) is neutral. */
 static void test_carry_rule(void) {
     for (size_t i = 0; i < N_RATE; i++) {
         for (size_t j = 0; j < N_RATE; j++) {
@@ -259,13 +260,21 @@ static void test_carry_rule(void) {
             sl_limit up = mk(rate_algos[j], 20, 10 * S);
             sl_algo_carry(&old, st.bytes, &up, next.bytes, at(1 * S));
             uint64_t rem_up = peek_remaining(&up, next.bytes, at(1 * S));
-            sl_limit down = mk(rate_algos[j], 5, 10 * S);
+            state_buf back;
+            sl_limit again = mk(rate_algos[i], 10, 10 * S);
+            sl_algo_carry(&up, next.bytes, &again, back.bytes, at(1 * S));
+            uint64_t rem_back = peek_remaining(&again, back.bytes, at(1 * S));
+            sl_limit down = mk(rate_algos[j], 5, 10 * S), down8 = mk(rate_algos[j], 8, 10 * S);
             sl_algo_carry(&old, st.bytes, &down, next.bytes, at(1 * S));
             uint64_t rem_down = peek_remaining(&down, next.bytes, at(1 * S));
-            if (rem_up != 14 || rem_down != 2)
-                T_FAIL("carry %s -> %s: remaining %llu of 20 (want 14), %llu of 5 (want 2)",
+            sl_algo_carry(&old, st.bytes, &down8, next.bytes, at(1 * S));
+            uint64_t rem_down8 = peek_remaining(&down8, next.bytes, at(1 * S));
+            if (rem_up != 14 || rem_back != 4 || rem_down != 0 || rem_down8 != 2)
+                T_FAIL("carry %s -> %s: remaining %llu of 20 (want 14), back to 10: %llu (want "
+                       "4), %llu of 5 (want 0), %llu of 8 (want 2)",
                        sluice_algo_name(old.algo), sluice_algo_name(up.algo),
-                       (unsigned long long)rem_up, (unsigned long long)rem_down);
+                       (unsigned long long)rem_up, (unsigned long long)rem_back,
+                       (unsigned long long)rem_down, (unsigned long long)rem_down8);
             /* Carrying to the same parameters changes nothing. */
             sl_limit same = mk(rate_algos[j], 10, 10 * S);
             if (i == j) {

@@ -4,11 +4,13 @@
  * time is never exceeded; the count stays between "every live lease" and "every lease
  * younger than lease + w"); leaked leases reclaimed within (lease, lease + w]; expired
  * leases refused without a change; exact retry-after and reset-after; settle, rebase,
- * carry and validation.
+ * carry and validation; a peek (cost 0) never takes a slot, whichever way it is asked.
  */
 #include "algo.h"
 #include "algo_impl.h"
 #include "t.h"
+
+#include "sluice.h"
 
 #define S SLUICE_NS_PER_S
 #define MS SLUICE_NS_PER_MS
@@ -334,6 +336,60 @@ static void test_init(void) {
     T_EQ_U(in_flight(&lim, &st, 6 * S), 0);
 }
 
+/* Peeks (cost 0) take no slot: three of them, alone, in a multi-limit decision or in a
+ * batch, leave a max-3 tenant its three slots, and report what is in flight. */
+static void test_peek_takes_no_slot(void) {
+    sluice_limit_spec spec = {0};
+    spec.algo = SLUICE_CONCURRENCY;
+    spec.name = "tenant";
+    spec.limit = 3;
+    spec.lease_ns = 60 * S;
+    sluice_limit_spec other = {0};
+    other.algo = SLUICE_TOKEN_BUCKET;
+    other.name = "rate";
+    other.limit = 100;
+    other.period_ns = S;
+    int err = 0;
+    sluice_limiter *l = sluice_limiter_create(&spec, &err, NULL, 0);
+    sluice_limiter *r = sluice_limiter_create(&other, &err, NULL, 0);
+    sluice_store *st = sluice_store_create(NULL, &err);
+    T_EQ_I(sluice_store_register(st, l), SLUICE_OK);
+    T_EQ_I(sluice_store_register(st, r), SLUICE_OK);
+    sluice_time now = {10 * S, INT64_C(1764633600) * S};
+    sluice_item peek = {l, "t", 1, 0}, both[2] = {{r, "t", 1, 0}, {l, "t", 1, 0}};
+    sluice_decision d;
+    sluice_result br[3];
+    sluice_item batch[3] = {peek, peek, peek};
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 3; i++) {
+            T_EQ_I(sluice_decide(st, &peek, 1, now, &d), SLUICE_OK);
+            T_CHECK(d.allowed);
+            T_EQ_U(d.results[0].lease, 0);
+            T_EQ_I(sluice_decide(st, both, 2, now, &d), SLUICE_OK);
+            T_CHECK(d.allowed);
+            T_EQ_U(d.results[1].lease, 0);
+        }
+        T_EQ_I(sluice_decide_batch(st, batch, 3, now, br), 3);
+        for (int i = 0; i < 3; i++) T_EQ_U(br[i].lease, 0);
+        T_EQ_U(br[2].remaining, round == 0 ? 3 : 0);
+        if (round == 1) break;
+        /* the three slots are all still there */
+        uint64_t lease[3];
+        sluice_item take = {l, "t", 1, 1};
+        for (int i = 0; i < 3; i++) {
+            T_EQ_I(sluice_decide(st, &take, 1, now, &d), SLUICE_OK);
+            T_CHECK(d.allowed);
+            lease[i] = d.results[0].lease;
+        }
+        T_EQ_I(sluice_decide(st, &take, 1, now, &d), SLUICE_OK);
+        T_CHECK(!d.allowed);
+        (void)lease;
+    }
+    sluice_store_destroy(st);
+    sluice_limiter_destroy(l);
+    sluice_limiter_destroy(r);
+}
+
 int main(void) {
     T_RUN(test_leak_bound);
     T_RUN(test_release);
@@ -341,5 +397,6 @@ int main(void) {
     T_RUN(test_settle);
     T_RUN(test_rebase_carry);
     T_RUN(test_init);
+    T_RUN(test_peek_takes_no_slot);
     return T_DONE();
 }

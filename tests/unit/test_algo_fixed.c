@@ -193,9 +193,17 @@ static void test_carry_rebase(void) {
     sl_algo_carry(&old, &st, &up, &next, wall(base + 2 * S));
     T_EQ_U(next.count, 6);
     T_EQ_I(next.window_start_ns, base);
-    sl_limit down = mk(5, 10 * S);
+    sl_limit down = mk(5, 10 * S), down8 = mk(8, 10 * S);
     sl_algo_carry(&old, &st, &down, &next, wall(base + 2 * S));
-    T_EQ_U(next.count, 3);
+    T_EQ_U(next.count, 5); /* absolute usage, clamped to the new limit: exhausted */
+    sl_algo_carry(&old, &st, &down8, &next, wall(base + 2 * S));
+    T_EQ_U(next.count, 6);
+    /* raise then revert: 6 used of 10 -> 30 -> 10 is 6 used of 10 again */
+    sl_fixed_state mid;
+    sl_algo_carry(&old, &st, &up, &mid, wall(base + 2 * S));
+    sl_algo_carry(&up, &mid, &old, &next, wall(base + 2 * S));
+    T_EQ_U(next.count, 6);
+    T_EQ_I(next.window_start_ns, base);
     /* Carried after the window passed: nothing used. */
     sl_algo_carry(&old, &st, &down, &next, wall(base + 10 * S));
     T_EQ_U(next.count, 0);

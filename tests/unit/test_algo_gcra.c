@@ -285,12 +285,20 @@ static void test_carry(void) {
     sl_algo_carry(&old, &st, &up, &next, at(1 * S));
     sl_algo_decide(&up, &next, &next, at(1 * S), 0, &r);
     T_EQ_U(r.remaining, 14);
-    /* Lowering keeps the fraction: 6/10 of 5 = 3 used. */
-    sl_limit down = mk(5, 1 * S, 5);
+    /* Reverting to 10 gives back exactly the 6 used (raise then revert is neutral). */
+    sl_gcra_state back;
+    sl_algo_carry(&up, &next, &old, &back, at(1 * S));
+    T_EQ_I(back.tat_ns, st.tat_ns);
+    /* Lowering keeps the absolute usage clamped to the new capacity: 5 of 5 (exhausted),
+     * 6 of 8. */
+    sl_limit down = mk(5, 1 * S, 5), down8 = mk(8, 1 * S, 8);
     sl_algo_carry(&old, &st, &down, &next, at(1 * S));
     sl_algo_decide(&down, &next, &next, at(1 * S), 0, &r);
+    T_EQ_U(r.remaining, 0);
+    T_EQ_I(next.tat_ns, 1 * S + 5 * 200 * MS);
+    sl_algo_carry(&old, &st, &down8, &next, at(1 * S));
+    sl_algo_decide(&down8, &next, &next, at(1 * S), 0, &r);
     T_EQ_U(r.remaining, 2);
-    T_EQ_I(next.tat_ns, 1 * S + 3 * 200 * MS);
 }
 
 static void test_rebase_and_fresh(void) {

@@ -255,11 +255,13 @@ static void test_settle_carry_peek(void) {
     T_CHECK(memcmp(&c, &a, sizeof(a)) == 0);
     T_CHECK(r.allowed);
     T_EQ_I(r.delay_ns, 1500 * MS);
-    /* Carry: level 8 of 20; to 10: 4; to 40: 8. */
+    /* Carry: level 8 of 20 kept as it is, clamped: to 10: 8; to 5: 5; to 40: 8. */
     sl_leaky_state st = {1 * S, 8 * SL_MICRO}, next;
-    sl_limit down = mk(10, 1 * S, 10, 0), up = mk(10, 1 * S, 40, 0);
+    sl_limit down = mk(10, 1 * S, 10, 0), down5 = mk(10, 1 * S, 5, 0), up = mk(10, 1 * S, 40, 0);
     sl_algo_carry(&lim, &st, &down, &next, at(1 * S));
-    T_EQ_I(next.level_u, 4 * SL_MICRO);
+    T_EQ_I(next.level_u, 8 * SL_MICRO);
+    sl_algo_carry(&lim, &st, &down5, &next, at(1 * S));
+    T_EQ_I(next.level_u, 5 * SL_MICRO);
     sl_algo_carry(&lim, &st, &up, &next, at(1 * S + 300 * MS));
     T_EQ_I(next.level_u, 5 * SL_MICRO);
     sl_algo_rebase(&lim, &st, 2 * S);

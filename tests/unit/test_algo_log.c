@@ -157,14 +157,18 @@ static void test_carry_rebase_peek(void) {
     log_buf st, next;
     sl_result r;
     for (int i = 0; i < 6; i++) sl_algo_decide(&old, i ? &st : NULL, &st, at((1 + i) * S), 1, &r);
-    /* Lowering to 5 keeps 6*5/10 = 3: the newest three (4, 5, 6 s). */
-    sl_limit down = mk(5, 10 * S);
+    /* Lowering to 5 keeps min(6, 5) = 5: the newest five (2..6 s), exhausted; to 4 the
+     * newest four (3..6 s). */
+    sl_limit down = mk(5, 10 * S), down4 = mk(4, 10 * S);
     sl_algo_carry(&old, &st, &down, &next, at(7 * S));
-    T_EQ_U(next.s.count, 3);
-    T_CHECK(!admits(&down, &next, 7 * S, 3));
-    T_CHECK(admits(&down, &next, 7 * S, 2));
-    T_CHECK(admits(&down, &next, 14 * S, 3)); /* 4 s has left at 14 s */
-    T_CHECK(!admits(&down, &next, 14 * S - 1, 3));
+    T_EQ_U(next.s.count, 5);
+    T_CHECK(!admits(&down, &next, 7 * S, 1));
+    T_CHECK(admits(&down, &next, 12 * S, 1)); /* 2 s has left at 12 s */
+    T_CHECK(!admits(&down, &next, 12 * S - 1, 1));
+    sl_algo_carry(&old, &st, &down4, &next, at(7 * S));
+    T_EQ_U(next.s.count, 4);
+    T_CHECK(admits(&down4, &next, 13 * S, 1)); /* 3 s has left at 13 s */
+    T_CHECK(!admits(&down4, &next, 13 * S - 1, 1));
     /* Raising keeps all six. */
     sl_limit up = mk(20, 10 * S);
     sl_algo_carry(&old, &st, &up, &next, at(7 * S));

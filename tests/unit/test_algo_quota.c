@@ -188,26 +188,39 @@ static void test_fresh_at_carry_rebase(void) {
     sl_quota_state copy = st;
     sl_quota_rebase(&lim, &copy, 123456789);
     T_CHECK(memcmp(&copy, &st, sizeof(st)) == 0);
-    /* carry: raising keeps used, lowering keeps the fraction */
+    /* carry: the units used are kept, clamped to the new budget; raising and reverting
+     * (100 -> 200 -> 100) leaves them as they were */
     sl_limit more = mk(200, SLUICE_PERIOD_MONTH, "Europe/Madrid");
     sl_limit less = mk(50, SLUICE_PERIOD_MONTH, "Europe/Madrid");
+    sl_limit tiny = mk(30, SLUICE_PERIOD_MONTH, "Europe/Madrid");
     sl_quota_carry(&lim, &st, &more, &next, now);
     T_EQ_U(next.used, 40);
     T_EQ_I(next.period_start_s, st.period_start_s);
+    sl_quota_state back_st;
+    sl_quota_carry(&more, &next, &lim, &back_st, now);
+    T_EQ_U(back_st.used, 40);
     sl_quota_carry(&lim, &st, &less, &next, now);
-    T_EQ_U(next.used, 20);
+    T_EQ_U(next.used, 40);
+    sl_quota_carry(&lim, &st, &tiny, &next, now);
+    T_EQ_U(next.used, 30);
     /* ... through the dispatcher too */
-    sl_algo_carry(&lim, &st, &less, &next, now);
-    T_EQ_U(next.used, 20);
+    sl_algo_carry(&lim, &st, &tiny, &next, now);
+    T_EQ_U(next.used, 30);
     /* a carry from a period that has ended starts fresh */
     sluice_time april = {now.mono_ns, U(2026, 4, 2, 0) * S};
     sl_quota_carry(&lim, &st, &more, &next, april);
     T_EQ_U(next.used, 0);
     T_EQ_I(next.period_start_s, U(2026, 3, 31, 22));
-    /* the wall clock stepping back into the previous month keeps this month's usage */
+    /* the wall clock stepping back into the previous month keeps this month's usage, in
+     * the month in force (a state from the future is clamped, and written back: true),
+     * so the key waits until the end of February, not of March */
     sluice_time back = {now.mono_ns, U(2026, 2, 27, 0) * S};
-    T_CHECK(!sl_quota_decide(&lim, &st, &next, back, 61, &r));
+    T_CHECK(sl_quota_decide(&lim, &st, &next, back, 61, &r));
+    T_CHECK(!r.allowed);
     T_EQ_U(r.remaining, 60);
+    T_EQ_U(next.used, 40);
+    T_EQ_I(next.period_start_s, U(2026, 1, 31, 23));
+    T_EQ_I(r.retry_after_ns, (U(2026, 2, 28, 23) - U(2026, 2, 27, 0)) * S);
 }
 
 static void test_init(void) {

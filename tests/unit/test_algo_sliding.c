@@ -201,15 +201,15 @@ static void test_settle_carry(void) {
     sl_algo_settle(&lim, &a, &a, wall(base + 11 * S), 25, &r);
     T_EQ_U(a.cur, 25);
     T_CHECK(!r.allowed);
-    /* Carry: both counts scaled when lowering, kept when raising. */
+    /* Carry: both counts kept, clamped to the new limit. */
     sl_sliding_state st = {base, 8, 6}, next;
-    sl_limit up = mk(40, 10 * S), down = mk(10, 10 * S);
+    sl_limit up = mk(40, 10 * S), down = mk(7, 10 * S);
     sl_algo_carry(&lim, &st, &up, &next, wall(base + 1 * S));
     T_EQ_U(next.cur, 8);
     T_EQ_U(next.prev, 6);
     sl_algo_carry(&lim, &st, &down, &next, wall(base + 1 * S));
-    T_EQ_U(next.cur, 4);
-    T_EQ_U(next.prev, 3);
+    T_EQ_U(next.cur, 7);
+    T_EQ_U(next.prev, 6);
     T_EQ_I(next.window_start_ns, base);
     /* Peek leaves the state as it was. */
     sl_sliding_state copy = st;

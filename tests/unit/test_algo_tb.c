@@ -198,9 +198,14 @@ static void test_carry(void) {
     sl_limit up = mk(10, 1 * S, 40);
     sl_algo_carry(&old, &st, &up, &next, at(1 * S));
     T_EQ_I(next.tokens_u, 32 * SL_MICRO); /* absolute usage kept */
-    sl_limit down = mk(10, 1 * S, 5);
+    sl_tb_state back;
+    sl_algo_carry(&up, &next, &old, &back, at(1 * S));
+    T_EQ_I(back.tokens_u, 12 * SL_MICRO); /* raise then revert: 8 used of 20 again */
+    sl_limit down = mk(10, 1 * S, 5), down10 = mk(10, 1 * S, 10);
     sl_algo_carry(&old, &st, &down, &next, at(1 * S));
-    T_EQ_I(next.tokens_u, 3 * SL_MICRO); /* 8/20 of 5 = 2 used */
+    T_EQ_I(next.tokens_u, 0); /* 8 used, clamped to 5: exhausted */
+    sl_algo_carry(&old, &st, &down10, &next, at(1 * S));
+    T_EQ_I(next.tokens_u, 2 * SL_MICRO); /* 8 used of 10 */
     /* Carried at a later time: the refill under the old limit counts first. */
     sl_algo_carry(&old, &st, &up, &next, at(1 * S + 500 * MS));
     T_EQ_I(next.tokens_u, 37 * SL_MICRO);

@@ -3,14 +3,19 @@
  * new process's store (new seed, new monotonic epoch) and answers exactly as before;
  * corrupt, truncated and wrong-version files are refused with a message and nothing
  * loaded; unregistered limiters are skipped and counted; changed ones carried; the file
- * is 0600. With SLUICE_WRITE_CORPUS=DIR it also writes seed snapshots for the fuzz target
+ * is 0600; a version 1 file (the fuzz corpus's seeds) still loads and answers as a
+ * version 2 one of the same traffic; a damaged file is moved aside, never overwriting
+ * anything; write failures and unusable directories report the real errno. With SLUICE_WRITE_CORPUS=DIR it also writes seed snapshots for the fuzz target
  * (tests/fuzz/corpus/fuzz_snapshot was produced that way, once).
  */
+#include <errno.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "t.h"
 
+#include "algo/limiter.h"
 #include "store/memory.h"
 
 #define NALGO 8
@@ -231,18 +236,40 @@ static void test_corrupt_refused(void) {
         T_CHECK(eb[0] != '\0');
         T_EQ_U(keys_of(st), 0);
     }
+    /* each kind of damage says what it is: empty, foreign, truncated (N of M bytes) */
     size_t cuts[6] = {0, 7, 63, 64, n / 2, n - 1};
+    const char *says[6] = {"empty", "not a sluice snapshot", "truncated", "truncated",
+                           "truncated", "truncated"};
     for (int i = 0; i < 6; i++) {
         eb[0] = '\0';
         T_EQ_I(restore_bytes(st, good, cuts[i], eb, sizeof(eb)), SLUICE_ECORRUPT);
-        T_CHECK(strstr(eb, "truncat") != NULL || strstr(eb, "checksum") != NULL);
+        if (strstr(eb, says[i]) == NULL) T_FAIL("cut at %zu: \"%s\"", cuts[i], eb);
         T_EQ_U(keys_of(st), 0);
     }
+    char want[64];
+    snprintf(want, sizeof(want), "snapshot truncated: %zu of %zu bytes", n / 2, n);
+    restore_bytes(st, good, n / 2, eb, sizeof(eb));
+    T_EQ_S(eb, want);
+    /* bytes appended, a foreign file that happens to be long, a newer format */
+    uint8_t *longer = malloc(n + 10);
+    memcpy(longer, good, n);
+    memset(longer + n, 'x', 10);
+    T_EQ_I(restore_bytes(st, longer, n + 10, eb, sizeof(eb)), SLUICE_ECORRUPT);
+    T_CHECK(strstr(eb, "10 more than it was written with") != NULL);
+    memset(longer, '{', n);
+    T_EQ_I(restore_bytes(st, longer, n, eb, sizeof(eb)), SLUICE_ECORRUPT);
+    T_CHECK(strstr(eb, "not a sluice snapshot") != NULL);
+    free(longer);
     memcpy(bad, good, n);
-    bad[8] = 2; /* version 2 */
+    bad[8] = 3; /* version 3 */
     T_EQ_I(restore_bytes(st, bad, n, eb, sizeof(eb)), SLUICE_ECORRUPT);
-    T_CHECK(strstr(eb, "version 2") != NULL);
+    T_CHECK(strstr(eb, "version 3 is newer") != NULL);
     T_EQ_U(keys_of(st), 0);
+    /* a bit flip inside the body: the checksum */
+    memcpy(bad, good, n);
+    bad[n / 2] ^= 0x10;
+    T_EQ_I(restore_bytes(st, bad, n, eb, sizeof(eb)), SLUICE_ECORRUPT);
+    T_CHECK(strstr(eb, "checksum mismatch: the file is damaged") != NULL);
     /* the good file still loads into that store afterwards */
     T_EQ_I(restore_bytes(st, good, n, eb, sizeof(eb)), SLUICE_OK);
     T_CHECK(keys_of(st) > 0);
@@ -341,6 +368,201 @@ static void write_corpus(const char *dir) {
     free_all(L);
 }
 
+/* tests/fuzz/corpus/fuzz_snapshot/valid-1.snap was written by format 1 from the traffic
+ * write_corpus makes with seed 0x1235: restored, and the same traffic saved in format 2
+ * and restored, the two stores answer every later decision the same. */
+static void test_version1_still_loads(void) {
+    const char *src = getenv("SLUICE_SRC");
+    char v1[512];
+    snprintf(v1, sizeof(v1), "%s/tests/fuzz/corpus/fuzz_snapshot/valid-1.snap", src ? src : ".");
+    uint8_t *b1 = NULL;
+    FILE *f = fopen(v1, "rb");
+    T_CHECK(f != NULL);
+    if (f == NULL) return;
+    fclose(f);
+    size_t n1 = slurp(v1, &b1);
+    T_CHECK(n1 > 64 && b1[8] == 1); /* really format 1 */
+    sluice_limiter *L[NALGO], *L2[NALGO], *L3[NALGO];
+    mk_all(L, 1);
+    mk_all(L2, 1);
+    mk_all(L3, 1);
+    sluice_store *a = mkstore(1000), *b = mkstore(1000), *c = mkstore(1000);
+    for (int i = 0; i < NALGO; i++) {
+        sluice_store_register(a, L[i]);
+        sluice_store_register(b, L2[i]);
+        sluice_store_register(c, L3[i]);
+    }
+    uint64_t seed = 0x1235;
+    int64_t t = 0;
+    traffic(a, L, &seed, A0, &t, 20);
+    tmp_path("v2");
+    sluice_time saved = {A0.mono_ns + t, A0.wall_ns + t};
+    T_EQ_I(sluice_store_snapshot(a, path, saved), SLUICE_OK);
+    char eb[256] = "";
+    uint64_t sk = 0;
+    T_EQ_I(sluice_store_restore(b, path, saved, &sk, eb, sizeof(eb)), SLUICE_OK);
+    unlink(path);
+    T_EQ_I(sl_store_restore_buf(c, b1, n1, saved, &sk, eb, sizeof(eb)), SLUICE_OK);
+    T_CHECK(keys_of(c) > 0);
+    T_EQ_U(keys_of(c), keys_of(b));
+    uint64_t s2 = t_seed();
+    for (int i = 0; i < 300; i++) {
+        t += (int64_t)(t_rand(&s2) % (2 * SLUICE_NS_PER_S));
+        sluice_time now = {A0.mono_ns + t, A0.wall_ns + t};
+        char key[16];
+        snprintf(key, sizeof(key), "k%d", (int)(t_rand(&s2) % 16));
+        int li = (int)(t_rand(&s2) % NALGO);
+        uint64_t cost = t_rand(&s2) % 3;
+        sluice_item ib = {L2[li], key, strlen(key), cost}, ic = {L3[li], key, strlen(key), cost};
+        sluice_decision db, dc;
+        T_EQ_I(sluice_decide(b, &ib, 1, now, &db), SLUICE_OK);
+        T_EQ_I(sluice_decide(c, &ic, 1, now, &dc), SLUICE_OK);
+        if (db.allowed != dc.allowed || db.results[0].remaining != dc.results[0].remaining ||
+            db.results[0].retry_after_ns != dc.results[0].retry_after_ns)
+            T_FAIL("%s %s: format 1 and 2 differ", sluice_algo_name(L2[li]->spec.algo), key);
+    }
+    free(b1);
+    sluice_store_destroy(a);
+    sluice_store_destroy(b);
+    sluice_store_destroy(c);
+    free_all(L);
+    free_all(L2);
+    free_all(L3);
+}
+
+static int count_entries(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
+    if (d != NULL) closedir(d);
+    return n;
+}
+
+/* What a server does with a damaged file: restore says ECORRUPT, the file is moved to
+ * PATH.damaged-<time> (then .1, .2, ... : an earlier damaged copy is never overwritten),
+ * and the next snapshot writes a new file at PATH. */
+static void test_move_aside(void) {
+    char dir[256], p[320], want[400], got[400];
+    const char *d = getenv("TMPDIR");
+    snprintf(dir, sizeof(dir), "%s/sluice-aside-%d", d ? d : "/tmp", (int)getpid());
+    T_EQ_I(mkdir(dir, 0700), 0);
+    snprintf(p, sizeof(p), "%s/state", dir);
+    for (int round = 0; round < 3; round++) {
+        char body[16];
+        snprintf(body, sizeof(body), "damaged %d", round);
+        spit(p, (const uint8_t *)body, strlen(body));
+        sluice_store *st = mkstore(100);
+        char eb[256] = "";
+        uint64_t sk;
+        T_EQ_I(sluice_store_restore(st, p, A0, &sk, eb, sizeof(eb)), SLUICE_ECORRUPT);
+        T_CHECK(strstr(eb, "not a sluice snapshot") != NULL);
+        int e = -1;
+        T_EQ_I(sluice_snapshot_move_aside(p, 1764633600, got, sizeof(got), &e), SLUICE_OK);
+        T_EQ_I(e, 0);
+        if (round == 0) snprintf(want, sizeof(want), "%s.damaged-1764633600", p);
+        else snprintf(want, sizeof(want), "%s.damaged-1764633600.%d", p, round);
+        T_EQ_S(got, want);
+        T_CHECK(access(p, F_OK) != 0);
+        uint8_t *back = NULL;
+        size_t n = slurp(want, &back);
+        T_CHECK(n == strlen(body) && memcmp(back, body, n) == 0); /* kept as it was */
+        free(back);
+        sluice_store_destroy(st);
+    }
+    T_EQ_I(count_entries(dir, "state.damaged-"), 3);
+    int e = 0;
+    T_EQ_I(sluice_snapshot_move_aside(p, 1, got, sizeof(got), &e), SLUICE_ENOTFOUND);
+    T_EQ_I(e, ENOENT);
+    /* the next snapshot writes a new file */
+    sluice_store *st = mkstore(100);
+    T_EQ_I(sluice_store_snapshot(st, p, A0), SLUICE_OK);
+    T_CHECK(access(p, F_OK) == 0);
+    sluice_store_destroy(st);
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    T_EQ_I(system(cmd), 0);
+}
+
+/* A snapshot in a directory that does not exist: SLUICE_EIO with errno ENOENT and a
+ * message naming the directory (not "input/output error"); sluice_snapshot_check_dir
+ * says the same before any snapshot is due, and leaves nothing behind when it succeeds. */
+static void test_write_errors(void) {
+    sluice_store *st = mkstore(100);
+    char eb[256] = "";
+    int e = 0;
+    T_EQ_I(sluice_store_snapshot_ex(st, "/nonexistent-sluice-dir/state", A0, &e, eb, sizeof(eb)),
+           SLUICE_EIO);
+    T_EQ_I(e, ENOENT);
+    T_CHECK(strstr(eb, "/nonexistent-sluice-dir") != NULL);
+    T_CHECK(strstr(eb, strerror(ENOENT)) != NULL);
+    e = 0;
+    T_EQ_I(sluice_snapshot_check_dir("/nonexistent-sluice-dir/state", &e, eb, sizeof(eb)), SLUICE_EIO);
+    T_EQ_I(e, ENOENT);
+    /* a directory that is a file */
+    tmp_path("plainfile");
+    spit(path, (const uint8_t *)"x", 1);
+    char under[300];
+    snprintf(under, sizeof(under), "%s/state", path);
+    T_EQ_I(sluice_snapshot_check_dir(under, &e, eb, sizeof(eb)), SLUICE_EIO);
+    T_EQ_I(e, ENOTDIR);
+    T_EQ_I(sluice_store_snapshot_ex(st, under, A0, &e, eb, sizeof(eb)), SLUICE_EIO);
+    T_EQ_I(e, ENOTDIR);
+    unlink(path);
+    /* a good directory: OK, and nothing left in it */
+    const char *d = getenv("TMPDIR");
+    char dir[256], p[300];
+    snprintf(dir, sizeof(dir), "%s/sluice-check-%d", d ? d : "/tmp", (int)getpid());
+    T_EQ_I(mkdir(dir, 0700), 0);
+    snprintf(p, sizeof(p), "%s/state", dir);
+    T_EQ_I(sluice_snapshot_check_dir(p, &e, eb, sizeof(eb)), SLUICE_OK);
+    T_EQ_I(count_entries(dir, "state"), 0);
+    /* and a snapshot path that is a directory is a setup error, not damage */
+    T_EQ_I(mkdir(p, 0700), 0);
+    uint64_t sk;
+    T_EQ_I(sluice_store_restore(st, p, A0, &sk, eb, sizeof(eb)), SLUICE_EIO);
+    rmdir(p);
+    rmdir(dir);
+    sluice_store_destroy(st);
+}
+
+/* A CL.THROTTLE-mode limiter (what the server registers for CL.THROTTLE) is saved with
+ * its mode: a file holding one loads (its keys skipped when it is not registered, kept
+ * when it is), instead of being refused as inconsistent. */
+static void test_cell_limiter_saved(void) {
+    sluice_limiter *c = calloc(1, sizeof(*c));
+    strcpy(c->name, "cl.throttle/4999/7/1");
+    T_EQ_I(sl_gcra_cell_init(&c->lim, 4999, 7, 1, NULL, 0), SLUICE_OK);
+    c->spec.algo = SLUICE_GCRA;
+    c->spec.name = c->name;
+    sluice_store *a = mkstore(100), *b = mkstore(100), *e = mkstore(100);
+    T_EQ_I(sluice_store_register(a, c), SLUICE_OK);
+    T_EQ_I(sluice_store_register(b, c), SLUICE_OK);
+    sluice_item it = {c, "k", 1, 5};
+    sluice_decision d;
+    T_EQ_I(sluice_decide(a, &it, 1, A0, &d), SLUICE_OK);
+    tmp_path("cell");
+    T_EQ_I(sluice_store_snapshot(a, path, A0), SLUICE_OK);
+    char eb[256] = "";
+    uint64_t sk = 0;
+    T_EQ_I(sluice_store_restore(e, path, A0, &sk, eb, sizeof(eb)), SLUICE_OK);
+    T_EQ_U(sk, 1);
+    T_EQ_I(sluice_store_restore(b, path, A0, &sk, eb, sizeof(eb)), SLUICE_OK);
+    T_EQ_U(sk, 0);
+    unlink(path);
+    it.cost = 0;
+    sluice_decision da, db;
+    T_EQ_I(sluice_decide(a, &it, 1, A0, &da), SLUICE_OK);
+    T_EQ_I(sluice_decide(b, &it, 1, A0, &db), SLUICE_OK);
+    T_EQ_U(db.results[0].remaining, da.results[0].remaining);
+    T_EQ_U(db.results[0].remaining, 4995);
+    sluice_store_destroy(a);
+    sluice_store_destroy(b);
+    sluice_store_destroy(e);
+    free(c);
+}
+
 int main(void) {
     const char *corpus = getenv("SLUICE_WRITE_CORPUS");
     if (corpus != NULL) {
@@ -351,5 +573,9 @@ int main(void) {
     T_RUN(test_corrupt_refused);
     T_RUN(test_capacity_refused);
     T_RUN(test_skipped_and_carried);
+    T_RUN(test_version1_still_loads);
+    T_RUN(test_move_aside);
+    T_RUN(test_write_errors);
+    T_RUN(test_cell_limiter_saved);
     return T_DONE();
 }

@@ -179,22 +179,27 @@ static void test_capacity_many_shards(void) {
 }
 
 /* Registering a changed limit under the same name carries state (the algorithm's carry
- * rule: lowering keeps the used fraction), including into another state size. */
+ * rule: the absolute usage, clamped to the new capacity, so raising a limit and reverting
+ * it is neutral), including into another state size. */
 static void test_register_carry(void) {
     sluice_store *st = mkstore(0, 0, SLUICE_EVICT_LRU);
     sluice_limiter *a = mk(SLUICE_TOKEN_BUCKET, "api", 100, 3600 * SLUICE_NS_PER_S, 100);
     sluice_store_register(st, a);
-    T_EQ_I(take(st, a, 1, 50, at(0), NULL), 1);
-    sluice_limiter *b = mk(SLUICE_TOKEN_BUCKET, "api", 10, 3600 * SLUICE_NS_PER_S, 10);
+    T_EQ_I(take(st, a, 1, 60, at(0), NULL), 1);
+    sluice_limiter *b = mk(SLUICE_TOKEN_BUCKET, "api", 200, 3600 * SLUICE_NS_PER_S, 200);
     T_EQ_I(sluice_store_register(st, b), SLUICE_OK);
-    T_EQ_U(left(st, b, 1, at(0)), 5); /* half used stays half used */
-    T_EQ_U(left(st, a, 1, at(0)), 5); /* the old object now means the new parameters */
-    sluice_limiter *c = mk(SLUICE_GCRA, "api", 10, 3600 * SLUICE_NS_PER_S, 10);
+    T_EQ_U(left(st, b, 1, at(0)), 140); /* 60 used of 200 */
+    T_EQ_U(left(st, a, 1, at(0)), 140); /* the old object now means the new parameters */
+    sluice_limiter *a2 = mk(SLUICE_TOKEN_BUCKET, "api", 100, 3600 * SLUICE_NS_PER_S, 100);
+    T_EQ_I(sluice_store_register(st, a2), SLUICE_OK);
+    T_EQ_U(left(st, a2, 1, at(0)), 40); /* reverted: 60 used of 100, as before */
+    sluice_limiter *c = mk(SLUICE_GCRA, "api", 50, 3600 * SLUICE_NS_PER_S, 50);
     T_EQ_I(sluice_store_register(st, c), SLUICE_OK);
-    T_EQ_U(left(st, c, 1, at(0)), 5);
+    T_EQ_U(left(st, c, 1, at(0)), 0); /* 60 used, clamped to 50: exhausted */
     T_EQ_U(stats(st).keys, 1);
     sluice_store_destroy(st);
     sluice_limiter_destroy(a);
+    sluice_limiter_destroy(a2);
     sluice_limiter_destroy(b);
     sluice_limiter_destroy(c);
 }
