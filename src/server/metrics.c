@@ -111,23 +111,9 @@ static void store(sl_server *s, sl_prom *p) {
             sl_prom_u64(p, l, OSUM(store_err[e]));
         }
     }
-    sl_obs_prom_keys(s, p);
+    sl_obs_prom_keys(s, p); /* sluice_keys and sluice_evictions_total, by policy */
     sluice_store_stats st;
     sluice_store_stats_get(s->store, &st);
-    sl_prom_family(p, "sluice_evictions_total", SL_PROM_COUNTER,
-                   "Keys dropped by the memory store under pressure: fresh (state equal to a new "
-                   "key), lru (live state evicted), refused (new key refused at capacity). Store-"
-                   "wide (policy=\"\") until the store counts per limiter.");
-    if (!s->redis) {
-        const struct {
-            const char *kind;
-            uint64_t v;
-        } k[] = {{"fresh", st.expired}, {"lru", st.evicted}, {"refused", st.refused}};
-        for (size_t i = 0; i < 3; i++) {
-            const char *l[] = {"policy", "", "kind", k[i].kind, NULL};
-            sl_prom_u64(p, l, k[i].v);
-        }
-    }
     sl_prom_family(p, "sluice_store_capacity_keys", SL_PROM_GAUGE,
                    "Entries the memory store may hold (store.max_keys).");
     sl_prom_u64(p, NULL, st.capacity);

@@ -904,42 +904,62 @@ void sl_obs_prom_hot_keys(sl_server *s, sl_prom *p) {
 
 /* Entries per policy from a census of the memory store (at most one walk per 10 s: it
  * reads every slot). A family's name is its policy, or "policy@plan". */
+/* Whether store family `fn` belongs to policy `pol` (the policy, or one of its plans). */
+static bool family_of(const char *fn, const char *pol, size_t pl) {
+    return strncmp(fn, pol, pl) == 0 && (fn[pl] == '\0' || fn[pl] == '@');
+}
+
 void sl_obs_prom_keys(sl_server *s, sl_prom *p) {
     sl_obs *o = s->obs;
     sl_prom_family(p, "sluice_keys", SL_PROM_GAUGE,
                    "State entries the memory store holds for the policy (one per key and "
-                   "window; refreshed at most every 10 s).");
+                   "window).");
     if (s->redis) return;
-    pthread_mutex_lock(&o->census_mu);
-    int64_t now = sl_clock_mono_ns();
-    if (o->census == NULL || now - o->census_at_ns >= 10 * SLUICE_NS_PER_S) {
-        int n = sl_store_family_counts(s->store, NULL, 0);
-        sl_fam_count *c = n > 0 ? calloc((size_t)n, sizeof(*c)) : NULL;
-        if (c != NULL) n = sl_store_family_counts(s->store, c, (size_t)n);
-        if (n >= 0 && (c != NULL || n == 0)) {
-            free(o->census);
-            o->census = c;
-            o->ncensus = n;
-            o->census_at_ns = now;
-        } else {
-            free(c);
-        }
+    pthread_mutex_lock(&o->census_mu); /* one scrape at a time owns the buffer */
+    int n = sl_store_family_counts(s->store, NULL, 0);
+    if (n > o->ncensus_cap) {
+        sl_fam_count *c = realloc(o->census, (size_t)n * sizeof(*c));
+        if (c != NULL) o->census = c, o->ncensus_cap = n;
     }
-    /* per policy: sum over its families (windows, plans) */
+    o->ncensus = sl_store_family_counts(s->store, o->census, (size_t)o->ncensus_cap);
+    if (o->ncensus > o->ncensus_cap) o->ncensus = o->ncensus_cap;
+    /* per policy: the sum over its families (windows, plans) */
     unsigned ns = atomic_load(&o->nseries);
+    const sl_config *cfg = sl_obs_gen_now(s)->cfg;
     for (unsigned i = 1; i < ns; i++) {
         if (o->series[i].window[0] != '\0') continue;
         const char *pol = o->series[i].policy;
         size_t pl = strlen(pol);
         uint64_t t = 0;
-        for (int k = 0; k < o->ncensus; k++) {
-            const char *fn = o->census[k].name;
-            if (strncmp(fn, pol, pl) == 0 && (fn[pl] == '\0' || fn[pl] == '@'))
-                t += o->census[k].entries;
-        }
-        if (t == 0 && !sl_obs_in_config(sl_obs_gen_now(s)->cfg, pol)) continue;
+        for (int k = 0; k < o->ncensus; k++)
+            if (family_of(o->census[k].name, pol, pl)) t += o->census[k].entries;
+        if (t == 0 && !sl_obs_in_config(cfg, pol)) continue;
         const char *l[] = {"policy", pol, NULL};
         sl_prom_u64(p, l, t);
+    }
+    /* Every forced eviction of a live key is a reset of that key: counted per policy
+     * (kind lru), beside the harmless ones (fresh) and the keys refused room (refused). */
+    sl_prom_family(p, "sluice_evictions_total", SL_PROM_COUNTER,
+                   "Keys the memory store dropped under pressure, by policy: fresh (state "
+                   "equal to a new key: no behaviour change), lru (live state evicted: that "
+                   "key starts afresh), refused (a new key refused at capacity).");
+    for (unsigned i = 1; i < ns; i++) {
+        if (o->series[i].window[0] != '\0') continue;
+        const char *pol = o->series[i].policy;
+        size_t pl = strlen(pol);
+        uint64_t v[3] = {0, 0, 0};
+        for (int k = 0; k < o->ncensus; k++) {
+            if (!family_of(o->census[k].name, pol, pl)) continue;
+            v[0] += o->census[k].expired;
+            v[1] += o->census[k].evicted;
+            v[2] += o->census[k].refused;
+        }
+        if (v[0] + v[1] + v[2] == 0 && !sl_obs_in_config(cfg, pol)) continue;
+        static const char *const kinds[3] = {"fresh", "lru", "refused"};
+        for (int k = 0; k < 3; k++) {
+            const char *l[] = {"policy", pol, "kind", kinds[k], NULL};
+            sl_prom_u64(p, l, v[k]);
+        }
     }
     pthread_mutex_unlock(&o->census_mu);
 }

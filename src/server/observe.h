@@ -98,11 +98,10 @@ struct sl_obs {
     /* watchers (main thread) */
     int64_t next_store_check_ns;
     sluice_store_stats last_stats;
-    /* keys per policy: a census of the memory store, at most one per 10 s */
+    /* keys and evictions per policy: the store's per-family counters, read per scrape */
     pthread_mutex_t census_mu;
-    int64_t census_at_ns;
     struct sl_fam_count *census;
-    int ncensus;
+    int ncensus, ncensus_cap;
 };
 
 typedef struct sl_obs sl_obs;

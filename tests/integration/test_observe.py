@@ -600,14 +600,23 @@ policies:
     key: [header.x-key]
     algorithm: fixed_window
     limits: [ { rate: 10/min } ]
+  - name: quiet
+    objective: fairness
+    key: [header.x-key]
+    algorithm: fixed_window
+    limits: [ { rate: 10/min } ]
 """
     s = Server(config_text=text, workers=1)
     try:
+        resp_pipeline(s.resp_port, [("SL.CHECK", "quiet", "obs-quiet-%d" % i) for i in range(5)])
         resp_pipeline(s.resp_port, [("SL.CHECK", "many", "obs-evict-%d" % i) for i in range(1000)])
         note_raw_key(*["obs-evict-%d" % i for i in range(0, 1000, 97)])
         m = metrics(s)
-        assert value(m, "sluice_evictions_total", policy="", kind="lru") >= 800
+        # counted per policy: the flooded one evicts its own keys, the other keeps its five
+        assert value(m, "sluice_evictions_total", policy="many", kind="lru") >= 800
+        assert value(m, "sluice_evictions_total", policy="quiet", kind="lru") == 0
         assert value(m, "sluice_keys", policy="many") <= 100
+        assert value(m, "sluice_keys", policy="quiet") == 5
         # the watcher compares the store's counters every 10 s: one line, not one per key
         ev = wait_for(lambda: log_lines(s, "eviction_pressure"), timeout=15)
         assert len(ev) == 1 and ev[0]["evicted"] >= 800 and ev[0]["capacity"] == 100
