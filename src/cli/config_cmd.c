@@ -4,11 +4,14 @@
  * prints a one-line summary and exits 0. Nothing else is printed on success.
  * "Exactly as the server would": after loading, it also creates a memory store with the
  * config's store settings and an engine on it (then destroys both), so every error the
- * server reports at start (store options, limiter registration) is reported here too.
+ * server reports at start (store options, limiter registration) is reported here too,
+ * and so are a snapshot directory it could not write and a damaged snapshot it would
+ * refuse. Policies that need the gateway to call /v1/finish get a warning (exit 0).
  */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "engine/engine.h"
@@ -18,6 +21,13 @@ static int usage(FILE *f) {
                "  validates FILE (sluice or envoyproxy/ratelimit format); every error is\n"
                "  printed as FILE:LINE:COL: message; exit status 1 on errors\n");
     return f == stdout ? 0 : 2;
+}
+
+/* The system clock, created once (restoring a snapshot needs the time). */
+static sluice_clock *clock_sys(void) {
+    static sluice_clock *c;
+    if (c == NULL) c = sluice_clock_create_system();
+    return c;
 }
 
 static const char *store_name(sl_store_type t) {
@@ -73,8 +83,46 @@ int sl_cli_config(int argc, char **argv) {
         sl_config_destroy(cfg);
         return 1;
     }
+    /* what serve checks at start: that snapshots can be written there, and that the one
+     * there (if any) is whole (serve refuses to start on a damaged one by default) */
+    int errors = 0;
+    if (st->store.type == SL_STORE_MEMORY && st->store.snapshot_path[0] != '\0') {
+        int e = 0;
+        char msg[256] = "";
+        if (sluice_snapshot_check_dir(st->store.snapshot_path, &e, msg, sizeof(msg)) != SLUICE_OK) {
+            fprintf(stderr, "%s:%d:%d: snapshots cannot be written at '%s': %s (expected a directory "
+                            "that exists and this user can write)\n",
+                    path, st->store.snapshot_line, st->store.snapshot_col, st->store.snapshot_path, msg);
+            errors++;
+        } else if (access(st->store.snapshot_path, F_OK) == 0) {
+            uint64_t skipped = 0;
+            msg[0] = '\0';
+            int r = sluice_store_restore(store, st->store.snapshot_path, sluice_clock_now(clock_sys()),
+                                         &skipped, msg, sizeof(msg));
+            if (r != SLUICE_OK) {
+                fprintf(stderr, "%s:%d:%d: the snapshot '%s' is %s: %s (serve %s)\n", path,
+                        st->store.snapshot_line, st->store.snapshot_col, st->store.snapshot_path,
+                        r == SLUICE_ECORRUPT ? "damaged" : "unreadable", msg[0] ? msg : sluice_strerror(r),
+                        st->store.snapshot_start_empty ? "would move it aside and start with no state"
+                                                       : "would refuse to start: store.snapshot.on_damaged");
+                if (!st->store.snapshot_start_empty) errors++;
+            }
+        }
+    }
     sl_engine_destroy(eng);
     sluice_store_destroy(store);
+    if (errors > 0) {
+        fprintf(stderr, "%s: %d error%s\n", path, errors, errors == 1 ? "" : "s");
+        sl_config_destroy(cfg);
+        return 1;
+    }
+    /* warnings: valid, but not what the author may think behind a forward-auth gateway */
+    for (size_t i = 0; i < sl_config_policy_count(cfg); i++) {
+        char msg[600];
+        int line = 0, col = 0;
+        if (sl_config_policy_needs_finish(cfg, i, msg, sizeof(msg), &line, &col))
+            fprintf(stderr, "%s:%d:%d: warning: %s\n", path, line, col, msg);
+    }
     bool envoy = sl_config_is_envoy(cfg);
     size_t np = sl_config_policy_count(cfg), nl = sl_config_limiter_count(cfg);
     printf("%s: ok (%s format, %zu %s, %zu limit%s, store %s)\n", path,

@@ -1182,12 +1182,26 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
         }
     }
     if ((x = sl__get(n, "snapshot")) != NULL && mem) {
-        static const char *const sf[] = {"path", "every", NULL};
+        static const char *const sf[] = {"path", "every", "on_damaged", NULL};
         if (sl__check_fields(cx, x, "store.snapshot", sf)) {
             const sl_ynode *p = sl__get(x, "path"), *e = sl__get(x, "every");
-            if (p == NULL) sl__err(cx, x, "snapshot needs a path (expected path: sluice.state)");
-            else copy_str(cx, p, "snapshot path", st->store.snapshot_path, SL_PATH_MAX);
+            const sl_ynode *d = sl__get(x, "on_damaged");
+            if (p == NULL) {
+                sl__err(cx, x, "snapshot needs a path (expected path: sluice.state)");
+            } else {
+                copy_str(cx, p, "snapshot path", st->store.snapshot_path, SL_PATH_MAX);
+                st->store.snapshot_line = p->line;
+                st->store.snapshot_col = p->col;
+            }
             if (e != NULL) get_duration(cx, e, &st->store.snapshot_every_ns);
+            if (d != NULL) {
+                if (is_scalar(d) && !strcmp(d->s, "refuse")) st->store.snapshot_start_empty = false;
+                else if (is_scalar(d) && !strcmp(d->s, "start_empty")) st->store.snapshot_start_empty = true;
+                else
+                    sl__err(cx, d, "bad on_damaged '%.40s' (expected refuse, the default: do not start "
+                            "on a damaged snapshot, or start_empty: move it aside and start with no "
+                            "state)", is_scalar(d) ? d->s : "");
+            }
         }
     }
     if (!mem) {
@@ -1827,4 +1841,23 @@ size_t sl_config_limiter_count(const sl_config *cfg) { return cfg ? cfg->n_limit
 bool sl_config_is_envoy(const sl_config *cfg) { return cfg && cfg->envoy_format; }
 bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i) {
     return cfg != NULL && i < cfg->n_pol && cfg->pol[i].fail_closed;
+}
+
+bool sl_config_policy_needs_finish(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
+                                   int *col) {
+    if (cfg == NULL || i >= cfg->n_pol) return false;
+    const sl_cpolicy *cp = &cfg->pol[i];
+    bool conc = cp->algo == SLUICE_CONCURRENCY;
+    if (!conc && !cp->settle) return false;
+    if (line) *line = cp->line;
+    if (col) *col = cp->col;
+    if (msg != NULL && len > 0)
+        snprintf(msg, len,
+                 "policy '%.100s' %s: behind a forward-auth gateway (nginx auth_request, Traefik "
+                 "forwardAuth, Caddy forward_auth, HAProxy) this works only if the gateway calls "
+                 "/v1/finish with the X-Sluice-Token when the response ends (examples/nginx/"
+                 "sluice-finish.conf); otherwise it behaves as a rate: %s",
+                 cp->name, conc ? "holds a concurrency slot per request" : "settles its cost after the response",
+                 conc ? "each request holds its slot for the whole lease" : "every request is charged the reserved cost");
+    return true;
 }

@@ -120,6 +120,8 @@ typedef struct sl_settings {
         unsigned shards;            /* memory: 0 = library default */
         char snapshot_path[SL_PATH_MAX]; /* memory: "" = no snapshots */
         int64_t snapshot_every_ns;  /* memory: 0 = only on shutdown */
+        bool snapshot_start_empty;  /* memory: snapshot.on_damaged: start_empty (default refuse) */
+        int snapshot_line, snapshot_col; /* where snapshot.path is written (config check) */
         char redis_addr[SL_ADDR_MAX];    /* redis: "host:port" (first seed for a cluster) */
         int64_t redis_timeout_ns;   /* redis: default 20 ms */
         char redis_key_secret[128]; /* redis: keyed-hash secret; "" = documented default */
@@ -150,6 +152,12 @@ size_t sl_config_limiter_count(const sl_config *cfg);
 bool sl_config_is_envoy(const sl_config *cfg); /* loaded from an envoy-format file */
 /* Policy i answers 503 when its store is unreachable (on_store_error: closed). */
 bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i);
+/* Whether policy i holds something only the end of a response gives back (a concurrency
+ * slot, a settle-later cost): behind a forward-auth gateway that cannot call /v1/finish
+ * it behaves as a rate. msg receives the warning (config check prints it), line/col where
+ * the policy is written. */
+bool sl_config_policy_needs_finish(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
+                                   int *col);
 
 /* The unit a policy counts in (RateLimit-Policy qu=). */
 typedef enum sl_quota_unit {

@@ -183,15 +183,22 @@ static void handle_clock(http_ctx *x) {
     int rc = 0;
     if (j) {
         json_t *set = json_object_get(j, "set_ms"), *adv = json_object_get(j, "advance_ms");
+        /* range-checked before any conversion: a client's integer as it came */
         if (set && json_is_integer(set))
-            rc = sluice_clock_set_wall(s->clock, json_integer_value(set) * SLUICE_NS_PER_MS);
+            rc = sluice_clock_set_wall_ms(s->clock, json_integer_value(set));
         else if (adv && json_is_integer(adv))
-            rc = sluice_clock_advance(s->clock, json_integer_value(adv) * SLUICE_NS_PER_MS);
+            rc = sluice_clock_advance_ms(s->clock, json_integer_value(adv));
         else
             rc = SLUICE_EINVAL;
         json_decref(j);
     } else if (method_is(x, "POST")) {
         rc = SLUICE_EINVAL;
+    }
+    if (rc == SLUICE_ERANGE) {
+        problem(x->c, x->req->minor, 400,
+                "the clock accepts 1970-01-01 to 2200-01-01 UTC (set_ms 0 to 7258118400000); the "
+                "clock did not move", 1);
+        return;
     }
     if (rc != 0) {
         problem(x->c, x->req->minor, 400, "expected {\"set_ms\": UNIX_MS} or {\"advance_ms\": MS >= 0}", 1);

@@ -153,6 +153,30 @@ static void server_families(sl_server *s, sl_prom *p) {
     for (unsigned i = 0; i < s->nworkers; i++) hs[i] = &s->workers[i]->obs->req_lat;
     sl_prom_histogram(p, NULL, sl_obs_req_bounds, SL_OBS_REQ_BOUNDS, hs, s->nworkers,
                       SLUICE_NS_PER_S);
+    if (s->snapshot_path[0] != '\0') {
+        pthread_mutex_lock(&s->snap_mu);
+        uint64_t ok = s->snap_ok, failed = s->snap_failed, damaged = s->snap_damaged;
+        int64_t last = s->snap_last_ok_wall_ns;
+        bool empty = s->snap_started_empty[0] != '\0';
+        pthread_mutex_unlock(&s->snap_mu);
+        sl_prom_family(p, "sluice_snapshot_writes_total", SL_PROM_COUNTER,
+                       "Snapshots of the memory store written (ok) or not (failed; the log and "
+                       "/readyz say why, with the system's error).");
+        const char *lo[] = {"outcome", "ok", NULL}, *lf[] = {"outcome", "failed", NULL};
+        sl_prom_u64(p, lo, ok);
+        sl_prom_u64(p, lf, failed);
+        sl_prom_family(p, "sluice_snapshot_last_success_timestamp_seconds", SL_PROM_GAUGE,
+                       "When this process last wrote a snapshot (Unix time; 0: not yet). What a "
+                       "crash would lose is the traffic since then.");
+        sl_prom_u64(p, NULL, (uint64_t)(last / SLUICE_NS_PER_S));
+        sl_prom_family(p, "sluice_snapshot_damaged_total", SL_PROM_COUNTER,
+                       "Damaged snapshots found at start (moved aside, never overwritten).");
+        sl_prom_u64(p, NULL, damaged);
+        sl_prom_family(p, "sluice_snapshot_started_empty", SL_PROM_GAUGE,
+                       "1 when this process started with no state because its snapshot was damaged "
+                       "or unreadable (store.snapshot.on_damaged: start_empty).");
+        sl_prom_u64(p, NULL, empty ? 1 : 0);
+    }
     sl_prom_family(p, "sluice_reloads_total", SL_PROM_COUNTER,
                    "Configuration loads by source (startup, sighup, admin-api, file-change) and "
                    "outcome (ok, refused).");

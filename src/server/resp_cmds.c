@@ -610,16 +610,22 @@ static void cmd_clock(resp_ctx *x) {
     if (!authorized(x)) return;
     int64_t v = 0;
     int rc = 0;
+    /* range-checked before any conversion (sluice_clock_*_ms) */
     if (cmd->argc == 3 && sl_resp_arg_is(cmd, 1, "SET")) {
-        if (sl_resp_arg_i64(cmd, 2, &v) != 0 || v < 0 || v > INT64_MAX / SLUICE_NS_PER_MS) goto bad;
-        rc = sluice_clock_set_wall(s->clock, v * SLUICE_NS_PER_MS);
+        if (sl_resp_arg_i64(cmd, 2, &v) != 0) goto bad;
+        rc = sluice_clock_set_wall_ms(s->clock, v);
     } else if (cmd->argc == 3 && sl_resp_arg_is(cmd, 1, "ADVANCE")) {
-        if (sl_resp_arg_i64(cmd, 2, &v) != 0 || v < 0 || v > INT64_MAX / SLUICE_NS_PER_MS) goto bad;
-        rc = sluice_clock_advance(s->clock, v * SLUICE_NS_PER_MS);
+        if (sl_resp_arg_i64(cmd, 2, &v) != 0 || v < 0) goto bad;
+        rc = sluice_clock_advance_ms(s->clock, v);
     } else if (cmd->argc == 2 && sl_resp_arg_is(cmd, 1, "GET")) {
         rc = 0;
     } else {
         goto bad;
+    }
+    if (rc == SLUICE_ERANGE) {
+        sl_resp_error(&x->wb, "ERR out of range: the clock accepts 1970-01-01 to 2200-01-01 UTC "
+                              "(0 to 7258118400000 ms); it did not move");
+        return;
     }
     if (rc != 0) goto bad;
     x->c->w->have_batch_now = false; /* later commands of this batch see the new time */

@@ -452,6 +452,7 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
     }
     snprintf(s->snapshot_path, sizeof(s->snapshot_path), "%s", st->store.snapshot_path);
     s->snapshot_every_ns = st->store.snapshot_every_ns;
+    s->snapshot_start_empty = st->store.snapshot_start_empty;
     return 0;
 }
 
@@ -464,13 +465,19 @@ bool sl_server_store_ready(const sl_server *s) { return !s->redis || sl_redis_st
  * ones answering 503, which is unready only when the config says readiness follows the
  * store (store.unready_when_down).
  */
+static size_t snapshot_readiness(sl_server *s, char *buf, size_t len);
+
 int sl_server_readiness(const sl_server *s, const sl_gen *g, char *body, size_t len) {
     if (atomic_load(&s->draining)) {
         snprintf(body, len, "draining\n");
         return 503;
     }
+    char snap[800];
+    size_t sn = snapshot_readiness((sl_server *)s, snap, sizeof(snap));
     if (sl_server_store_ready(s)) {
-        snprintf(body, len, "ready\n");
+        /* serving as configured; what a snapshot problem put at risk is said, not hidden */
+        if (sn > 0) snprintf(body, len, "degraded: the memory store's snapshots need attention\n%s", snap);
+        else snprintf(body, len, "ready\n");
         return 200;
     }
     size_t open = 0, closed = 0, n = sl_config_policy_count(g->cfg);
@@ -486,10 +493,68 @@ int sl_server_readiness(const sl_server *s, const sl_gen *g, char *body, size_t 
                      unready ? "; store.unready_when_down is set" : "");
     /* then why: one line per Redis node that is not up (addresses, never a credential) */
     if (s->redis && w > 0 && (size_t)w < len) sl_redis_store_health(body + w, len - (size_t)w);
+    size_t bl = strlen(body);
+    if (sn > 0 && bl + 1 < len) snprintf(body + bl, len - bl, "%s", snap);
     return unready ? 503 : 200;
 }
 
 /* ---- lifecycle ---- */
+
+/*
+ * The snapshot at start. Why a damaged one stops the start by default: starting empty
+ * hands every quota out again, silently; the operator decides (store.snapshot.on_damaged:
+ * start_empty). Refusing leaves the file in place (every restart refuses again until
+ * someone looks); starting empty moves a damaged file aside, never overwriting it, so it
+ * can be examined (an unreadable one, permissions or a directory, stays). Either way the
+ * reason is logged and counted; when the server starts empty, /readyz says so.
+ */
+static int restore_snapshot(sl_server *s, char *err, size_t errlen) {
+    int e = 0;
+    char msg[256] = "";
+    if (sluice_snapshot_check_dir(s->snapshot_path, &e, msg, sizeof(msg)) != SLUICE_OK) {
+        snprintf(err, errlen, "snapshots cannot be written at '%.200s': %s", s->snapshot_path, msg);
+        return -1;
+    }
+    if (access(s->snapshot_path, F_OK) != 0) return 0; /* first start */
+    uint64_t skipped = 0;
+    msg[0] = '\0';
+    int r = sluice_store_restore(s->store, s->snapshot_path, sluice_clock_now(s->clock), &skipped, msg,
+                                 sizeof(msg));
+    if (r == SLUICE_OK) {
+        SL_LOG(s->obs->log, SL_LOG_INFO, "snapshot_restored", "snapshot restored",
+               SL_LOG_STR("path", s->snapshot_path), SL_LOG_UINT("skipped", skipped));
+        return 0;
+    }
+    const char *why = msg[0] ? msg : sluice_strerror(r);
+    char aside[SL_PATH_MAX + 64] = "", where[SL_PATH_MAX + 128] = "";
+    if (r == SLUICE_ECORRUPT) s->snap_damaged++;
+    /* refusing leaves the file where it is: moved aside, the next start (systemd restarts
+     * it) would find none and start empty after all */
+    if (r == SLUICE_ECORRUPT && s->snapshot_start_empty) {
+        int ae = 0;
+        if (sluice_snapshot_move_aside(s->snapshot_path, sl_clock_wall_ns() / SLUICE_NS_PER_S, aside,
+                                       sizeof(aside), &ae) == SLUICE_OK)
+            snprintf(where, sizeof(where), "; moved to %s", aside);
+        else
+            snprintf(where, sizeof(where), "; it could not be moved aside: %s", strerror(ae));
+    }
+    SL_LOG(s->obs->log, SL_LOG_ERROR, "snapshot_restore_failed",
+           r == SLUICE_ECORRUPT ? "snapshot damaged" : "snapshot unreadable",
+           SL_LOG_STR("path", s->snapshot_path), SL_LOG_STR("error", why), SL_LOG_STR("moved_to", aside),
+           SL_LOG_STR("on_damaged", s->snapshot_start_empty ? "start_empty" : "refuse"));
+    const char *what = r == SLUICE_ECORRUPT ? "damaged" : "unreadable";
+    if (!s->snapshot_start_empty) {
+        snprintf(err, errlen,
+                 "the snapshot '%.200s' is %s: %.200s; not starting without the state it held (to "
+                 "start with no state, move the file away, or set store.snapshot.on_damaged: "
+                 "start_empty, which moves it aside)",
+                 s->snapshot_path, what, why);
+        return -1;
+    }
+    snprintf(s->snap_started_empty, sizeof(s->snap_started_empty),
+             "started with no state: the snapshot was %s (%.150s)%.200s", what, why, where);
+    return 0;
+}
 
 int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size_t errlen) {
     *out = NULL;
@@ -501,6 +566,7 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     s->opt = *opt;
     for (int k = 0; k < SL_KINDS; k++) s->lfd[k] = -1;
     pthread_mutex_init(&s->reload_mu, NULL);
+    pthread_mutex_init(&s->snap_mu, NULL);
     sl_cell_init(&s->cell);
     s->started_wall_ns = sl_clock_wall_ns();
 
@@ -548,16 +614,7 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     if (g == NULL) goto fail;
     atomic_store(&s->gen, g);
 
-    if (s->snapshot_path[0] != '\0' && access(s->snapshot_path, F_OK) == 0) {
-        uint64_t skipped = 0;
-        char ebuf[256] = "";
-        int r = sluice_store_restore(s->store, s->snapshot_path, sluice_clock_now(s->clock),
-                                     &skipped, ebuf, sizeof(ebuf));
-        if (r != 0)
-            SL_LOG(s->obs->log, SL_LOG_WARN, "snapshot_restore_failed", "snapshot not restored",
-                   SL_LOG_STR("path", s->snapshot_path),
-                   SL_LOG_STR("error", ebuf[0] ? ebuf : sluice_strerror(r)));
-    }
+    if (s->snapshot_path[0] != '\0' && restore_snapshot(s, err, errlen) != 0) goto fail;
 
     const char *addrs[SL_KINDS] = {s->opt.http, s->opt.resp, s->opt.admin, s->opt.grpc};
     const char *names[SL_KINDS] = {"http", "resp", "admin", "grpc"};
@@ -595,17 +652,51 @@ void sl_server_destroy(sl_server *s) {
     if (s->store) sluice_store_destroy(s->store);
     if (s->clock) sluice_clock_destroy(s->clock);
     pthread_mutex_destroy(&s->reload_mu);
+    pthread_mutex_destroy(&s->snap_mu);
     sl_obs_destroy(s); /* the logger last: everything before may log */
     free(s);
 }
 
 static void write_snapshot(sl_server *s, const char *why) {
     if (s->snapshot_path[0] == '\0') return;
-    int r = sluice_store_snapshot(s->store, s->snapshot_path, sluice_clock_now(s->clock));
-    if (r != 0)
+    int e = 0;
+    char msg[256] = "";
+    int r = sluice_store_snapshot_ex(s->store, s->snapshot_path, sluice_clock_now(s->clock), &e, msg,
+                                     sizeof(msg));
+    pthread_mutex_lock(&s->snap_mu);
+    bool was_failing = s->snap_error[0] != '\0';
+    if (r == SLUICE_OK) {
+        s->snap_ok++;
+        s->snap_last_ok_wall_ns = sl_clock_wall_ns();
+        s->snap_error[0] = '\0';
+    } else {
+        s->snap_failed++;
+        snprintf(s->snap_error, sizeof(s->snap_error), "%s", msg[0] ? msg : sluice_strerror(r));
+    }
+    pthread_mutex_unlock(&s->snap_mu);
+    if (r != SLUICE_OK)
         SL_LOG(s->obs->log, SL_LOG_ERROR, "snapshot_failed", "snapshot not written",
                SL_LOG_STR("why", why), SL_LOG_STR("path", s->snapshot_path),
-               SL_LOG_STR("error", sluice_strerror(r)));
+               SL_LOG_STR("error", msg[0] ? msg : sluice_strerror(r)), SL_LOG_STR("errno", e ? strerror(e) : ""));
+    else if (was_failing)
+        SL_LOG(s->obs->log, SL_LOG_INFO, "snapshot_recovered", "snapshot written again",
+               SL_LOG_STR("path", s->snapshot_path));
+}
+
+/* Lines for /readyz about snapshots (none when all is well); bytes written. */
+static size_t snapshot_readiness(sl_server *s, char *buf, size_t len) {
+    size_t off = 0;
+    pthread_mutex_lock(&s->snap_mu);
+    if (s->snap_started_empty[0] != '\0') {
+        int n = snprintf(buf, len, "snapshot: %s\n", s->snap_started_empty);
+        if (n > 0) off = (size_t)n < len ? (size_t)n : len - 1;
+    }
+    if (s->snap_error[0] != '\0' && off < len) {
+        int n = snprintf(buf + off, len - off, "snapshot: the last write failed: %s\n", s->snap_error);
+        if (n > 0) off += (size_t)n < len - off ? (size_t)n : len - off - 1;
+    }
+    pthread_mutex_unlock(&s->snap_mu);
+    return off;
 }
 
 int sl_server_run(sl_server *s) {

@@ -216,6 +216,14 @@ struct sl_server {
     bool redis;
     char snapshot_path[SL_PATH_MAX];
     int64_t snapshot_every_ns;
+    bool snapshot_start_empty;      /* store.snapshot.on_damaged: start_empty */
+    /* snapshots as the operator must see them (metrics, /readyz): written by the main
+     * thread, read by any under snap_mu */
+    pthread_mutex_t snap_mu;
+    uint64_t snap_ok, snap_failed, snap_damaged;
+    int64_t snap_last_ok_wall_ns;   /* 0: none written by this process */
+    char snap_error[320];           /* the last write failure ("" once a write succeeds) */
+    char snap_started_empty[512];   /* why the state was not restored ("" when it was) */
     int lfd[SL_KINDS];        /* listening sockets per kind, -1 when disabled */
     unsigned nworkers;
     sl_worker *workers[SL_MAX_WORKERS];
