@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/json.h"
 #include "replay.h"
 #include "svg.h"
 
@@ -322,11 +323,12 @@ void rp_report_text(const rp_run *r, const sl_trace_reader *tr, FILE *out) {
 
 static void json_str(FILE *out, const char *s) {
     fputc('"', out);
-    for (; s && *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(out, "\\%c", ch);
-        else if (ch < 0x20) fprintf(out, "\\u%04x", ch);
-        else fputc(ch, out);
+    size_t n = s ? strlen(s) : 0, i = 0;
+    while (i < n) {
+        char u[SL_JSON_UNIT_MAX];
+        size_t adv, k = sl_json_unit(s + i, n - i, 0, u, &adv);
+        fwrite(u, 1, k, out);
+        i += adv;
     }
     fputc('"', out);
 }

@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/json.h"
+
 #define NS_PER_S INT64_C(1000000000)
 #define OUT_CAP (64 * 1024) /* the writer's batch buffer */
 #define CHUNK_MAX 4096      /* one write to a pipe or socket: PIPE_BUF, atomic, whole lines */
@@ -199,36 +201,13 @@ static void lb_seconds(sl_lbuf *b, int64_t ns) {
     lb_put(b, t, (size_t)n);
 }
 
-/* Length of the well-formed UTF-8 sequence starting at s (1..4), or 0 if the byte at s
- * does not start one (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF). */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    if (n == 0) return 0;
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    if (c < 0xC2) return 0;
-    if (c < 0xE0) return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-    if (c < 0xF0) {
-        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-        if (c == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
-        if (c == 0xED && s[1] > 0x9F) return 0; /* UTF-16 surrogates */
-        return 3;
-    }
-    if (c < 0xF5) {
-        if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-            return 0;
-        if (c == 0xF0 && s[1] < 0x90) return 0; /* overlong */
-        if (c == 0xF4 && s[1] > 0x8F) return 0; /* above U+10FFFF */
-        return 4;
-    }
-    return 0;
-}
-
-/* The escaper behind JSON strings and text messages. quoted: surrounding quotes and '"'
- * escaped (JSON); otherwise a bare text (a message on a text line: control bytes and '\\'
- * still escaped so that one event stays one line). Stops at a whole unit when the rest
- * does not fit, keeping one byte for the closing quote. */
+/* The escaper behind JSON strings and text messages (core/json.c's rules). quoted:
+ * surrounding quotes and '"' escaped (JSON); otherwise a bare text (a message on a text
+ * line: control bytes and '\\' still escaped so that one event stays one line). Stops at
+ * a whole unit when the rest does not fit, keeping one byte for the closing quote. */
 static void escape(sl_lbuf *b, const void *src, size_t n, int quoted) {
     const unsigned char *s = src;
+    unsigned flags = quoted ? 0 : SL_JSON_BARE;
     size_t room_for_close = quoted ? 1 : 0;
     if (b->over) return;
     if (quoted) {
@@ -238,56 +217,24 @@ static void escape(sl_lbuf *b, const void *src, size_t n, int quoted) {
         }
         b->p[b->len++] = '"';
     }
-    static const char hex[] = "0123456789abcdef";
     size_t i = 0;
     while (i < n) {
-        char tmp[8];
-        const void *unit = tmp;
-        size_t ulen, adv;
-        unsigned c = s[i];
-        if (c >= 0x20 && c < 0x7F && c != '\\' && (c != '"' || !quoted)) {
-            /* the common case: a run of plain ASCII */
-            size_t j = i + 1;
-            while (j < n && s[j] >= 0x20 && s[j] < 0x7F && s[j] != '\\' && (s[j] != '"' || !quoted)) j++;
+        size_t run = sl_json_plain(s + i, n - i, flags); /* the common case: plain ASCII */
+        if (run > 0) {
             size_t room = b->cap - b->len;
-            size_t take = j - i;
-            if (take + room_for_close > room) {
-                take = room > room_for_close ? room - room_for_close : 0;
-                memcpy(b->p + b->len, s + i, take);
-                b->len += take;
+            if (run + room_for_close > room) {
+                run = room > room_for_close ? room - room_for_close : 0;
+                memcpy(b->p + b->len, s + i, run);
+                b->len += run;
                 goto full;
             }
-            memcpy(b->p + b->len, s + i, take);
-            b->len += take;
-            i = j;
+            memcpy(b->p + b->len, s + i, run);
+            b->len += run;
+            i += run;
             continue;
         }
-        if (c == '"' || c == '\\') {
-            tmp[0] = '\\', tmp[1] = (char)c, ulen = 2, adv = 1;
-        } else if (c < 0x20 || c == 0x7F) {
-            tmp[0] = '\\';
-            ulen = 2, adv = 1;
-            switch (c) {
-            case '\n': tmp[1] = 'n'; break;
-            case '\r': tmp[1] = 'r'; break;
-            case '\t': tmp[1] = 't'; break;
-            case '\b': tmp[1] = 'b'; break;
-            case '\f': tmp[1] = 'f'; break;
-            default:
-                memcpy(tmp + 1, "u00", 3);
-                tmp[4] = hex[c >> 4], tmp[5] = hex[c & 15];
-                ulen = 6;
-            }
-        } else {
-            size_t k = utf8_len(s + i, n - i);
-            if (k == 0) {
-                unit = "\xEF\xBF\xBD", ulen = 3, adv = 1; /* U+FFFD for one bad byte */
-            } else if (k == 3 && c == 0xE2 && s[i + 1] == 0x80 && (s[i + 2] == 0xA8 || s[i + 2] == 0xA9)) {
-                unit = s[i + 2] == 0xA8 ? "\\u2028" : "\\u2029", ulen = 6, adv = 3;
-            } else {
-                unit = s + i, ulen = k, adv = k;
-            }
-        }
+        char unit[SL_JSON_UNIT_MAX];
+        size_t adv, ulen = sl_json_unit(s + i, n - i, flags, unit, &adv);
         if (ulen + room_for_close > b->cap - b->len) goto full;
         memcpy(b->p + b->len, unit, ulen);
         b->len += ulen;
@@ -300,9 +247,6 @@ full:
     b->over = 1;
 }
 
-size_t sl_log_utf8_len(const void *s, size_t n) {
-    return utf8_len(s, n);
-}
 
 void sl_log_json_str(sl_lbuf *b, const void *s, size_t n) {
     escape(b, s, n, 1);

@@ -220,10 +220,6 @@ typedef struct sl_lbuf {
  * string is closed, and `over` is set. */
 void sl_log_json_str(sl_lbuf *b, const void *s, size_t n);
 
-/* Length of the well-formed UTF-8 sequence at s (1..4 bytes), or 0 when the byte at s
- * does not start one (RFC 3629: no overlong form, surrogate or code point > U+10FFFF). */
-size_t sl_log_utf8_len(const void *s, size_t n);
-
 /* Formats wall-clock ns as RFC 3339 UTC with microseconds ("2025-01-02T03:04:05.123456Z",
  * 27 bytes + NUL). */
 void sl_log_time(int64_t wall_ns, char out[28]);

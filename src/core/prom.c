@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "core/log.h"
 
 static void fail(sl_prom *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -178,7 +179,7 @@ static void put_label_value(sl_prom *p, const char *s) {
         } else if (c == '\n') {
             put(p, "\\n", 2), i++;
         } else {
-            size_t k = sl_log_utf8_len(s + i, n - i);
+            size_t k = sl_utf8_len(s + i, n - i);
             if (k == 0)
                 put(p, "\xEF\xBF\xBD", 3), i++;
             else

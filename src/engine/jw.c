@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
+
 void sl_jw_init(sl_jw *w) { memset(w, 0, sizeof(*w)); }
 
 void sl_jw_free(sl_jw *w) {
@@ -72,52 +74,21 @@ void sl_jw_aend(sl_jw *w) {
     w->comma = true;
 }
 
-/* Length of the well-formed UTF-8 sequence at s (RFC 3629), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t need;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 2;
-    else if (c == 0xE0) need = 3, lo = 0xA0;
-    else if (c == 0xED) need = 3, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) need = 3;
-    else if (c == 0xF0) need = 4, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) need = 4;
-    else if (c == 0xF4) need = 4, hi = 0x8F;
-    else return 0;
-    if (n < need) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < need; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-    return need;
-}
-
 static void string(sl_jw *w, const void *src, size_t n) {
     const unsigned char *s = src;
     putc_(w, '"');
     size_t i = 0;
     while (i < n) {
-        unsigned char c = s[i];
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            put(w, e, 2);
-            i++;
-        } else if (c < 0x20 || c == 0x7f) {
-            char e[8];
-            snprintf(e, sizeof(e), "\\u%04x", c);
-            put(w, e, 6);
-            i++;
-        } else {
-            size_t l = utf8_len(s + i, n - i);
-            if (l == 0) {
-                put(w, "\\ufffd", 6);
-                i++;
-            } else {
-                put(w, s + i, l);
-                i += l;
-            }
+        size_t run = sl_json_plain(s + i, n - i, 0);
+        if (run > 0) {
+            put(w, s + i, run);
+            i += run;
+            continue;
         }
+        char u[SL_JSON_UNIT_MAX];
+        size_t adv, k = sl_json_unit(s + i, n - i, 0, u, &adv);
+        put(w, u, k);
+        i += adv;
     }
     putc_(w, '"');
 }

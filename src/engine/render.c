@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "engine/internal.h"
 
 #define SF_INT_MAX INT64_C(999999999999999) /* RFC 9651 Integer: at most 15 digits */
@@ -81,15 +82,18 @@ static void wsf(wr *w, const char *s) {
 
 static void wjson_str(wr *w, const char *s) {
     ws(w, "\"");
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"') ws(w, "\\\"");
-        else if (c == '\\') ws(w, "\\\\");
-        else if (c == '\n') ws(w, "\\n");
-        else if (c == '\r') ws(w, "\\r");
-        else if (c == '\t') ws(w, "\\t");
-        else if (c < 0x20 || c == 0x7f) wf(w, "\\u%04x", c);
-        else wbytes(w, (const char *)&c, 1);
+    size_t n = s ? strlen(s) : 0, i = 0;
+    while (i < n) {
+        size_t run = sl_json_plain(s + i, n - i, 0);
+        if (run > 0) {
+            wbytes(w, s + i, run);
+            i += run;
+            continue;
+        }
+        char u[SL_JSON_UNIT_MAX];
+        size_t adv, k = sl_json_unit(s + i, n - i, 0, u, &adv);
+        wbytes(w, u, k);
+        i += adv;
     }
     ws(w, "\"");
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/json.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/pending.h"
@@ -62,15 +63,9 @@ void sl_http_problem(sl_conn *c, int minor, int status, const char *detail, int 
                    sl_http1_reason(status), status);
     if (detail) {
         sl_wbuf_puts(&wb, ",\"detail\":\"");
-        for (const char *p = detail; *p && !wb.overflow; p++) {
-            unsigned char ch = (unsigned char)*p;
-            if (ch == '"' || ch == '\\')
-                sl_wbuf_printf(&wb, "\\%c", ch);
-            else if (ch < 0x20)
-                sl_wbuf_printf(&wb, "\\u%04x", ch);
-            else
-                sl_wbuf_putc(&wb, (char)ch);
-        }
+        char esc[512];
+        size_t n = sl_json_escape(esc, sizeof(esc), detail, strlen(detail), 0, NULL);
+        sl_wbuf_put(&wb, esc, n);
         sl_wbuf_putc(&wb, '"');
     }
     sl_wbuf_puts(&wb, "}");

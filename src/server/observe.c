@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "clock.h"
 #include "engine/explain.h"
 #include "redis/store.h"
@@ -782,11 +783,11 @@ static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
  * raw keys are bytes, not text). */
 static void append_json_bytes(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
     append(buf, len, cap, "\"");
-    for (size_t i = 0; i < n && *buf; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') append(buf, len, cap, "\\%c", c);
-        else if (c < 0x20 || c >= 0x7f) append(buf, len, cap, "\\u%04x", c);
-        else append(buf, len, cap, "%c", c);
+    for (size_t i = 0; i < n && *buf;) {
+        char u[SL_JSON_UNIT_MAX];
+        size_t adv, k = sl_json_unit(s + i, n - i, SL_JSON_BYTES, u, &adv);
+        append(buf, len, cap, "%.*s", (int)k, u);
+        i += adv;
     }
     append(buf, len, cap, "\"");
 }
