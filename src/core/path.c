@@ -33,11 +33,24 @@ static int unreserved(int c) {
  * bytes or becomes 1, and segment resolution only removes), so any length is normalised.
  */
 size_t sl_path_norm(const char *in, size_t len, char *out, const char **res) {
-    size_t n = sl_path_len(in, len);
-    if (in == NULL || n == 0 || in[0] != '/') {
+    if (in == NULL || len == 0 || in[0] != '/') {
         *res = in;
-        return n;
+        return sl_path_len(in, len);
     }
+    /* the common case, a path already normal (no escape, no "//", no dot segment): it is
+     * its own normal form, found in one pass and never copied */
+    size_t n = 0;
+    for (; n < len; n++) {
+        char c = in[n];
+        if (c == '?' || c == '#') break;
+        if (c == '%' || (c == '/' && n + 1 < len && (in[n + 1] == '/' || in[n + 1] == '.'))) {
+            n = sl_path_len(in, len);
+            goto rewrite;
+        }
+    }
+    *res = in;
+    return n;
+rewrite:;
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         char c = in[i];

@@ -545,7 +545,7 @@ int sl_engine_prepare(const sl_engine *e, const sl_request *req, sl_verdict *out
     /* one normalised path for both kinds of request (keys, per-operation costs, match) */
     char np[SL_PATH_NORM_STACK];
     char *buf = np;
-    size_t pl = sl_path_len(req->path.p, req->path.len);
+    size_t pl = req->path.len <= sizeof(np) ? 0 : sl_path_len(req->path.p, req->path.len);
     if (pl > sizeof(np)) {
         if (req->path_scratch == NULL || req->path_scratch_len < pl)
             return sl__fail(out, SLUICE_ERANGE); /* never matched raw */
