@@ -22,6 +22,7 @@
 typedef struct sl_diag {
     int line, col;
     char msg[SL_DIAG_MSG]; /* "unknown field 'burts' (expected one of: rate, burst, ...)" */
+    char file[160];        /* a config directory: the file it is in ("" = the list's) */
 } sl_diag;
 
 /* Every error of one load, in file order. `file` is the name shown in front of each
@@ -50,6 +51,28 @@ typedef enum sl_store_type {
     SL_STORE_REDIS_CLUSTER = 2
 } sl_store_type;
 
+/* envoyproxy/ratelimit compatibility (`sluice serve --compat envoy-ratelimit`, its
+ * environment read by src/cli/compat.c): set once, before the first load, with
+ * sl_config_set_envoy, and copied into every config loaded afterwards (reloads too), so
+ * the loader, the engine and the server read it from the config they use. */
+typedef struct sl_envoy_settings {
+    bool compat;                /* answers, metrics and Redis counters as envoyproxy/ratelimit */
+    bool merge_domains;         /* MERGE_DOMAIN_CONFIG: one domain in several files merges */
+    bool ignore_dotfiles;       /* RUNTIME_IGNOREDOTFILES (a sluice directory always skips them) */
+    bool headers;               /* LIMIT_RESPONSE_HEADERS_ENABLED */
+    char header_limit[64], header_remaining[64], header_reset[64];
+    bool stop_increment;        /* STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT */
+    bool shadow;                /* SHADOW_MODE: overall OK whatever the descriptors say */
+    bool quota;                 /* QUOTA_MODE: every rule in quota mode */
+    bool dynamic_metadata;      /* RESPONSE_DYNAMIC_METADATA */
+    bool healthy_with_config;   /* HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED */
+    bool health_active_conn;    /* REDIS_HEALTH_CHECK_ACTIVE_CONNECTION */
+    float near_ratio;           /* NEAR_LIMIT_RATIO (a float32, as upstream computes with it) */
+    char key_prefix[128];       /* CACHE_KEY_PREFIX (Redis keys of the compat layout) */
+    int64_t jitter_s;           /* EXPIRATION_JITTER_MAX_SECONDS */
+    uint64_t local_cache_bytes; /* LOCAL_CACHE_SIZE_IN_BYTES: over-limit keys answered locally */
+} sl_envoy_settings;
+
 /* The server's settings, all parsed and validated by the loader (an empty address
  * means "listener disabled"). Defaults are the values documented in docs/config.md. */
 typedef struct sl_settings {
@@ -77,13 +100,25 @@ typedef struct sl_settings {
                                        a policy fails closed (default: degraded, still 200) */
         uint64_t max_tokens;        /* outstanding settle/release tokens; 0 = SL_TOKENS_DEFAULT */
     } store;
+    sl_envoy_settings envoy;        /* process-wide (sl_config_set_envoy), not from the file */
 } sl_settings;
+
+/* Sets the envoyproxy/ratelimit settings every later load copies (not thread-safe: call
+ * once at start, before any load). */
+void sl_config_set_envoy(const sl_envoy_settings *e);
+const sl_envoy_settings *sl_config_envoy(void);
 
 /* Loads and validates a config file. On success *out is a fully valid config and 0 is
  * returned; on failure every error found is in `diags` (may be NULL), *out is NULL and
  * SLUICE_EINVAL (or SLUICE_EIO, SLUICE_ENOMEM) is returned. The format (sluice or
  * envoyproxy/ratelimit) is detected from the top-level keys. */
 int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags);
+/* A directory (dir.c): every *.yaml / *.yml file in it, in name order (dotfiles skipped,
+ * unless envoy compat mode says otherwise), each an envoyproxy/ratelimit document (one
+ * domain; a domain in two files is an error unless merge_domains) or a sluice file (at
+ * most one of them with server settings). Diagnostics name their file. sl_config_load
+ * calls it for a directory. */
+int sl_config_load_dir(const char *path, sl_config **out, sl_diag_list *diags);
 /* The same from memory; `name` is used in diagnostics. */
 int sl_config_load_buffer(const char *buf, size_t len, const char *name, sl_config **out,
                           sl_diag_list *diags);
