@@ -6,5 +6,10 @@ int sl_cli_simulate(int argc, char **argv);  /* simulate.c */
 /* argv[0] is "serve" / "config". */
 int sl_cli_serve(int argc, char **argv);  /* serve.c */
 int sl_cli_config(int argc, char **argv); /* config_cmd.c: "config check FILE" */
+/* compat.c: `--compat envoy-ratelimit`: envoyproxy/ratelimit's environment into the
+ * server options and the process-wide envoy settings (before any config is loaded). 0, or
+ * -1 after an error line on stderr. */
+struct sl_server_opts;
+int sl_cli_compat_envoy(struct sl_server_opts *o);
 
 #endif

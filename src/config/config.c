@@ -1673,6 +1673,7 @@ const char *sl_config_policy_name(const sl_config *cfg, size_t i) {
 }
 size_t sl_config_limiter_count(const sl_config *cfg) { return cfg ? cfg->n_limiters : 0; }
 bool sl_config_is_envoy(const sl_config *cfg) { return cfg && cfg->envoy_format; }
+size_t sl_config_domain_count(const sl_config *cfg) { return cfg ? cfg->n_domains : 0; }
 bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i) {
     return cfg != NULL && i < cfg->n_pol && cfg->pol[i].fail_closed;
 }

@@ -131,6 +131,7 @@ const char *sl_config_policy_name(const sl_config *cfg, size_t i);
 /* Total limiters (windows, plans included) the engine will register. */
 size_t sl_config_limiter_count(const sl_config *cfg);
 bool sl_config_is_envoy(const sl_config *cfg); /* loaded from an envoy-format file */
+size_t sl_config_domain_count(const sl_config *cfg); /* envoy domains (files' `domain:`) */
 /* Policy i answers 503 when its store is unreachable (on_store_error: closed). */
 bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i);
 

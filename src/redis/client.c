@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "algo/algo.h"
+#include "algo/algo_impl.h"
 #include "algo/limiter.h"
 #include "redis/redis.h"
 #include "store/decision.h"
@@ -48,7 +49,11 @@
 /* An EVALSHA of SLUICE_MAX_ITEMS items: every argument is at most a 63-byte key or a
  * 21-byte number plus 8 bytes of RESP framing, the array header 8 more. */
 #define CMD_ARGS (3 + SLUICE_MAX_ITEMS + SL_REDIS_HEAD_ARGS + SLUICE_MAX_ITEMS * SL_REDIS_ITEM_ARGS)
-#define CMD_MAX (8 + CMD_ARGS * (SL_REDIS_KEY_MAX + 8))
+#define CMD_MAX (8 + CMD_ARGS * (SL_REDIS_KEY_MAX + 8) + XKEY_ARENA)
+/* envoy compat keys (SL_REDIS_ENVOY_TAG) are longer than a hash: one request's live in
+ * its own arena (allocated with the pool only when opts.envoy_keys): a verdict's keys
+ * (4096 bytes) plus a prefix and a window per item. */
+#define XKEY_ARENA (4096 + SLUICE_MAX_ITEMS * (128 + 24))
 
 typedef struct sl_redis_node sl_redis_node;
 
@@ -83,6 +88,8 @@ typedef struct rq_item {
     uint8_t lease;       /* LEASE_NONE, LEASE_TAKE (cost is a slice), LEASE_LOCAL */
     int64_t want;        /* the units the caller asked (LEASE_TAKE, LEASE_LOCAL) */
     uint32_t lent;       /* LEASE_LOCAL: the lease entry the units came from */
+    uint16_t xoff, xlen; /* envoy compat: the Redis key is rq.xk[xoff..+xlen) (key[] holds
+                            its hash, the item's identity); xlen 0 = key[] is the name */
 } rq_item;
 
 enum { LEASE_NONE = 0, LEASE_TAKE = 1, LEASE_LOCAL = 2 };
@@ -120,6 +127,8 @@ typedef struct rq {
                          once a rejection elsewhere undid them (its refunds) */
     bool leasing; /* some item takes a slice or is served from one */
     uint8_t orphans; /* groups still in flight after a timeout (the rq stays busy) */
+    char *xk;        /* envoy compat keys (XKEY_ARENA bytes), NULL unless opts.envoy_keys */
+    size_t xk_used;
     struct rq *next_free;
 } rq;
 
@@ -184,6 +193,8 @@ struct sl_redis {
     /* sliding-log scratch (decode_group): states as stored; states decided plus a peek */
     _Alignas(8) unsigned char big[2][BIG_ARENA + BIG_ARENA / 2];
     char cmd[CMD_MAX]; /* one EVALSHA being formatted (send_group) */
+    uint64_t jitter_rng; /* envoy compat: expiry jitter (xorshift64) */
+    char *xk_all;        /* the pool's and the scratch's envoy key arenas, one allocation */
     unsigned fails;
     int64_t open_until; /* breaker: refusing until then (0 = closed) */
     bool half_open;
@@ -627,7 +638,7 @@ static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking
     p = put_bulk_i(p, gr->n);
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
-        p = put_bulk(p, it->key, it->klen);
+        p = it->xlen ? put_bulk(p, q->xk + it->xoff, it->xlen) : put_bulk(p, it->key, it->klen);
     }
     p = put_bulk(p, &q->op, 1); /* 'd', 's', 'l' or 'x' */
     p = put_bulk(p, r->o.time_mode == SL_REDIS_TIME_SERVER ? "r" : "c", 1);
@@ -642,7 +653,7 @@ static bool send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking
     p = put_bulk_i(p, (int64_t)q->flags);
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
-        p = put_bulk_i(p, it->lim != NULL ? it->lim->spec.algo : 0);
+        p = put_bulk_i(p, it->xlen ? SL_REDIS_ALGO_ENVOY : it->lim != NULL ? it->lim->spec.algo : 0);
         p = put_bulk_i(p, it->cost);
         p = put_bulk_i(p, it->sgroup);
         p = put_bulk_i(p, it->sflags);
@@ -724,7 +735,10 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
             dst = r->big[0] + used0;
             used0 += a8;
         }
-        int pr = sl_redis_state_parse(its[k]->lim, b->str, b->len, dst);
+        int pr = its[k]->xlen
+                     ? sl_redis_envoy_state_parse(b->str, b->len,
+                                                  sl_window_start(now.wall_ns, lims[k].period_ns), dst)
+                     : sl_redis_state_parse(its[k]->lim, b->str, b->len, dst);
         if (pr < 0) return false;
         stored[key] = pr == 1 ? dst : NULL;
     }
@@ -807,7 +821,9 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
             else if (changed[pk]) memcpy(srcp[k], dstp[pk], ss);
         } else {
             if (b->type != REDIS_REPLY_STRING) return false;
-            int pr = sl_redis_state_parse(it->lim, b->str, b->len, srcp[k]);
+            int pr = it->xlen ? sl_redis_envoy_state_parse(b->str, b->len,
+                                                           sl_window_start(now.wall_ns, l->period_ns), srcp[k])
+                              : sl_redis_state_parse(it->lim, b->str, b->len, srcp[k]);
             if (pr < 0) return false;
             has[k] = pr == 1;
         }
@@ -980,8 +996,41 @@ static void launch(sl_redis *r, rq *q) {
     }
 }
 
+/* An envoy compat item: upstream's key for the window `now` is in (the instance's clock,
+ * as upstream reads its own), a plain integer counter living one unit plus a jitter. */
+static int envoy_item(sl_redis *r, rq *q, rq_item *it, const sl_sitem *in, const sl_limit *l,
+                      sluice_time now) {
+    int64_t per_s = l->period_ns / SLUICE_NS_PER_S;
+    if (per_s <= 0) return SLUICE_EINVAL;
+    int64_t win = sl_window_start(now.wall_ns, per_s * SLUICE_NS_PER_S) / SLUICE_NS_PER_S;
+    char *out = q->xk + q->xk_used;
+    size_t n = sl_redis_envoy_key(r->o.envoy_prefix, in->key, in->key_len, win, out,
+                                  XKEY_ARENA - q->xk_used);
+    if (n == 0 || n > SL_REDIS_ENVOY_KEY_MAX) return SLUICE_ERANGE;
+    it->xoff = (uint16_t)q->xk_used;
+    it->xlen = (uint16_t)n;
+    q->xk_used += n;
+    /* the item's identity (repeats, caches) is a hash of the whole name */
+    it->klen = (uint8_t)sl_redis_key(&r->sk, it->lim, out, n, it->key);
+    it->slot = (uint16_t)sl_redis_keyslot(out, n);
+    int64_t ttl = per_s;
+    if (r->o.envoy_jitter_s > 0) {
+        uint64_t x = r->jitter_rng;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        r->jitter_rng = x;
+        ttl += (int64_t)(x % (uint64_t)r->o.envoy_jitter_s);
+    }
+    it->p[0] = (int64_t)l->limit;
+    it->p[1] = ttl * 1000; /* ms */
+    it->p[2] = it->p[3] = 0;
+    it->lease = LEASE_NONE;
+    it->want = it->cost;
+    return SLUICE_OK;
+}
+
 static int build(sl_redis *r, rq *q, const sl_sitem *items, size_t n, unsigned flags, sluice_time now) {
     q->n = (uint8_t)n;
+    q->xk_used = 0;
     q->ngroups = 0;
     q->now = now;
     q->flags = flags;
@@ -1001,6 +1050,14 @@ static int build(sl_redis *r, rq *q, const sl_sitem *items, size_t n, unsigned f
         sl_limit l = item_limit(it);
         int rc = sl_redis_params_of(&l, now, it->p);
         if (rc != SLUICE_OK) return rc;
+        it->xoff = it->xlen = 0;
+        if (r->o.envoy_keys && q->xk != NULL && items[i].key_len > 1 &&
+            ((const unsigned char *)items[i].key)[0] == SL_REDIS_ENVOY_TAG &&
+            it->lim->spec.algo == SLUICE_FIXED_WINDOW) {
+            rc = envoy_item(r, q, it, &items[i], &l, now);
+            if (rc != SLUICE_OK) return rc;
+            continue;
+        }
         it->klen = (uint8_t)sl_redis_key(&r->sk, it->lim, items[i].key != NULL ? items[i].key : "",
                                          items[i].key_len, it->key);
         it->slot = (uint16_t)sl_redis_keyslot(it->key, it->klen);
@@ -1125,7 +1182,8 @@ static bool lease_plan(sl_redis *r, rq *q) {
         int64_t hold = 0;
         /* enforced items of their own limit only: a shadow group, a charge or an override
          * decides in Redis */
-        uint32_t slice = it->sgroup == 0 && it->sflags == 0 && it->limit == 0 ? slice_of(r, it->lim, &hold) : 0;
+        uint32_t slice = it->sgroup == 0 && it->sflags == 0 && it->limit == 0 && it->xlen == 0
+                             ? slice_of(r, it->lim, &hold) : 0;
         if (slice == 0 || it->cost <= 0) {
             all_local = false;
             continue;
@@ -1273,6 +1331,7 @@ static void refund_group(sl_redis *r, rq *q, int g, uint32_t mask) {
     f->op = 's';
     f->cb = NULL;
     f->n = 0;
+    f->xk_used = 0;
     f->ngroups = 1;
     f->now = q->got_time ? q->rnow : q->now;
     memset(&f->g[0], 0, sizeof(f->g[0]));
@@ -1281,6 +1340,12 @@ static void refund_group(sl_redis *r, rq *q, int g, uint32_t mask) {
         rq_item *it = &q->it[gr->idx[k]];
         if (it->cost == 0 || !(mask >> k & 1u)) continue;
         f->it[f->n] = *it;
+        if (it->xlen) { /* an envoy compat counter: its name moves to f's arena */
+            if (f->xk == NULL || f->xk_used + it->xlen > XKEY_ARENA) continue;
+            memcpy(f->xk + f->xk_used, q->xk + it->xoff, it->xlen);
+            f->it[f->n].xoff = (uint16_t)f->xk_used;
+            f->xk_used += it->xlen;
+        }
         f->it[f->n].cost = -it->cost;
         f->it[f->n].limit = 0;
         f->it[f->n].sgroup = 0;
@@ -1453,6 +1518,16 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
         r->pool[i].next_free = r->free;
         r->free = &r->pool[i];
     }
+    if (r->o.envoy_keys) { /* envoy compat key arenas: one per pooled request + scratch */
+        r->xk_all = malloc((size_t)(r->npool + 1) * XKEY_ARENA);
+        if (r->xk_all == NULL) {
+            e = SLUICE_ENOMEM;
+            goto fail;
+        }
+        for (unsigned i = 0; i < r->npool; i++) r->pool[i].xk = r->xk_all + (size_t)i * XKEY_ARENA;
+        r->scratch.xk = r->xk_all + (size_t)r->npool * XKEY_ARENA;
+        r->jitter_rng = (uint64_t)mono_now() * 0x9e3779b97f4a7c15ull | 1;
+    }
     if (cs > 1) {
         if (cs & (cs - 1)) {
             e = SLUICE_EINVAL;
@@ -1550,6 +1625,7 @@ void sl_redis_destroy(sl_redis *r) {
     free(r->cache);
     free(r->leases);
     free(r->pool);
+    free(r->xk_all);
     free(r);
 }
 
@@ -1649,6 +1725,8 @@ static void rq_take_built(rq *q, const rq *b) {
     q->res.groups_ok = 0;
     memcpy(q->it, b->it, b->n * sizeof(b->it[0]));
     memcpy(q->g, b->g, b->ngroups * sizeof(b->g[0]));
+    q->xk_used = b->xk_used;
+    if (b->xk_used > 0) memcpy(q->xk, b->xk, b->xk_used);
     rq_hold(q);
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/envoy_stats.h"
 #include "server/grpc_conn.h"
 #include "redis/store.h"
 #include "server/server.h"
@@ -41,7 +42,7 @@ static uint64_t sum_worker(sl_server *s, size_t off) {
 
 char *sl_metrics_render(sl_server *s, size_t *len) {
     unsigned nn = atomic_load(&s->met_nnames);
-    size_t cap = 32768 + (size_t)nn * SL_MET_RESULTS * 200;
+    size_t cap = 32768 + (size_t)nn * SL_MET_RESULTS * 200 + sl_envoy_stats_render_size();
     char *buf = malloc(cap);
     if (buf == NULL) return NULL;
     sl_wbuf w;
@@ -110,6 +111,7 @@ char *sl_metrics_render(sl_server *s, size_t *len) {
                    (unsigned long long)atomic_load(&s->reloads_failed),
                    (unsigned long long)atomic_load(&s->gen)->id, s->nworkers);
     sl_grpc_metrics_render(s, &w);
+    sl_envoy_stats_render(s, &w); /* config loads; envoyproxy/ratelimit's families in compat mode */
     if (w.overflow) {
         free(buf);
         return NULL;

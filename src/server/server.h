@@ -37,6 +37,12 @@ typedef struct sl_server_opts {
     bool legacy_headers;
     char admin_token[128];
     sl_http_limits http_limits;
+    /* envoyproxy/ratelimit compat (src/cli/compat.c) and listener extras */
+    char prom[SL_ADDR_MAX];        /* a metrics-only listener (USE_PROMETHEUS), "" = none */
+    char prom_path[128];           /* its path (PROMETHEUS_PATH); the admin one serves it too */
+    char grpc_tls_cert[SL_PATH_MAX], grpc_tls_key[SL_PATH_MAX]; /* gRPC over TLS when set */
+    char grpc_tls_client_ca[SL_PATH_MAX]; /* mTLS: client certificates must chain to it */
+    char grpc_tls_client_san[256]; /* mTLS: and name this DNS SAN ("" = any) */
 } sl_server_opts;
 
 void sl_server_opts_default(sl_server_opts *o);
@@ -115,6 +121,10 @@ typedef enum sl_conn_kind {
     SL_KIND_GRPC = 3
 } sl_conn_kind;
 #define SL_KINDS 4
+/* Listening sockets: one per kind, and a metrics-only one (admin kind: the
+ * envoy compat PROMETHEUS_ADDR) at SL_LISTEN_PROM. */
+#define SL_LISTENERS (SL_KINDS + 1)
+#define SL_LISTEN_PROM SL_KINDS
 
 struct sl_h2;
 
@@ -140,6 +150,7 @@ typedef struct sl_conn {
     char peer_ip[64];
     struct sl_conn *next_all, *prev_all;
     struct sl_h2 *h2;   /* the HTTP/2 session of a GRPC connection (src/grpc), or NULL */
+    struct sl_tls *tls; /* TLS under the reads and writes (tls.c), or NULL */
     bool proto_known;   /* HTTP: the first bytes were checked for the HTTP/2 preface */
     bool goaway_sent;   /* GRPC: drain already announced */
     bool suspended;     /* a decision waits for the shared store: input not processed */
@@ -167,8 +178,8 @@ typedef struct sl_worker {
     unsigned id;
     pthread_t th;
     sl_loop loop;
-    sl_io listen_io[SL_KINDS];
-    sl_listen_ctx lctx[SL_KINDS];
+    sl_io listen_io[SL_LISTENERS];
+    sl_listen_ctx lctx[SL_LISTENERS];
     bool listening;
     _Atomic bool listening_flag; /* read by the main thread while draining */
     bool done;
@@ -213,7 +224,9 @@ struct sl_server {
     bool redis;
     char snapshot_path[SL_PATH_MAX];
     int64_t snapshot_every_ns;
-    int lfd[SL_KINDS];        /* listening sockets per kind, -1 when disabled */
+    int lfd[SL_LISTENERS];    /* listening sockets per kind (+ SL_LISTEN_PROM), -1 when off */
+    struct sl_tls_ctx *grpc_tls; /* the gRPC listener's TLS, NULL for plain h2c */
+    _Atomic bool store_seen;  /* the store answered once (envoy compat /healthcheck) */
     unsigned nworkers;
     sl_worker *workers[SL_MAX_WORKERS];
     _Atomic(sl_gen *) gen;
