@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * compat.c -- `sluice serve --compat envoy-ratelimit`: envoyproxy/ratelimit's environment
  * (src/settings/settings.go there: same names, same defaults, same meanings) turned into

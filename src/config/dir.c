@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dir.c -- a config directory: every *.yaml / *.yml file directly in it, in byte order of
  * their names, loaded into one config (several envoyproxy/ratelimit domains, sluice

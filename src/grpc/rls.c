@@ -8,6 +8,7 @@
  */
 #include "grpc/rls.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +235,14 @@ int sl_rls_answer_of(const sl_verdict *v, int rc, size_t nd, unsigned render_fla
         sl_rls_status *s = &a->st[k];
         if (best != NULL) {
             status_from_item(best, s);
+            if (v->store_error) {
+                /* the store's state is unknown: a descriptor says what the failure mode
+                 * decided (never OVER_LIMIT under an overall OK) */
+                bool closed = sl__item_win(best)->cp->fail_closed;
+                s->code = over && closed && !best->shadow ? SL_RLS_OVER_LIMIT : SL_RLS_OK;
+                s->remaining = 0;
+                s->reset_ns = 0;
+            }
         } else if (unlimited) {
             s->remaining = UINT32_MAX;
         }
@@ -309,6 +318,10 @@ typedef struct lc_ent {
 static _Thread_local lc_ent *lc_tab;
 static _Thread_local size_t lc_mask;
 static _Thread_local bool lc_tried;
+static pthread_key_t lc_key; /* frees a worker's table when its thread ends */
+static pthread_once_t lc_once = PTHREAD_ONCE_INIT;
+
+static void lc_key_init(void) { (void)pthread_key_create(&lc_key, free); }
 
 static lc_ent *lc_table(const sl_envoy_settings *es) {
     if (es->local_cache_bytes == 0) return NULL;
@@ -316,8 +329,10 @@ static lc_ent *lc_table(const sl_envoy_settings *es) {
         lc_tried = true;
         size_t n = 64;
         while (n * 2 * sizeof(lc_ent) <= es->local_cache_bytes && n < ((size_t)1 << 22)) n *= 2;
+        pthread_once(&lc_once, lc_key_init);
         lc_tab = calloc(n, sizeof(lc_ent));
         lc_mask = lc_tab ? n - 1 : 0;
+        if (lc_tab != NULL) (void)pthread_setspecific(lc_key, lc_tab);
     }
     return lc_tab;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * envoy_stats.c -- envoyproxy/ratelimit's statistics (compat mode): what each call adds
  * (upstream's base limiter: total_hits always; over/near/within/shadow from the counter
@@ -350,7 +351,9 @@ void sl_envoy_stats_render(const sl_server *s, sl_wbuf *out) {
             const char *p = e->path, *d1 = memchr(p, '.', e->len);
             for (int k = 0; k < SL_ES_NSTATS; k++) {
                 uint64_t v = atomic_load_explicit(&e->c[k], memory_order_relaxed);
-                if (v == 0 && k >= SL_ES_LOCAL) continue;
+                /* statsd_exporter makes a series on a counter's first event: a stat
+                 * never moved has none */
+                if (v == 0 && k != SL_ES_TOTAL) continue;
                 series x = {.stat = k, .v = v};
                 if (k >= SL_ES_LOCAL || d1 == NULL) { /* unmapped upstream */
                     x.raw = p;

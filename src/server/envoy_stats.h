@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * envoy_stats.h -- envoyproxy/ratelimit's statistics in compat mode: per rule path
  * (ratelimit.service.rate_limit.<domain>.<key_value>...) total_hits, over_limit,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * statsd.c -- the statsd sender of compat mode: one thread that wakes every flush interval,
  * walks the statistics (envoy_stats.c) and sends each counter's growth since the last

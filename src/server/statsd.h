@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * statsd.h -- envoyproxy/ratelimit's statistics sent as statsd counters over UDP (compat
  * mode: USE_STATSD, or USE_DOG_STATSD for DogStatsD tags): every STATS_FLUSH_INTERVAL the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tls.c -- TLS on the server side of a connection (OpenSSL), for the gRPC listener: a
  * context built once at start from a certificate chain and key (and, for mutual TLS, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tls.h -- server-side TLS for a listener (tls.c, OpenSSL): a context from files at start,
  * one SSL per connection, reads and writes shaped like recv/send (bytes, 0 at the end, -1

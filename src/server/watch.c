@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watch.c -- the config directory's watcher: one thread, one inotify descriptor watching
  * the directory (through its symlinks: the watch lands on today's target), its parent (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watch.h -- reloads a config directory when it changes (watch.c, inotify): files written,
  * added, removed or renamed in it, the directory itself replaced, and a symlink on its path
