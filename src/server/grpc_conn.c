@@ -108,6 +108,8 @@ static void on_status(void *ud, int status) {
         sl_envoy_stats_service_error(w);
 }
 
+static bool compat_healthy(sl_conn *c);
+
 static void env_of(sl_conn *c, sl_grpc_env *env) {
     sl_worker *w = c->w;
     sl_server *s = w->srv;
@@ -115,6 +117,9 @@ static void env_of(sl_conn *c, sl_grpc_env *env) {
     env->engine = w->gen ? w->gen->engine : NULL;
     env->mono_ns = w->now_ns;
     env->draining = atomic_load_explicit(&s->draining, memory_order_relaxed) != 0;
+    /* envoy compat: grpc.health.v1 says what /healthcheck says, as upstream's checker */
+    if (!env->draining && w->gen != NULL && sl_rls_compat(w->gen->engine) && !compat_healthy(c))
+        env->draining = true;
     env->decide = grpc_decide;
     env->on_status = on_status; /* not called by /json: its calls are HTTP requests */
     env->ud = c;

@@ -169,15 +169,17 @@ def test_healthcheck_unhealthy_until_redis_answers(pb):
                                                 REDIS_HEALTH_CHECK_ACTIVE_CONNECTION="true"),
                memory=False)
     r = None
+    c = Client(pb, s)
     try:
         assert requests.get(s.http + "/healthcheck", timeout=5).status_code == 500
+        assert not c.serving()  # grpc.health.v1 agrees
         r = Redis(port=port)
         deadline = time.time() + 5
         status = 500
         while time.time() < deadline and status != 200:
             status = requests.get(s.http + "/healthcheck", timeout=5).status_code
             time.sleep(0.05)
-        assert status == 200
+        assert status == 200 and c.serving()
         r.kill()  # REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: unhealthy again while it is down
         deadline = time.time() + 5
         while time.time() < deadline and status == 200:
@@ -185,6 +187,7 @@ def test_healthcheck_unhealthy_until_redis_answers(pb):
             time.sleep(0.05)
         assert status == 500
     finally:
+        c.close()
         s.stop()
         if r is not None:
             r.close()
