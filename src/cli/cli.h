@@ -8,5 +8,10 @@ int sl_cli_replay(int argc, char **argv);    /* replay.c: "replay -c CONFIG TRAC
 int sl_cli_serve(int argc, char **argv);  /* serve.c */
 int sl_cli_config(int argc, char **argv); /* config_cmd.c: "config check FILE" */
 int sl_cli_explain(int argc, char **argv); /* explain.c */
+/* compat.c: `--compat envoy-ratelimit`: envoyproxy/ratelimit's environment into the
+ * server options and the process-wide envoy settings (before any config is loaded). 0, or
+ * -1 after an error line on stderr. */
+struct sl_server_opts;
+int sl_cli_compat_envoy(struct sl_server_opts *o);
 
 #endif

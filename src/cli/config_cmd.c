@@ -17,9 +17,13 @@
 #include "engine/engine.h"
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: sluice config check FILE\n"
+    fprintf(f, "usage: sluice config check [--no-state] FILE\n"
                "  validates FILE (sluice or envoyproxy/ratelimit format); every error is\n"
-               "  printed as FILE:LINE:COL: message; exit status 1 on errors\n");
+               "  printed as FILE:LINE:COL: message; exit status 1 on errors. Also checks, as\n"
+               "  serve would at start, that snapshots can be written where the file says and\n"
+               "  that the snapshot there is whole; --no-state skips that (a file checked away\n"
+               "  from the machine it runs on). Warnings (exit 0) name policies that need the\n"
+               "  gateway to call /v1/finish.\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -41,6 +45,12 @@ static const char *store_name(sl_store_type t) {
 int sl_cli_config(int argc, char **argv) {
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))
         return usage(stdout);
+    bool state = true;
+    if (argc == 4 && strcmp(argv[2], "--no-state") == 0) {
+        state = false;
+        argv[2] = argv[3];
+        argc = 3;
+    }
     if (argc != 3 || strcmp(argv[1], "check") != 0) return usage(stderr);
     const char *path = argv[2];
     static sl_diag_list dl; /* large: keep it off the stack */
@@ -86,7 +96,7 @@ int sl_cli_config(int argc, char **argv) {
     /* what serve checks at start: that snapshots can be written there, and that the one
      * there (if any) is whole (serve refuses to start on a damaged one by default) */
     int errors = 0;
-    if (st->store.type == SL_STORE_MEMORY && st->store.snapshot_path[0] != '\0') {
+    if (state && st->store.type == SL_STORE_MEMORY && st->store.snapshot_path[0] != '\0') {
         int e = 0;
         char msg[256] = "";
         if (sluice_snapshot_check_dir(st->store.snapshot_path, &e, msg, sizeof(msg)) != SLUICE_OK) {

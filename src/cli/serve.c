@@ -16,7 +16,9 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: sluice serve [-c FILE] [--http ADDR:PORT] [--resp ADDR:PORT] [--grpc ADDR:PORT]\n"
             "                    [--admin ADDR:PORT] [--store URL] [--workers N] [--test-clock]\n"
-            "  -c, --config FILE   policies and settings (default examples/sluice.yaml)\n"
+            "                    [--compat envoy-ratelimit]\n"
+            "  -c, --config FILE   policies and settings (default examples/sluice.yaml); a\n"
+            "                      directory loads its *.yaml files and reloads on change\n"
             "  --http ADDR:PORT    HTTP/1.1 decisions (default 127.0.0.1:8080; 'off' disables)\n"
             "  --resp ADDR:PORT    RESP2/3 decisions (default 127.0.0.1:6380; 'off' disables)\n"
             "  --grpc ADDR:PORT    Envoy RLS over gRPC/h2c (default 127.0.0.1:8081; 'off' disables)\n"
@@ -28,6 +30,8 @@ static void serve_usage(FILE *f) {
             "  --log-level LEVEL   error, warn, info or debug (default: the config's log.level, info)\n"
             "  --log-format FMT    text or json (default: the config's log.format, text)\n"
             "  --log-file PATH     append logs there, reopened on SIGUSR1 ('-': stderr)\n"
+            "  --compat envoy-ratelimit  a drop-in for envoyproxy/ratelimit: its environment\n"
+            "                      variables, config directory, answers, metrics and Redis keys\n"
             "advanced: --read-timeout MS (10000), --idle-timeout MS (60000), --max-conns N (10000),\n"
             "          --auth-deny-status N (the config's, else 429), --drain-timeout MS (10000)\n");
 }
@@ -58,6 +62,13 @@ int sl_cli_serve(int argc, char **argv) {
     sl_server_opts o;
     sl_server_opts_default(&o);
     snprintf(o.config_path, sizeof(o.config_path), "examples/sluice.yaml");
+    /* --compat first, wherever it is: its environment sets defaults the flags override */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--compat") == 0) {
+            if (strcmp(argv[i + 1], "envoy-ratelimit") != 0)
+                return bad("--compat expects envoy-ratelimit, got", argv[i + 1]);
+            if (sl_cli_compat_envoy(&o) != 0) return 1;
+        }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -72,7 +83,7 @@ int sl_cli_serve(int argc, char **argv) {
         static const char *const with_value[] = {
             "-c", "--config", "--http", "--resp", "--admin", "--grpc", "--store", "--workers",
             "--read-timeout", "--idle-timeout", "--drain-timeout", "--max-conns",
-            "--auth-deny-status", "--log-level", "--log-format", "--log-file", NULL};
+            "--auth-deny-status", "--log-level", "--log-format", "--log-file", "--compat", NULL};
         bool known = false;
         for (int k = 0; with_value[k]; k++)
             if (strcmp(a, with_value[k]) == 0) known = true;
@@ -118,6 +129,8 @@ int sl_cli_serve(int argc, char **argv) {
         } else if (strcmp(a, "--log-file") == 0) {
             if (strlen(v) >= sizeof(o.log_file)) return bad("path too long", v);
             snprintf(o.log_file, sizeof(o.log_file), "%s", v);
+        } else if (strcmp(a, "--compat") == 0) {
+            continue; /* applied before the other flags */
         } else if (strcmp(a, "--auth-deny-status") == 0) {
             if (parse_u64(v, 599, &n) != 0 || n < 400) return bad("--auth-deny-status expects 400-599, got", v);
             o.auth_deny_status = (int)n;

@@ -63,6 +63,23 @@ typedef struct sl_ynode {
     struct sl_ynode **v;/* map: key0, val0, key1, val1...; seq: items */
 } sl_ynode;
 
+/* ---- envoy `metadata` ------------------------------------------------------------- */
+
+/* A descriptor's free-form metadata as envoyproxy/ratelimit reads it (YAML 1.1 scalars:
+ * numbers become doubles, yes/no/on/off/true/false booleans, ~/null null), kept in the
+ * config's arena and turned into a google.protobuf.Struct when an answer carries it. */
+typedef enum { SL_MD_NULL = 0, SL_MD_NUM, SL_MD_STR, SL_MD_BOOL, SL_MD_MAP, SL_MD_LIST } sl_md_kind;
+
+typedef struct sl_mdnode {
+    sl_md_kind kind;
+    bool b;
+    double num;
+    const char *s;                  /* SL_MD_STR */
+    size_t n;                       /* MAP: pairs, LIST: items */
+    const char **keys;              /* MAP */
+    const struct sl_mdnode **v;
+} sl_mdnode;
+
 /* ---- compiled policy ---------------------------------------------------------------- */
 
 typedef enum {
@@ -179,6 +196,10 @@ typedef struct sl_cpolicy {
     size_t n_replaces;
     const char **replaces;
     bool detailed_metric, value_to_metric;
+    bool quota_mode;            /* envoy quota_mode: over limit only when every quota rule is */
+    const struct sl_mdnode *metadata; /* envoy metadata (a map), NULL when none */
+    const char *stat_key;       /* envoy: its statistics path (domain.key_value.key...) */
+    bool fail_mode_set;         /* on_store_error written (else the compat default: error) */
 } sl_cpolicy;
 
 /* One level of an Envoy descriptor tree. Exact key/value entries are found through a
@@ -199,6 +220,7 @@ typedef struct sl_enode {
     const char *value;          /* NULL = any value */
     bool wildcard;              /* value contains '*' */
     bool share_threshold;
+    bool value_to_metric;       /* this level's value goes into the rules' metric path */
     int policy;                 /* index into cfg->pol, -1 when the node has no rate_limit */
     sl_elevel children;
 } sl_enode;
@@ -254,6 +276,13 @@ typedef struct sl__ctx {
     size_t n_dom, cap_dom;
     sl__set names;              /* policy names -> their sl_cpolicy (duplicate check) */
 } sl__ctx;
+
+/* config.c: the steps of one load, for loaders of several documents (dir.c): begin (a
+ * config with default settings), each document's root, then end (the checks over
+ * everything loaded; the config in *out, or the errors and SLUICE_EINVAL/ENOMEM). */
+void sl__load_begin(sl__ctx *cx, sl_config *cfg, sl_diag_list *diags);
+void sl__load_root(sl__ctx *cx, const sl_ynode *root);
+int sl__load_end(sl__ctx *cx, bool parsed, sl_config **out);
 
 void sl__err(sl__ctx *cx, const sl_ynode *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "algo/algo.h"
 #include "config/compiled.h"
@@ -1230,8 +1231,14 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     }
 }
 
+static sl_envoy_settings g_envoy; /* sl_config_set_envoy: copied into every load */
+
+void sl_config_set_envoy(const sl_envoy_settings *e) { g_envoy = *e; }
+const sl_envoy_settings *sl_config_envoy(void) { return &g_envoy; }
+
 static void settings_defaults(sl_settings *st) {
     memset(st, 0, sizeof(*st));
+    st->envoy = g_envoy;
     snprintf(st->listen_http, sizeof(st->listen_http), "127.0.0.1:8080");
     snprintf(st->listen_resp, sizeof(st->listen_resp), "127.0.0.1:6380");
     snprintf(st->listen_admin, sizeof(st->listen_admin), "127.0.0.1:9090");
@@ -1683,7 +1690,7 @@ static void check_totals(sl__ctx *cx) {
     }
 }
 
-static void load_root(sl__ctx *cx, const sl_ynode *root) {
+void sl__load_root(sl__ctx *cx, const sl_ynode *root) {
     if (root->kind != SL_YMAP) {
         sl__err(cx, root, "the config must be a mapping (expected policies: [...] or domain: "
                 "...)");
@@ -1716,7 +1723,50 @@ static void load_root(sl__ctx *cx, const sl_ynode *root) {
         else
             for (size_t i = 0; i < doms->n; i++) sl__envoy_load(cx, doms->v[i]);
     }
-    check_labels(cx);
+}
+
+void sl__load_begin(sl__ctx *cx, sl_config *cfg, sl_diag_list *diags) {
+    memset(cx, 0, sizeof(*cx));
+    settings_defaults(&cfg->settings);
+    cx->cfg = cfg;
+    cx->dl = diags;
+}
+
+/* The checks over everything loaded, then the config (SLUICE_OK, *out set) or the
+ * errors; frees the loader's state and, on failure, cfg. */
+int sl__load_end(sl__ctx *cx, bool parsed, sl_config **out) {
+    sl_config *cfg = cx->cfg;
+    if (parsed) check_labels(cx);
+    if (parsed && cx->errors == 0) check_totals(cx);
+    sl__set_free(&cx->names);
+    sl__arena_free(&cx->tmp);
+    if (!cfg->arena.oom && cx->errors == 0) {
+        cfg->pol = sl__alloc(&cfg->arena, (cx->n_pol ? cx->n_pol : 1) * sizeof(*cfg->pol));
+        cfg->domains = sl__alloc(&cfg->arena, (cx->n_dom ? cx->n_dom : 1) * sizeof(*cfg->domains));
+        if (cfg->pol != NULL && cfg->domains != NULL) {
+            for (size_t i = 0; i < cx->n_pol; i++) {
+                cfg->pol[i] = *cx->pol[i];
+                cfg->n_limiters += cfg->pol[i].nwin;
+                for (size_t j = 0; j < cfg->pol[i].n_plans; j++)
+                    cfg->n_limiters += cfg->pol[i].plans[j].nwin;
+            }
+            cfg->n_pol = cx->n_pol;
+            for (size_t i = 0; i < cx->n_dom; i++) cfg->domains[i] = *cx->dom[i];
+            cfg->n_domains = cx->n_dom;
+        }
+    }
+    free(cx->pol);
+    free(cx->dom);
+    if (cfg->arena.oom) {
+        sl_config_destroy(cfg);
+        return SLUICE_ENOMEM;
+    }
+    if (cx->errors > 0) {
+        sl_config_destroy(cfg);
+        return SLUICE_EINVAL;
+    }
+    *out = cfg;
+    return SLUICE_OK;
 }
 
 int sl_config_load_buffer(const char *buf, size_t len, const char *name, sl_config **out,
@@ -1730,40 +1780,11 @@ int sl_config_load_buffer(const char *buf, size_t len, const char *name, sl_conf
     if (buf == NULL || out == NULL) return SLUICE_EINVAL;
     sl_config *cfg = calloc(1, sizeof(*cfg));
     if (cfg == NULL) return SLUICE_ENOMEM;
-    settings_defaults(&cfg->settings);
-    sl__ctx cx = {.cfg = cfg, .dl = diags};
+    sl__ctx cx;
+    sl__load_begin(&cx, cfg, diags);
     sl_ynode *root = sl__yaml_parse(&cx, buf, len);
-    if (root != NULL) load_root(&cx, root);
-    if (root != NULL && cx.errors == 0) check_totals(&cx);
-    sl__set_free(&cx.names);
-    sl__arena_free(&cx.tmp);
-    if (!cfg->arena.oom && cx.errors == 0) {
-        cfg->pol = sl__alloc(&cfg->arena, (cx.n_pol ? cx.n_pol : 1) * sizeof(*cfg->pol));
-        cfg->domains = sl__alloc(&cfg->arena, (cx.n_dom ? cx.n_dom : 1) * sizeof(*cfg->domains));
-        if (cfg->pol != NULL && cfg->domains != NULL) {
-            for (size_t i = 0; i < cx.n_pol; i++) {
-                cfg->pol[i] = *cx.pol[i];
-                cfg->n_limiters += cfg->pol[i].nwin;
-                for (size_t j = 0; j < cfg->pol[i].n_plans; j++)
-                    cfg->n_limiters += cfg->pol[i].plans[j].nwin;
-            }
-            cfg->n_pol = cx.n_pol;
-            for (size_t i = 0; i < cx.n_dom; i++) cfg->domains[i] = *cx.dom[i];
-            cfg->n_domains = cx.n_dom;
-        }
-    }
-    free(cx.pol);
-    free(cx.dom);
-    if (cfg->arena.oom) {
-        sl_config_destroy(cfg);
-        return SLUICE_ENOMEM;
-    }
-    if (cx.errors > 0) {
-        sl_config_destroy(cfg);
-        return SLUICE_EINVAL;
-    }
-    *out = cfg;
-    return SLUICE_OK;
+    if (root != NULL) sl__load_root(&cx, root);
+    return sl__load_end(&cx, root != NULL, out);
 }
 
 #define MAX_CONFIG_BYTES (16u << 20)
@@ -1776,6 +1797,8 @@ int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags) {
         snprintf(diags->file, sizeof(diags->file), "%s", path ? path : "<config>");
     }
     if (path == NULL || out == NULL) return SLUICE_EINVAL;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return sl_config_load_dir(path, out, diags);
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         if (diags != NULL) {
@@ -1839,6 +1862,7 @@ const char *sl_config_policy_name(const sl_config *cfg, size_t i) {
 }
 size_t sl_config_limiter_count(const sl_config *cfg) { return cfg ? cfg->n_limiters : 0; }
 bool sl_config_is_envoy(const sl_config *cfg) { return cfg && cfg->envoy_format; }
+size_t sl_config_domain_count(const sl_config *cfg) { return cfg ? cfg->n_domains : 0; }
 bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i) {
     return cfg != NULL && i < cfg->n_pol && cfg->pol[i].fail_closed;
 }

@@ -22,6 +22,7 @@
 typedef struct sl_diag {
     int line, col;
     char msg[SL_DIAG_MSG]; /* "unknown field 'burts' (expected one of: rate, burst, ...)" */
+    char file[160];        /* a config directory: the file it is in ("" = the list's) */
 } sl_diag;
 
 /* Every error of one load, in file order. `file` is the name shown in front of each
@@ -70,6 +71,28 @@ typedef struct sl_redis_conn_cfg {
     char sentinel_username[128];
     char sentinel_password[256];
 } sl_redis_conn_cfg;
+
+/* envoyproxy/ratelimit compatibility (`sluice serve --compat envoy-ratelimit`, its
+ * environment read by src/cli/compat.c): set once, before the first load, with
+ * sl_config_set_envoy, and copied into every config loaded afterwards (reloads too), so
+ * the loader, the engine and the server read it from the config they use. */
+typedef struct sl_envoy_settings {
+    bool compat;                /* answers, metrics and Redis counters as envoyproxy/ratelimit */
+    bool merge_domains;         /* MERGE_DOMAIN_CONFIG: one domain in several files merges */
+    bool ignore_dotfiles;       /* RUNTIME_IGNOREDOTFILES (a sluice directory always skips them) */
+    bool headers;               /* LIMIT_RESPONSE_HEADERS_ENABLED */
+    char header_limit[64], header_remaining[64], header_reset[64];
+    bool stop_increment;        /* STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT */
+    bool shadow;                /* SHADOW_MODE: overall OK whatever the descriptors say */
+    bool quota;                 /* QUOTA_MODE: every rule in quota mode */
+    bool dynamic_metadata;      /* RESPONSE_DYNAMIC_METADATA */
+    bool healthy_with_config;   /* HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED */
+    bool health_active_conn;    /* REDIS_HEALTH_CHECK_ACTIVE_CONNECTION */
+    float near_ratio;           /* NEAR_LIMIT_RATIO (a float32, as upstream computes with it) */
+    char key_prefix[128];       /* CACHE_KEY_PREFIX (Redis keys of the compat layout) */
+    int64_t jitter_s;           /* EXPIRATION_JITTER_MAX_SECONDS */
+    uint64_t local_cache_bytes; /* LOCAL_CACHE_SIZE_IN_BYTES: over-limit keys answered locally */
+} sl_envoy_settings;
 
 /* The server's settings, all parsed and validated by the loader (an empty address
  * means "listener disabled"). Defaults are the values documented in docs/config.md. */
@@ -131,13 +154,25 @@ typedef struct sl_settings {
         uint64_t max_tokens;        /* outstanding settle/release tokens; 0 = SL_TOKENS_DEFAULT */
         sl_redis_conn_cfg redis;    /* redis: credentials, TLS, sentinel */
     } store;
+    sl_envoy_settings envoy;        /* process-wide (sl_config_set_envoy), not from the file */
 } sl_settings;
+
+/* Sets the envoyproxy/ratelimit settings every later load copies (not thread-safe: call
+ * once at start, before any load). */
+void sl_config_set_envoy(const sl_envoy_settings *e);
+const sl_envoy_settings *sl_config_envoy(void);
 
 /* Loads and validates a config file. On success *out is a fully valid config and 0 is
  * returned; on failure every error found is in `diags` (may be NULL), *out is NULL and
  * SLUICE_EINVAL (or SLUICE_EIO, SLUICE_ENOMEM) is returned. The format (sluice or
  * envoyproxy/ratelimit) is detected from the top-level keys. */
 int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags);
+/* A directory (dir.c): every *.yaml / *.yml file in it, in name order (dotfiles skipped,
+ * unless envoy compat mode says otherwise), each an envoyproxy/ratelimit document (one
+ * domain; a domain in two files is an error unless merge_domains) or a sluice file (at
+ * most one of them with server settings). Diagnostics name their file. sl_config_load
+ * calls it for a directory. */
+int sl_config_load_dir(const char *path, sl_config **out, sl_diag_list *diags);
 /* The same from memory; `name` is used in diagnostics. */
 int sl_config_load_buffer(const char *buf, size_t len, const char *name, sl_config **out,
                           sl_diag_list *diags);
@@ -150,6 +185,7 @@ const char *sl_config_policy_name(const sl_config *cfg, size_t i);
 /* Total limiters (windows, plans included) the engine will register. */
 size_t sl_config_limiter_count(const sl_config *cfg);
 bool sl_config_is_envoy(const sl_config *cfg); /* loaded from an envoy-format file */
+size_t sl_config_domain_count(const sl_config *cfg); /* envoy domains (files' `domain:`) */
 /* Policy i answers 503 when its store is unreachable (on_store_error: closed). */
 bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i);
 /* Whether policy i holds something only the end of a response gives back (a concurrency

@@ -34,6 +34,93 @@ static char *keep(sl__ctx *cx, const char *s) {
     return sl__strndup(&cx->cfg->arena, s, strlen(s));
 }
 
+/* An empty or null YAML value (`descriptors:` left empty loads as no rules, as upstream). */
+static bool is_null(const sl_ynode *n) {
+    return n != NULL && n->kind == SL_YSCALAR && n->plain &&
+           (n->len == 0 || !strcmp(n->s, "null") || !strcmp(n->s, "Null") ||
+            !strcmp(n->s, "NULL") || !strcmp(n->s, "~"));
+}
+
+/* ---- metadata (free-form YAML, read as envoyproxy/ratelimit's yaml.v2 reads it) ------- */
+
+static bool md_bool(const char *s, bool *b) {
+    static const char *const t[] = {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE",
+                                    "on", "On", "ON", NULL};
+    static const char *const f[] = {"n", "N", "no", "No", "NO", "false", "False", "FALSE",
+                                    "off", "Off", "OFF", NULL};
+    for (size_t i = 0; t[i]; i++)
+        if (!strcmp(s, t[i])) return *b = true, true;
+    for (size_t i = 0; f[i]; i++)
+        if (!strcmp(s, f[i])) return *b = false, true;
+    return false;
+}
+
+/* A YAML 1.1 number (decimal or 0x integer, decimal float): metadata numbers travel as
+ * google.protobuf.Value number_value, a double, as upstream converts them. Config-time
+ * only: nothing here is rate arithmetic. */
+static bool md_number(const char *s, double *out) {
+    const char *p = s;
+    if (*p == '+' || *p == '-') p++;
+    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X') && p[2] != '\0') {
+        char *end;
+        unsigned long long v = strtoull(p + 2, &end, 16);
+        if (*end != '\0') return false;
+        *out = s[0] == '-' ? -(double)v : (double)v;
+        return true;
+    }
+    bool digit = false, dot = false, ex = false;
+    for (const char *q = p; *q; q++) {
+        if (*q >= '0' && *q <= '9') digit = true;
+        else if (*q == '.' && !dot && !ex) dot = true;
+        else if ((*q == 'e' || *q == 'E') && digit && !ex && (q[1] == '+' || q[1] == '-' ||
+                                                            (q[1] >= '0' && q[1] <= '9'))) {
+            ex = true;
+            if (q[1] == '+' || q[1] == '-') q++;
+        } else return false;
+    }
+    if (!digit) return false;
+    *out = strtod(s, NULL);
+    return true;
+}
+
+static const sl_mdnode *md_of(sl__ctx *cx, const sl_ynode *n, int depth) {
+    sl_mdnode *m = sl__alloc(&cx->cfg->arena, sizeof(*m));
+    if (m == NULL) return NULL;
+    if (depth > 32) {
+        sl__err(cx, n, "metadata nested too deep (expected at most 32 levels)");
+        return m;
+    }
+    if (n->kind == SL_YSCALAR) {
+        if (n->plain && is_null(n)) m->kind = SL_MD_NULL;
+        else if (n->plain && md_bool(n->s, &m->b)) m->kind = SL_MD_BOOL;
+        else if (n->plain && md_number(n->s, &m->num)) m->kind = SL_MD_NUM;
+        else {
+            m->kind = SL_MD_STR;
+            m->s = keep(cx, n->s);
+        }
+        return m;
+    }
+    m->kind = n->kind == SL_YMAP ? SL_MD_MAP : SL_MD_LIST;
+    m->n = n->n;
+    m->v = sl__alloc(&cx->cfg->arena, (n->n ? n->n : 1) * sizeof(*m->v));
+    if (m->kind == SL_MD_MAP) m->keys = sl__alloc(&cx->cfg->arena, (n->n ? n->n : 1) * sizeof(*m->keys));
+    if (m->v == NULL || (m->kind == SL_MD_MAP && m->keys == NULL)) return m;
+    for (size_t i = 0; i < n->n; i++) {
+        if (m->kind == SL_MD_MAP) {
+            const sl_ynode *k = n->v[2 * i];
+            if (k->kind != SL_YSCALAR) {
+                sl__err(cx, k, "metadata key must be a scalar");
+                continue;
+            }
+            m->keys[i] = keep(cx, k->s);
+            m->v[i] = md_of(cx, n->v[2 * i + 1], depth + 1);
+        } else {
+            m->v[i] = md_of(cx, n->v[i], depth + 1);
+        }
+    }
+    return m;
+}
+
 /* A stable limiter name for a rule: its place in the tree, so a reload finds the same
  * counters. Paths too long for a limiter name fall back to a 128-bit hash of the whole
  * path (never of a truncated one). */
@@ -141,7 +228,7 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
                     "unlimited rule)");
             ok = false;
         }
-        if (rpu != NULL) {
+        if (rpu != NULL && !cx->cfg->settings.envoy.compat) { /* upstream ignores it */
             sl__err(cx, rpu, "requests_per_unit given with unlimited: true (expected none)");
             ok = false;
         }
@@ -157,6 +244,7 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
     }
     /* sluice extension: the rule's failure mode when the store is unreachable */
     if ((x = sl__get(rl, "on_store_error")) != NULL) {
+        p->fail_mode_set = true;
         if (x->kind == SL_YSCALAR && strcmp(x->s, "closed") == 0) {
             p->fail_closed = true;
         } else if (x->kind != SL_YSCALAR || strcmp(x->s, "open") != 0) {
@@ -183,7 +271,9 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
         ok = false;
     }
     uint64_t n = 0;
-    if (rpu == NULL) {
+    if (rpu == NULL && cx->cfg->settings.envoy.compat) {
+        n = 0; /* upstream reads a missing requests_per_unit as 0: every request over */
+    } else if (rpu == NULL) {
         sl__err(cx, rl, "rate_limit needs requests_per_unit (expected a whole number)");
         ok = false;
     } else {
@@ -264,10 +354,42 @@ static bool node_is(const sl_enode *e, char kind, const char *k, size_t kl, cons
     return strlen(e->value) == vl && memcmp(e->value, v, vl) == 0;
 }
 
+/* "<prefix>.<key>[_<value>]": a rule's statistics path as envoyproxy/ratelimit names it
+ * (ratelimit.service.rate_limit.<path>.<stat>), from the domain down. */
+static char *stat_path(sl__ctx *cx, const char *prefix, const char *key, const char *value) {
+    size_t n = strlen(prefix) + 1 + strlen(key) + (value ? 1 + strlen(value) : 0);
+    char *out = sl__alloc(&cx->cfg->arena, n + 1);
+    if (out == NULL) return NULL;
+    snprintf(out, n + 1, "%s.%s%s%s", prefix, key, value ? "_" : "", value ? value : "");
+    return out;
+}
+
+/* Indexes node i of `nodes` in the level being built; false when an equal node is there. */
+static bool index_node(sl_enode *nodes, size_t i, uint32_t *idx, size_t cap, uint32_t *other,
+                       size_t *n_other) {
+    const sl_enode *e = &nodes[i];
+    char kind = node_kind(e);
+    size_t kl = strlen(e->key), vl = e->value ? strlen(e->value) : 0;
+    size_t slot = node_hash(kind, e->key, kl, e->value ? e->value : "", vl) & (cap - 1);
+    while (idx[slot] != 0) {
+        if (node_is(&nodes[idx[slot] - 1], kind, e->key, kl, e->value, vl)) return false;
+        slot = (slot + 1) & (cap - 1);
+    }
+    idx[slot] = (uint32_t)(i + 1);
+    if (kind != 'e') other[(*n_other)++] = (uint32_t)i;
+    return true;
+}
+
+/* Builds one level from `list`; with `prev` (MERGE_DOMAIN_CONFIG: the same domain in
+ * another file) the level starts with prev's nodes and a repeat of one of them is the
+ * duplicate envoyproxy/ratelimit reports. */
 static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
-                       const char *prefix, int depth, sl_elevel *out) {
+                       const char *prefix, const char *stprefix, int depth, sl_elevel *out,
+                       const sl_elevel *prev) {
+    size_t np = prev ? prev->n : 0;
     memset(out, 0, sizeof(*out));
-    if (list->kind != SL_YSEQ) {
+    if (is_null(list)) list = NULL; /* `descriptors:` left empty: no rules */
+    if (list != NULL && list->kind != SL_YSEQ) {
         sl__err(cx, list, "descriptors must be a list (expected - key: ...)");
         return;
     }
@@ -275,14 +397,19 @@ static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
         sl__err(cx, list, "descriptors nested too deep (expected at most 16 levels)");
         return;
     }
-    sl_enode *nodes = sl__alloc(&cx->cfg->arena, (list->n ? list->n : 1) * sizeof(*nodes));
+    size_t ln = list ? list->n : 0, total = np + ln;
+    sl_enode *nodes = sl__alloc(&cx->cfg->arena, (total ? total : 1) * sizeof(*nodes));
     size_t cap = 2;
-    while (cap < 2 * list->n) cap *= 2;
+    while (cap < 2 * total) cap *= 2;
     uint32_t *idx = sl__alloc(&cx->cfg->arena, cap * sizeof(*idx));
-    uint32_t *other = sl__alloc(&cx->cfg->arena, (list->n ? list->n : 1) * sizeof(*other));
-    if (nodes == NULL || idx == NULL || other == NULL || list->n >= UINT32_MAX) return;
+    uint32_t *other = sl__alloc(&cx->cfg->arena, (total ? total : 1) * sizeof(*other));
+    if (nodes == NULL || idx == NULL || other == NULL || total >= UINT32_MAX) return;
     size_t cnt = 0, n_other = 0;
-    for (size_t i = 0; i < list->n; i++) {
+    for (size_t i = 0; i < np; i++) {
+        nodes[cnt] = prev->v[i];
+        if (index_node(nodes, cnt, idx, cap, other, &n_other)) cnt++;
+    }
+    for (size_t i = 0; i < ln; i++) {
         const sl_ynode *d = list->v[i];
         if (!sl__check_fields(cx, d, "a descriptor", desc_fields) && d->kind != SL_YMAP)
             continue;
@@ -301,36 +428,29 @@ static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
         e->wildcard = e->value && strchr(e->value, '*') != NULL;
         e->policy = -1;
         /* one index over every node finds duplicates; exact ones are also looked up by it */
-        char kind = node_kind(e);
-        size_t kl = strlen(e->key), vl = e->value ? strlen(e->value) : 0;
-        size_t slot = node_hash(kind, e->key, kl, e->value ? e->value : "", vl) & (cap - 1);
-        bool dup = false;
-        while (idx[slot] != 0 && !dup) {
-            dup = node_is(&nodes[idx[slot] - 1], kind, e->key, kl, e->value, vl);
-            if (!dup) slot = (slot + 1) & (cap - 1);
-        }
-        if (!dup) {
-            idx[slot] = (uint32_t)(cnt + 1);
-            if (kind != 'e') other[n_other++] = (uint32_t)cnt;
-        }
-        if (dup) {
+        if (!index_node(nodes, cnt, idx, cap, other, &n_other)) {
             sl__err(cx, k, "duplicate descriptor '%s%s%s' at this level (expected unique "
-                    "key/value pairs)", e->key, e->value ? "_" : "", e->value ? e->value : "");
+                    "key/value pairs%s)", e->key, e->value ? "_" : "", e->value ? e->value : "",
+                    prev ? "; MERGE_DOMAIN_CONFIG merges domains, not their descriptors" : "");
             continue;
         }
         char *path = tree_path(cx, prefix, e->key, e->value);
-        if (path == NULL) return;
-        if ((x = sl__get(d, "quota_mode")) != NULL) {
-            sl__err(cx, x, "quota_mode is not supported by sluice (expected it removed; use "
-                    "a calendar quota in a sluice policy)");
-        }
-        if ((x = sl__get(d, "metadata")) != NULL)
-            sl__err(cx, x, "metadata is not supported by sluice (expected it removed)");
+        char *spath = stat_path(cx, stprefix, e->key, e->value);
+        if (path == NULL || spath == NULL) return;
         bool share = false;
         if ((x = sl__get(d, "share_threshold")) != NULL && sl__get_bool(cx, x, &share) && share &&
             !e->wildcard)
             sl__err(cx, x, "share_threshold needs a wildcard value (expected a value with '*')");
         e->share_threshold = share;
+        bool quota = false;
+        if ((x = sl__get(d, "quota_mode")) != NULL) sl__get_bool(cx, x, &quota);
+        const sl_mdnode *md = NULL;
+        if ((x = sl__get(d, "metadata")) != NULL && !is_null(x)) {
+            if (x->kind != SL_YMAP)
+                sl__err(cx, x, "metadata must be a mapping (expected metadata: {name: value})");
+            else
+                md = md_of(cx, x, 0);
+        }
         const sl_ynode *rl = sl__get(d, "rate_limit");
         if (rl != NULL) {
             sl_cpolicy *p = sl__new_policy(cx);
@@ -345,6 +465,9 @@ static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
             p->chains[0].n = 1;
             p->chains[0].parts[0].kind = SL_PART_ENVOY;
             p->on_missing = SL_MISSING_SKIP;
+            p->stat_key = spath;
+            p->quota_mode = quota;
+            p->metadata = md;
             const sl_ynode *nm = rl->kind == SL_YMAP ? sl__get(rl, "name") : NULL;
             const char *label = nm && nm->kind == SL_YSCALAR && nm->len ? keep(cx, nm->s)
                                                                         : p->name;
@@ -364,8 +487,14 @@ static void load_level(sl__ctx *cx, const sl_ynode *list, const char *domain,
             for (size_t j = 0; only_rl[j]; j++)
                 if ((x = sl__get(d, only_rl[j])) != NULL) sl__get_bool(cx, x, &b);
         }
+        /* value_to_metric on a level without a rate_limit still shapes the metric path of
+         * the rules below it (see envoy_stats.c) */
+        if ((x = sl__get(d, "value_to_metric")) != NULL) {
+            bool b = false;
+            if (sl__get_bool(cx, x, &b)) e->value_to_metric = b;
+        }
         if ((x = sl__get(d, "descriptors")) != NULL)
-            load_level(cx, x, domain, path, depth + 1, &e->children);
+            load_level(cx, x, domain, path, spath, depth + 1, &e->children, NULL);
         cnt++;
     }
     out->v = nodes;
@@ -386,14 +515,22 @@ void sl__envoy_load(sl__ctx *cx, const sl_ynode *doc) {
         sl__err(cx, d ? d : doc, "domain must not be empty (expected domain: <name>)");
         return;
     }
+    sl_edomain *dom = NULL;
     for (size_t i = 0; i < cx->n_dom; i++)
         if (strcmp(cx->dom[i]->domain, d->s) == 0) {
-            sl__err(cx, d, "duplicate domain '%s' (expected each domain once)", d->s);
-            return;
+            if (!cx->cfg->settings.envoy.merge_domains) {
+                sl__err(cx, d, "duplicate domain '%s' (expected each domain once, or "
+                        "MERGE_DOMAIN_CONFIG=true to merge files of one domain)", d->s);
+                return;
+            }
+            dom = cx->dom[i]; /* MERGE_DOMAIN_CONFIG: this file's rules join the domain */
         }
-    sl_edomain *dom = sl__new_domain(cx);
-    if (dom == NULL) return;
-    dom->domain = keep(cx, d->s);
+    bool merging = dom != NULL;
+    if (dom == NULL) {
+        dom = sl__new_domain(cx);
+        if (dom == NULL) return;
+        dom->domain = keep(cx, d->s);
+    }
     if (ds == NULL) return; /* a domain with no rules limits nothing, as upstream */
     char *root = sl__alloc(&cx->tmp, put_esc(NULL, dom->domain) + 1);
     if (root == NULL) {
@@ -401,7 +538,8 @@ void sl__envoy_load(sl__ctx *cx, const sl_ynode *doc) {
         return;
     }
     root[put_esc(root, dom->domain)] = '\0';
-    load_level(cx, ds, dom->domain, root, 0, &dom->roots);
+    sl_elevel prev = dom->roots;
+    load_level(cx, ds, dom->domain, root, dom->domain, 0, &dom->roots, merging ? &prev : NULL);
 }
 
 /* ---- lookup ------------------------------------------------------------------------- */

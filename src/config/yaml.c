@@ -71,6 +71,7 @@ static void diag_add(sl__ctx *cx, int line, int col, const char *msg) {
     sl_diag *d = &cx->dl->items[cx->dl->n++];
     d->line = line;
     d->col = col;
+    d->file[0] = '\0'; /* a directory load names the file afterwards (dir.c) */
     snprintf(d->msg, sizeof(d->msg), "%s", msg);
 }
 
@@ -88,7 +89,8 @@ size_t sl_diag_format(const sl_diag_list *dl, size_t i, char *buf, size_t len) {
     buf[0] = '\0';
     if (dl == NULL || i >= dl->n) return 0;
     const sl_diag *d = &dl->items[i];
-    int n = snprintf(buf, len, "%s:%d:%d: %s", dl->file, d->line, d->col, d->msg);
+    int n = snprintf(buf, len, "%s:%d:%d: %s", d->file[0] ? d->file : dl->file, d->line, d->col,
+                     d->msg);
     if (n < 0) return 0;
     return (size_t)n < len ? (size_t)n : len - 1;
 }

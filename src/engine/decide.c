@@ -234,7 +234,7 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
             continue;
         }
         uint8_t grp = 0;
-        if (it->shadow) {
+        if (it->shadow && !it->count_only) { /* a count-only item never rejects: group 0 */
             unsigned g = 0;
             while (g < groups && !(gpol[g] == w->ep && gkey[g] == (const void *)(v->keys + it->key_off)))
                 g++;
@@ -252,7 +252,8 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
                            .key = v->keys + it->key_off,
                            .key_len = it->key_len,
                            .cost = it->cost,
-                           .limit = it->override ? it->override_limit : 0,
+                           .limit = it->count_only ? SL_COUNT_ONLY_LIMIT
+                                    : it->override ? it->override_limit : 0,
                            .group = grp,
                            .flags = (uint8_t)(it->charge && grp == 0 ? SL_SI_CHARGE : 0)};
         v->run.sidx[n++] = (uint8_t)i;

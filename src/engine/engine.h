@@ -113,6 +113,11 @@ typedef struct sl_window_info {
 } sl_window_info;
 
 #define SL_VERDICT_KEYS 4096 /* bytes of composed keys one verdict can hold */
+#define SL_COUNT_ONLY_LIMIT ((UINT64_C(1) << 52) - 1) /* a count_only item's store limit */
+/* Envoy compat keys (prepare.c, compat mode): this first byte, then envoyproxy/ratelimit's
+ * cache key without prefix and window ("domain_k1_v1_k2_v2_"), a NUL, and the rule's
+ * statistics path for this request (src/server/envoy_stats.c). */
+#define SL_ENVOY_KEY_TAG 0xfe
 
 /* One (window, key, cost) of a decision. */
 typedef struct sl_verdict_item {
@@ -129,6 +134,10 @@ typedef struct sl_verdict_item {
     bool override;              /* a descriptor's limit override: result.limit is its
                                    requests_per_unit (info describes only the unit) */
     bool charge;                /* count_rejected: charged even when the request is rejected */
+    bool count_only;            /* envoy compat (fixed windows): the store only counts (limit
+                                   SL_COUNT_ONLY_LIMIT, group 0, never rejects); the answer
+                                   compares the count with the rule's limit (src/grpc/rls.c),
+                                   as envoyproxy/ratelimit's INCRBY-then-compare does */
     uint8_t group;              /* shadow items: their store group (policy and key), 1.. */
     uint32_t override_limit;    /* that requests_per_unit */
     sluice_result result;

@@ -136,6 +136,7 @@ typedef struct sl_ctxreq {
     const sl_descriptor *desc;
     const sl_enode **epath; /* envoy: node per level */
     sl_str path;            /* normalised path (path_norm) */
+    const sl_envoy_settings *compat; /* envoy compat mode, else NULL */
 } ctxreq;
 
 /* Appends part `pt` of the request; false when the request does not carry it. An empty
@@ -391,6 +392,101 @@ static const sl_cplan *pick_plan(const ctxreq *c, const sl_cpolicy *cp, size_t *
     return NULL;
 }
 
+/* ---- envoy compat keys (SL_ENVOY_KEY_TAG) ----------------------------------------------
+ * envoyproxy/ratelimit's cache key without its prefix and window, so the Redis store can
+ * name the counter exactly as upstream does (CACHE_KEY_PREFIX + this + window start):
+ * "domain_" then "key_value_" per entry (a share_threshold level writes its pattern);
+ * then a NUL and the statistics path upstream would count this request under. Both are
+ * functions of the rule and the entries, so the key stays a faithful identity. */
+
+static void kraw(kbuf *k, const void *b, size_t n) {
+    if (k->overflow || k->len + n > k->cap) {
+        k->overflow = true;
+        return;
+    }
+    if (n) memcpy(k->p + k->len, b, n);
+    k->len += n;
+}
+
+static void kstr(kbuf *k, sl_str s) { kraw(k, s.p, s.len); }
+static void kcs(kbuf *k, const char *s) { kraw(k, s, strlen(s)); }
+
+static bool share_at(const sl_enode *n) { return n != NULL && n->share_threshold && n->wildcard; }
+
+/*
+ * The statistics path of a rule for this request (upstream's GetLimit): detailed_metric
+ * writes every entry's key_value (a share_threshold level its pattern instead); otherwise
+ * each level writes its key and the value it matched on: the listed value, the wildcard
+ * pattern (the request's value with value_to_metric, unless share_threshold), nothing for
+ * a bare key (the request's value with value_to_metric).
+ */
+static void stat_key(kbuf *k, const ctxreq *c, const sl_cpolicy *cp) {
+    const sl_descriptor *d = c->desc;
+    kstr(k, c->req->domain);
+    bool shares = false;
+    for (size_t i = 0; i < d->n; i++) shares |= share_at(c->epath[i]);
+    for (size_t i = 0; i < d->n; i++) {
+        const sl_entry *en = &d->entries[i];
+        const sl_enode *node = c->epath[i];
+        kcs(k, ".");
+        kstr(k, en->key);
+        sl_str val = {NULL, 0};
+        bool always = false;
+        if (cp->detailed_metric) {
+            if (shares && share_at(node)) val = (sl_str){node->value, strlen(node->value)};
+            else val = en->value, always = !shares; /* "key_" even for an empty value */
+        } else if (node->wildcard) {
+            val = share_at(node) || !node->value_to_metric ? (sl_str){node->value, strlen(node->value)}
+                                                           : en->value;
+        } else if (node->value != NULL || node->value_to_metric) {
+            val = en->value;
+        }
+        if (always || val.len > 0) {
+            kcs(k, "_");
+            kstr(k, val);
+        }
+    }
+}
+
+static void envoy_key_text(kbuf *k, const ctxreq *c, bool share) {
+    const sl_descriptor *d = c->desc;
+    kstr(k, c->req->domain);
+    kcs(k, "_");
+    for (size_t i = 0; i < d->n; i++) {
+        const sl_enode *node = c->epath ? c->epath[i] : NULL;
+        kstr(k, d->entries[i].key);
+        kcs(k, "_");
+        if (share && share_at(node)) kcs(k, node->value);
+        else kstr(k, d->entries[i].value);
+        kcs(k, "_");
+    }
+}
+
+/* The compat key of a rule matched through the tree; false when it does not fit. */
+static bool envoy_compat_key(kbuf *k, const ctxreq *c, const sl_cpolicy *cp) {
+    unsigned char tag = SL_ENVOY_KEY_TAG, nul = 0;
+    kraw(k, &tag, 1);
+    envoy_key_text(k, c, true);
+    kraw(k, &nul, 1);
+    stat_key(k, c, cp);
+    return !k->overflow;
+}
+
+/* How compat mode counts items of an envoy rule: a fixed window counts every hit, over
+ * the limit or not, shadow or not, the request rejected or not (count_only); with
+ * STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT the decision is sluice's all-or-nothing (a
+ * rejected request counts nothing). Other algorithms (sluice extensions) are charged. */
+static void compat_mark(sl_verdict *v, size_t from, const sl_envoy_settings *cs) {
+    for (size_t i = from; i < v->n; i++) {
+        sl_verdict_item *it = &v->items[i];
+        if (it->unlimited) continue;
+        const sl__ewin *w = sl__item_win(it);
+        bool fixed = w->cw != NULL && w->cw->spec.algo == SLUICE_FIXED_WINDOW;
+        it->count_only = fixed && !cs->stop_increment;
+        it->charge = !cs->stop_increment && (it->count_only || !it->shadow);
+    }
+}
+
 /* Adds the windows of `ep` for the key already at v->keys[koff..koff+klen). */
 static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, uint64_t cost,
                      int desc, const ctxreq *c) {
@@ -437,6 +533,14 @@ static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, u
 static int add_policy(const e_pol *ep, sl_verdict *v, const ctxreq *c, int desc) {
     const sl_cpolicy *cp = ep->cp;
     kbuf k = {v->keys + v->keys_used, 0, SL_VERDICT_KEYS - v->keys_used, false};
+    if (c->compat != NULL && cp->envoy && c->desc != NULL && c->epath != NULL) {
+        if (!envoy_compat_key(&k, c, cp)) return SLUICE_ERANGE;
+        size_t koff = v->keys_used, from = v->n;
+        v->keys_used += k.len;
+        int rc = add_items(ep, v, koff, k.len, request_cost(c, cp), desc, c);
+        if (rc == SLUICE_OK) compat_mark(v, from, c->compat);
+        return rc;
+    }
     int ch = compose_key(&k, c, cp);
     if (k.overflow) return SLUICE_ERANGE;
     if (ch < 0) {
@@ -494,15 +598,33 @@ int sl__fail(sl_verdict *v, int rc) {
 /* A descriptor carrying its own limit: counted under domain + entries in the unit's
  * override window, with Envoy's hits_addend as the cost. */
 static int add_override(const sl_engine *e, sl_verdict *v, const sl_request *req,
-                        const sl_descriptor *desc, int d) {
+                        const sl_descriptor *desc, int d, const sl_envoy_settings *compat) {
     if (v->n >= SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
     kbuf k = {v->keys + v->keys_used, 0, SL_VERDICT_KEYS - v->keys_used, false};
     if (k.cap == 0) return SLUICE_ERANGE;
-    k.p[k.len++] = 0;
-    kput(&k, 'D', req->domain.p, req->domain.len);
-    for (size_t i = 0; i < desc->n; i++) {
-        kput(&k, 'k', desc->entries[i].key.p, desc->entries[i].key.len);
-        kput(&k, 'v', desc->entries[i].value.p, desc->entries[i].value.len);
+    if (compat != NULL) {
+        /* upstream's key for the descriptor, and its statistics path domain.k_v.k2 */
+        unsigned char tag = SL_ENVOY_KEY_TAG, nul = 0;
+        ctxreq c = {req, desc, NULL, {NULL, 0}, compat};
+        kraw(&k, &tag, 1);
+        envoy_key_text(&k, &c, false);
+        kraw(&k, &nul, 1);
+        kstr(&k, req->domain);
+        for (size_t i = 0; i < desc->n; i++) {
+            kcs(&k, ".");
+            kstr(&k, desc->entries[i].key);
+            if (desc->entries[i].value.len > 0) {
+                kcs(&k, "_");
+                kstr(&k, desc->entries[i].value);
+            }
+        }
+    } else {
+        k.p[k.len++] = 0;
+        kput(&k, 'D', req->domain.p, req->domain.len);
+        for (size_t i = 0; i < desc->n; i++) {
+            kput(&k, 'k', desc->entries[i].key.p, desc->entries[i].key.len);
+            kput(&k, 'v', desc->entries[i].value.p, desc->entries[i].value.len);
+        }
     }
     if (k.overflow) return SLUICE_ERANGE;
     sl_verdict_item *it = &v->items[v->n++];
@@ -516,6 +638,10 @@ static int add_override(const sl_engine *e, sl_verdict *v, const sl_request *req
                                      : (req->hits_addend ? req->hits_addend : 1);
     it->override = true;
     it->override_limit = desc->limit_requests_per_unit;
+    if (compat != NULL) {
+        it->count_only = !compat->stop_increment;
+        it->charge = !compat->stop_increment;
+    }
     return SLUICE_OK;
 }
 
@@ -555,12 +681,16 @@ int sl_engine_prepare(const sl_engine *e, const sl_request *req, sl_verdict *out
     if (req->path.p != NULL) npath.len = sl_path_norm(req->path.p, req->path.len, buf, &npath.p);
     if (req->domain.p != NULL) {
         const sl_edomain *dom = find_domain(e->cfg, req->domain);
+        const sl_envoy_settings *compat = e->cfg->settings.envoy.compat ? &e->cfg->settings.envoy : NULL;
         for (size_t d = 0; d < req->n_descriptors && rc == SLUICE_OK; d++) {
             const sl_descriptor *desc = &req->descriptors[d];
             const sl_enode *path[SL_ENVOY_DEPTH];
-            ctxreq c = {req, desc, path, npath};
+            ctxreq c = {req, desc, path, npath, compat};
             if (desc->has_limit && desc->limit_unit > 0 && desc->limit_unit < SL__OVR_UNITS) {
-                rc = add_override(e, out, req, desc, (int)d);
+                /* envoyproxy/ratelimit looks the domain up first: an override in a domain it
+                 * does not know limits nothing */
+                if (compat != NULL && dom == NULL) continue;
+                rc = add_override(e, out, req, desc, (int)d, compat);
                 continue; /* the config is bypassed for this descriptor */
             }
             const sl_enode *hit = envoy_match(dom, desc, path);
@@ -572,13 +702,13 @@ int sl_engine_prepare(const sl_engine *e, const sl_request *req, sl_verdict *out
                     memcmp(cp->domain, req->domain.p, req->domain.len) != 0 ||
                     !match_desc(cp, desc))
                     continue;
-                ctxreq c2 = {req, desc, NULL, npath};
+                ctxreq c2 = {req, desc, NULL, npath, NULL};
                 rc = add_policy(&e->pol[i], out, &c2, (int)d);
             }
         }
         if (rc == SLUICE_OK) apply_replaces(out);
     } else {
-        ctxreq c = {req, NULL, NULL, npath};
+        ctxreq c = {req, NULL, NULL, npath, NULL};
         for (size_t i = 0; i < e->n_pol && rc == SLUICE_OK; i++) {
             const sl_cpolicy *cp = e->pol[i].cp;
             if (cp->envoy || cp->domain != NULL || !match_http(cp, req, c.path)) continue;
@@ -629,7 +759,7 @@ int sl__xmatch_desc(const sl_cpolicy *cp, const sl_descriptor *d, size_t *which)
 
 int sl__xkey_chains(const sl_cpolicy *cp, const sl_request *r, const sl_descriptor *d,
                     sl_str path, int missing[SL_MAX_CHAINS]) {
-    ctxreq c = {r, d, NULL, path};
+    ctxreq c = {r, d, NULL, path, NULL}; /* explain shows sluice keys, also in compat mode */
     unsigned char buf[SL_VERDICT_KEYS];
     int used = -1;
     for (size_t ch = 0; ch < cp->n_chains && ch < SL_MAX_CHAINS; ch++) {
@@ -648,7 +778,7 @@ int sl__xkey_chains(const sl_cpolicy *cp, const sl_request *r, const sl_descript
 
 uint64_t sl__xcost(const sl_cpolicy *cp, const sl_request *r, const sl_descriptor *d,
                    sl_str path, int *src, size_t *opi) {
-    ctxreq c = {r, d, NULL, path};
+    ctxreq c = {r, d, NULL, path, NULL}; /* explain shows sluice keys, also in compat mode */
     *src = SL_XC_DEFAULT;
     *opi = 0;
     return request_cost_why(&c, cp, src, opi);
@@ -656,7 +786,7 @@ uint64_t sl__xcost(const sl_cpolicy *cp, const sl_request *r, const sl_descripto
 
 const char *sl__xplan(const sl_cpolicy *cp, const sl_request *r, const sl_descriptor *d,
                       sl_str path) {
-    ctxreq c = {r, d, NULL, path};
+    ctxreq c = {r, d, NULL, path, NULL}; /* explain shows sluice keys, also in compat mode */
     size_t i;
     const sl_cplan *pl = pick_plan(&c, cp, &i);
     return pl ? pl->name : NULL;

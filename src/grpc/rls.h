@@ -42,6 +42,20 @@ typedef struct sl_rls_status {
 
 #define SL_RLS_MAX_HEADERS 8
 
+/* envoy compat: one rule's hits of a call, for envoyproxy/ratelimit's statistics
+ * (src/server/envoy_stats.c). */
+typedef struct sl_rls_rule_hits {
+    const char *path;          /* statistics path (raw; sanitised when emitted), in the verdict */
+    size_t path_len;
+    uint64_t hits;             /* the hits this call added */
+    uint64_t before, after;    /* the counter before and after them */
+    uint32_t limit;            /* requests_per_unit */
+    bool local;                /* answered by the local over-limit cache */
+    bool shadow;               /* shadow_mode rule */
+} sl_rls_rule_hits;
+
+#define SL_RLS_MD_MAX 4096     /* dynamic metadata (a google.protobuf.Struct), bytes */
+
 typedef struct sl_rls_answer {
     int overall;
     size_t n;
@@ -53,7 +67,30 @@ typedef struct sl_rls_answer {
     char hbuf[4096];           /* rendered header lines (h[] points into it) */
     char body[1024];           /* problem+json when over limit */
     size_t body_len;
+    /* envoy compat mode (sl_rls_answer_ex): what statistics and the encoding need */
+    bool compat;
+    bool global_shadow;        /* SHADOW_MODE turned OVER_LIMIT into OK */
+    bool store_error;          /* answered UNAVAILABLE: the store failed */
+    size_t nrules;
+    sl_rls_rule_hits rules[SLUICE_MAX_ITEMS];
+    size_t md_len;             /* dynamic_metadata, serialized Struct (0 = none) */
+    uint8_t md[SL_RLS_MD_MAX];
+    const char *notfound;      /* a domain no file configures (domain_not_found), or NULL */
+    size_t notfound_len, notfound_n;
 } sl_rls_answer;
+
+/* What a call keeps between its decision and its answer in envoy compat mode (the gRPC
+ * continuation holds it): items the local over-limit cache answered (moved past v->n, so
+ * the store never sees them) and the request's part of the dynamic metadata. */
+#define SL_RLS_CALL_MD 1536
+typedef struct sl_rls_call {
+    uint8_t nlocal;
+    uint8_t notfound_n;        /* descriptors asked of a domain no file configures */
+    uint8_t notfound_len;
+    char notfound[120];        /* that domain (statistics; cut at 120 bytes) */
+    uint16_t md_len;
+    uint8_t md[SL_RLS_CALL_MD];
+} sl_rls_call;
 
 /* Validates an unpacked request and points `out` at its strings (borrowed). */
 int sl_rls_from_proto(const Envoy__Service__Ratelimit__V3__RateLimitRequest *m, sl_rls_req *out,
@@ -67,6 +104,25 @@ int sl_rls_prepare(const sl_engine *e, const sl_rls_req *rq, sl_verdict *v, char
 /* The answer of a decided verdict (rc: the engine's completion) for nd descriptors. */
 int sl_rls_answer_of(const sl_verdict *v, int rc, size_t nd, unsigned render_flags,
                      sl_rls_answer *a, char *err, size_t errlen);
+
+/* ---- envoyproxy/ratelimit compat mode (the engine's config has settings.envoy.compat) */
+
+/* Whether e answers as envoyproxy/ratelimit. */
+bool sl_rls_compat(const sl_engine *e);
+/* After sl_rls_prepare, before the decision: the local over-limit cache
+ * (LOCAL_CACHE_SIZE_IN_BYTES) and the request's part of the dynamic metadata
+ * (RESPONSE_DYNAMIC_METADATA) into call. Nothing when e is not in compat mode. */
+void sl_rls_compat_prepare(const sl_engine *e, const sl_rls_req *rq, sl_verdict *v,
+                           sluice_time now, sl_rls_call *call);
+/* sl_rls_answer_of, with the call's compat state (NULL: none): in compat mode the answer
+ * is envoyproxy/ratelimit's (statuses from each rule's count, duration_until_reset on
+ * every status, quota_mode, SHADOW_MODE, its headers when enabled, no body, a store
+ * failure answered UNAVAILABLE unless every rule says on_store_error). */
+int sl_rls_answer_ex(const sl_verdict *v, int rc, size_t nd, unsigned render_flags,
+                     const sl_rls_call *call, sl_rls_answer *a, char *err, size_t errlen);
+/* In compat mode, the verdict's action made to agree with the answer (metrics, logs):
+ * REJECT when the overall code is OVER_LIMIT, else ALLOW. */
+void sl_rls_compat_verdict(sl_verdict *v, int status, const sl_rls_answer *a);
 /* The answer as a serialized RateLimitResponse; 0 when it does not fit in cap. */
 size_t sl_rls_pack(const sl_rls_answer *a, uint8_t *buf, size_t cap);
 

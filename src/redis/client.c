@@ -196,6 +196,16 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
         r->pool[i].next_free = r->free;
         r->free = &r->pool[i];
     }
+    if (r->o.envoy_keys) { /* envoy compat key arenas: one per pooled request + scratch */
+        r->xk_all = malloc((size_t)(r->npool + 1) * XKEY_ARENA);
+        if (r->xk_all == NULL) {
+            e = SLUICE_ENOMEM;
+            goto fail;
+        }
+        for (unsigned i = 0; i < r->npool; i++) r->pool[i].xk = r->xk_all + (size_t)i * XKEY_ARENA;
+        r->scratch.xk = r->xk_all + (size_t)r->npool * XKEY_ARENA;
+        r->jitter_rng = (uint64_t)mono_now() * 0x9e3779b97f4a7c15ull | 1;
+    }
     if (cs > 1) {
         if (cs & (cs - 1)) {
             e = SLUICE_EINVAL;
@@ -318,6 +328,7 @@ void sl_redis_destroy(sl_redis *r) {
     free(r->cache);
     free(r->leases);
     free(r->pool);
+    free(r->xk_all);
     memset(r->o.password, 0, sizeof(r->o.password));
     memset(r->o.sentinel_password, 0, sizeof(r->o.sentinel_password));
     free(r);

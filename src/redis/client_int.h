@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "algo/algo.h"
+#include "algo/algo_impl.h"
 #include "algo/limiter.h"
 #include "redis/conn.h"
 #include "redis/redis.h"
@@ -46,7 +47,11 @@
 /* An EVALSHA of SLUICE_MAX_ITEMS items: every argument is at most a 63-byte key or a
  * 21-byte number plus 8 bytes of RESP framing, the array header 8 more. */
 #define CMD_ARGS (3 + SLUICE_MAX_ITEMS + SL_REDIS_HEAD_ARGS + SLUICE_MAX_ITEMS * SL_REDIS_ITEM_ARGS)
-#define CMD_MAX (8 + CMD_ARGS * (SL_REDIS_KEY_MAX + 8))
+#define CMD_MAX (8 + CMD_ARGS * (SL_REDIS_KEY_MAX + 8) + XKEY_ARENA)
+/* envoy compat keys (SL_REDIS_ENVOY_TAG) are longer than a hash: one request's live in
+ * its own arena (allocated with the pool only when opts.envoy_keys): a verdict's keys
+ * (4096 bytes) plus a prefix and a window per item. */
+#define XKEY_ARENA (4096 + SLUICE_MAX_ITEMS * (128 + 24))
 
 typedef struct sl_redis_node sl_redis_node;
 
@@ -96,6 +101,8 @@ typedef struct rq_item {
     uint8_t lease;       /* LEASE_NONE, LEASE_TAKE (cost is a slice), LEASE_LOCAL */
     int64_t want;        /* the units the caller asked (LEASE_TAKE, LEASE_LOCAL) */
     uint32_t lent;       /* LEASE_LOCAL: the lease entry the units came from */
+    uint16_t xoff, xlen; /* envoy compat: the Redis key is rq.xk[xoff..+xlen) (key[] holds
+                            its hash, the item's identity); xlen 0 = key[] is the name */
 } rq_item;
 
 enum { LEASE_NONE = 0, LEASE_TAKE = 1, LEASE_LOCAL = 2 };
@@ -135,6 +142,8 @@ typedef struct rq {
                          once a rejection elsewhere undid them (its refunds) */
     bool leasing; /* some item takes a slice or is served from one */
     uint8_t orphans; /* groups still in flight after a timeout (the rq stays busy) */
+    char *xk;        /* envoy compat keys (XKEY_ARENA bytes), NULL unless opts.envoy_keys */
+    size_t xk_used;
     struct rq *next_free;
 } rq;
 
@@ -199,6 +208,8 @@ struct sl_redis {
     /* sliding-log scratch (decode_group): states as stored; states decided plus a peek */
     _Alignas(8) unsigned char big[2][BIG_ARENA + BIG_ARENA / 2];
     char cmd[CMD_MAX]; /* one EVALSHA being formatted (sl__redis_send_group) */
+    uint64_t jitter_rng; /* envoy compat: expiry jitter (xorshift64) */
+    char *xk_all;        /* the pool's and the scratch's envoy key arenas, one allocation */
     sl_redis_stats st;
     _Atomic bool ready; /* every node up and its breaker closed (read by other threads) */
     char last_error[128];

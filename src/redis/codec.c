@@ -25,6 +25,7 @@ extern const char sl_lua_concurrency[];
 extern const char sl_lua_quota[];
 extern const char sl_lua_leaky_bucket[];
 extern const char sl_lua_sliding_log[];
+extern const char sl_lua_envoy_counter[];
 extern const char sl_lua_main[];
 
 #define EXACT_MAX (INT64_C(1) << 52)
@@ -77,7 +78,8 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void compose(void) {
     const char *parts[] = {sl_lua_common, sl_lua_gcra, sl_lua_token_bucket, sl_lua_fixed_window,
-                           sl_lua_sliding_window, sl_lua_concurrency, sl_lua_quota, sl_lua_leaky_bucket, sl_lua_sliding_log, sl_lua_main};
+                           sl_lua_sliding_window, sl_lua_concurrency, sl_lua_quota, sl_lua_leaky_bucket, sl_lua_sliding_log,
+                           sl_lua_envoy_counter, sl_lua_main};
     size_t total = 0;
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) total += strlen(parts[i]) + 1;
     g_script = malloc(total + 1);
@@ -152,6 +154,37 @@ size_t sl_redis_key(const sl_hash_key *sk, const sluice_limiter *lim, const void
     p = sl_redis_put_u64(p, (uint64_t)lim->spec.algo);
     *p = '\0';
     return (size_t)(p - out);
+}
+
+/* ---- envoyproxy/ratelimit's counters (compat mode) ------------------------------------ */
+
+static int parse_ints(const char *s, size_t len, int64_t *v, int want);
+
+size_t sl_redis_envoy_key(const char *prefix, const void *key, size_t key_len, int64_t window_s,
+                          char *out, size_t cap) {
+    const unsigned char *k = key;
+    if (key_len < 2 || k[0] != SL_REDIS_ENVOY_TAG) return 0;
+    const unsigned char *z = memchr(k + 1, 0, key_len - 1);
+    size_t tl = z ? (size_t)(z - k) - 1 : key_len - 1;
+    size_t pl = strlen(prefix);
+    char num[24];
+    size_t nl = (size_t)(sl_redis_put_i64(num, window_s) - num);
+    if (pl + tl + nl >= cap) return 0;
+    memcpy(out, prefix, pl);
+    memcpy(out + pl, k + 1, tl);
+    memcpy(out + pl + tl, num, nl);
+    out[pl + tl + nl] = '\0';
+    return pl + tl + nl;
+}
+
+int sl_redis_envoy_state_parse(const char *s, size_t len, int64_t window_start_ns, void *state) {
+    int64_t v;
+    if (len == 0) return 0;
+    if (parse_ints(s, len, &v, 1) < 0 || v < 0) return -1;
+    sl_fixed_state *f = state;
+    f->window_start_ns = window_start_ns;
+    f->count = (uint64_t)v;
+    return 1;
 }
 
 char *sl_redis_put_u64(char *p, uint64_t v) {

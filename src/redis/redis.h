@@ -78,6 +78,18 @@ sl_hash_key sl_redis_secret_key(const void *secret, size_t len);
  * length (always < SL_REDIS_KEY_MAX). */
 size_t sl_redis_key(const sl_hash_key *sk, const sluice_limiter *lim, const void *key,
                     size_t key_len, char out[SL_REDIS_KEY_MAX]);
+/* envoyproxy/ratelimit's counter layout (compat mode, src/redis/lua/envoy_counter.lua):
+ * an item whose key starts with SL_REDIS_ENVOY_TAG (the engine's SL_ENVOY_KEY_TAG) is the
+ * plain integer at <prefix><key text up to its NUL><window start, unix seconds>, decided by
+ * script algorithm SL_REDIS_ALGO_ENVOY. The key into out (NUL-terminated); its length, 0
+ * when it is not such a key or does not fit in cap. */
+#define SL_REDIS_ENVOY_TAG 0xfe
+#define SL_REDIS_ALGO_ENVOY 100
+#define SL_REDIS_ENVOY_KEY_MAX 1024
+size_t sl_redis_envoy_key(const char *prefix, const void *key, size_t key_len, int64_t window_s,
+                          char *out, size_t cap);
+/* Its stored value (a count) as the fixed window state of the window starting then. */
+int sl_redis_envoy_state_parse(const char *s, size_t len, int64_t window_start_ns, void *state);
 /* Decimal digits of v at p (no NUL); returns the end. At most 20 (21 signed) bytes. */
 char *sl_redis_put_u64(char *p, uint64_t v);
 char *sl_redis_put_i64(char *p, int64_t v);
@@ -162,6 +174,12 @@ typedef struct sl_redis_opts {
      * from Redis at any moment. See lease.c. */
     unsigned lease_slice;
     int64_t lease_ns;         /* 0 = 100 ms */
+    /* envoyproxy/ratelimit's counters (--compat envoy-ratelimit): SL_REDIS_ENVOY_TAG items
+     * under CACHE_KEY_PREFIX, living one unit plus a random 0..jitter-1 seconds
+     * (EXPIRATION_JITTER_MAX_SECONDS), as upstream's INCRBY + EXPIRE leave them */
+    bool envoy_keys;
+    char envoy_prefix[128];
+    int64_t envoy_jitter_s;
 } sl_redis_opts;
 
 void sl_redis_opts_default(sl_redis_opts *o);

@@ -143,7 +143,7 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
     p = put_bulk_i(p, gr->n);
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
-        p = put_bulk(p, it->key, it->klen);
+        p = it->xlen ? put_bulk(p, q->xk + it->xoff, it->xlen) : put_bulk(p, it->key, it->klen);
     }
     p = put_bulk(p, &q->op, 1); /* 'd', 's', 'l' or 'x' */
     p = put_bulk(p, r->o.time_mode == SL_REDIS_TIME_SERVER ? "r" : "c", 1);
@@ -158,7 +158,7 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
     p = put_bulk_i(p, (int64_t)q->flags);
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
-        p = put_bulk_i(p, it->lim != NULL ? it->lim->spec.algo : 0);
+        p = put_bulk_i(p, it->xlen ? SL_REDIS_ALGO_ENVOY : it->lim != NULL ? it->lim->spec.algo : 0);
         p = put_bulk_i(p, it->cost);
         p = put_bulk_i(p, it->sgroup);
         p = put_bulk_i(p, it->sflags);
@@ -240,7 +240,10 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
             dst = r->big[0] + used0;
             used0 += a8;
         }
-        int pr = sl_redis_state_parse(its[k]->lim, b->str, b->len, dst);
+        int pr = its[k]->xlen
+                     ? sl_redis_envoy_state_parse(b->str, b->len,
+                                                  sl_window_start(now.wall_ns, lims[k].period_ns), dst)
+                     : sl_redis_state_parse(its[k]->lim, b->str, b->len, dst);
         if (pr < 0) return false;
         stored[key] = pr == 1 ? dst : NULL;
     }
@@ -323,7 +326,9 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
             else if (changed[pk]) memcpy(srcp[k], dstp[pk], ss);
         } else {
             if (b->type != REDIS_REPLY_STRING) return false;
-            int pr = sl_redis_state_parse(it->lim, b->str, b->len, srcp[k]);
+            int pr = it->xlen ? sl_redis_envoy_state_parse(b->str, b->len,
+                                                           sl_window_start(now.wall_ns, l->period_ns), srcp[k])
+                              : sl_redis_state_parse(it->lim, b->str, b->len, srcp[k]);
             if (pr < 0) return false;
             has[k] = pr == 1;
         }
@@ -531,8 +536,41 @@ void sl__redis_launch(sl_redis *r, rq *q) {
     }
 }
 
+/* An envoy compat item: upstream's key for the window `now` is in (the instance's clock,
+ * as upstream reads its own), a plain integer counter living one unit plus a jitter. */
+static int envoy_item(sl_redis *r, rq *q, rq_item *it, const sl_sitem *in, const sl_limit *l,
+                      sluice_time now) {
+    int64_t per_s = l->period_ns / SLUICE_NS_PER_S;
+    if (per_s <= 0) return SLUICE_EINVAL;
+    int64_t win = sl_window_start(now.wall_ns, per_s * SLUICE_NS_PER_S) / SLUICE_NS_PER_S;
+    char *out = q->xk + q->xk_used;
+    size_t n = sl_redis_envoy_key(r->o.envoy_prefix, in->key, in->key_len, win, out,
+                                  XKEY_ARENA - q->xk_used);
+    if (n == 0 || n > SL_REDIS_ENVOY_KEY_MAX) return SLUICE_ERANGE;
+    it->xoff = (uint16_t)q->xk_used;
+    it->xlen = (uint16_t)n;
+    q->xk_used += n;
+    /* the item's identity (repeats, caches) is a hash of the whole name */
+    it->klen = (uint8_t)sl_redis_key(&r->sk, it->lim, out, n, it->key);
+    it->slot = (uint16_t)sl_redis_keyslot(out, n);
+    int64_t ttl = per_s;
+    if (r->o.envoy_jitter_s > 0) {
+        uint64_t x = r->jitter_rng;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        r->jitter_rng = x;
+        ttl += (int64_t)(x % (uint64_t)r->o.envoy_jitter_s);
+    }
+    it->p[0] = (int64_t)l->limit;
+    it->p[1] = ttl * 1000; /* ms */
+    it->p[2] = it->p[3] = 0;
+    it->lease = LEASE_NONE;
+    it->want = it->cost;
+    return SLUICE_OK;
+}
+
 static int build(sl_redis *r, rq *q, const sl_sitem *items, size_t n, unsigned flags, sluice_time now) {
     q->n = (uint8_t)n;
+    q->xk_used = 0;
     q->ngroups = 0;
     q->now = now;
     q->flags = flags;
@@ -552,6 +590,14 @@ static int build(sl_redis *r, rq *q, const sl_sitem *items, size_t n, unsigned f
         sl_limit l = item_limit(it);
         int rc = sl_redis_params_of(&l, now, it->p);
         if (rc != SLUICE_OK) return rc;
+        it->xoff = it->xlen = 0;
+        if (r->o.envoy_keys && q->xk != NULL && items[i].key_len > 1 &&
+            ((const unsigned char *)items[i].key)[0] == SL_REDIS_ENVOY_TAG &&
+            it->lim->spec.algo == SLUICE_FIXED_WINDOW) {
+            rc = envoy_item(r, q, it, &items[i], &l, now);
+            if (rc != SLUICE_OK) return rc;
+            continue;
+        }
         it->klen = (uint8_t)sl_redis_key(&r->sk, it->lim, items[i].key != NULL ? items[i].key : "",
                                          items[i].key_len, it->key);
         it->slot = (uint16_t)sl_redis_keyslot(it->key, it->klen);
@@ -596,6 +642,7 @@ static void refund_group(sl_redis *r, rq *q, int g, uint32_t mask) {
     f->op = 's';
     f->cb = NULL;
     f->n = 0;
+    f->xk_used = 0;
     f->ngroups = 1;
     f->now = q->got_time ? q->rnow : q->now;
     memset(&f->g[0], 0, sizeof(f->g[0]));
@@ -604,6 +651,12 @@ static void refund_group(sl_redis *r, rq *q, int g, uint32_t mask) {
         rq_item *it = &q->it[gr->idx[k]];
         if (it->cost == 0 || !(mask >> k & 1u)) continue;
         f->it[f->n] = *it;
+        if (it->xlen) { /* an envoy compat counter: its name moves to f's arena */
+            if (f->xk == NULL || f->xk_used + it->xlen > XKEY_ARENA) continue;
+            memcpy(f->xk + f->xk_used, q->xk + it->xoff, it->xlen);
+            f->it[f->n].xoff = (uint16_t)f->xk_used;
+            f->xk_used += it->xlen;
+        }
         f->it[f->n].cost = -it->cost;
         f->it[f->n].limit = 0;
         f->it[f->n].sgroup = 0;
@@ -752,6 +805,8 @@ static void rq_take_built(rq *q, const rq *b) {
     q->res.groups_ok = 0;
     memcpy(q->it, b->it, b->n * sizeof(b->it[0]));
     memcpy(q->g, b->g, b->ngroups * sizeof(b->g[0]));
+    q->xk_used = b->xk_used;
+    if (b->xk_used > 0) memcpy(q->xk, b->xk, b->xk_used);
     rq_hold(q);
 }
 

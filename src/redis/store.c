@@ -55,6 +55,11 @@ int sl_redis_store_config(const char *url, const sl_settings *st, bool test_cloc
     if (test_clock) g_opts.time_mode = SL_REDIS_TIME_CALLER;
     if (g_opts.timeout_ns == 0)
         g_opts.timeout_ns = st->store.redis_timeout_ns > 0 ? st->store.redis_timeout_ns : 20 * SLUICE_NS_PER_MS;
+    if (st->envoy.compat) { /* envoyproxy/ratelimit's counters, shared with it */
+        g_opts.envoy_keys = true;
+        snprintf(g_opts.envoy_prefix, sizeof(g_opts.envoy_prefix), "%s", st->envoy.key_prefix);
+        g_opts.envoy_jitter_s = st->envoy.jitter_s;
+    }
     static char sec[128];
     snprintf(sec, sizeof(sec), "%s", st->store.redis_key_secret);
     g_opts.secret = sec;

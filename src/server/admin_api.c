@@ -277,7 +277,7 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
         problem(c, x->req->minor, 401, "a valid bearer token is required", !x->is_head);
         return;
     }
-    if (path_is(x, "/metrics") && get) {
+    if ((path_is(x, "/metrics") || (s->opt.prom_path[0] && path_is(x, s->opt.prom_path))) && get) {
         size_t n = 0;
         char *m = sl_metrics_render(s, &n);
         if (m == NULL) {

@@ -25,6 +25,7 @@
 #include "server/pending.h"
 #include "server/observe.h"
 #include "server/server.h"
+#include "server/tls.h"
 
 #define SL_CONN_RINIT 16384
 #define SL_CONN_WINIT 16384
@@ -52,6 +53,8 @@ static void conn_close(sl_conn *c) {
     if (c->kind == SL_KIND_GRPC) w->ngrpc--;
     if (c->hold_until_ns) w->nheld--;
     if (c->h2) sl_grpc_conn_free(c->h2);
+    sl_tls_free(c->tls);
+    c->tls = NULL;
     atomic_fetch_sub(c->listener == SL_KIND_ADMIN ? &w->srv->nconns_admin : &w->srv->nconns, 1);
     free(c->rbuf);
     free(c->wbuf);
@@ -83,7 +86,7 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
                 w->listening && w->accept_paused_until == 0) {
                 /* out of descriptors: a level-triggered listener would spin, so stop
                  * accepting for 100 ms (the backlog waits; the tick resumes) */
-                for (int k = 0; k < SL_KINDS; k++)
+                for (int k = 0; k < SL_LISTENERS; k++)
                     if (s->lfd[k] >= 0) sl_loop_del(&w->loop, &w->listen_io[k]);
                 w->accept_paused_until = w->now_ns + 100 * SLUICE_NS_PER_MS;
             }
@@ -123,6 +126,14 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
             close(fd);
             continue;
         }
+        if (kind == SL_KIND_GRPC && s->grpc_tls != NULL && (c->tls = sl_tls_accept(s->grpc_tls, fd)) == NULL) {
+            free(c->rbuf);
+            free(c->wbuf);
+            free(c);
+            atomic_fetch_sub(cnt, 1);
+            close(fd);
+            continue;
+        }
         c->rcap = SL_CONN_RINIT;
         c->wcap = SL_CONN_WINIT;
         c->w = w;
@@ -138,6 +149,7 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
                       sizeof(c->peer_ip));
         if (sl_loop_add(&w->loop, &c->io, EPOLLIN | EPOLLRDHUP) != 0) {
             atomic_fetch_sub(cnt, 1);
+            sl_tls_free(c->tls);
             close(fd);
             free(c->rbuf);
             free(c->wbuf);
@@ -193,7 +205,8 @@ void sl_conn_hold(sl_conn *c, int64_t delay_ns) {
 static int conn_flush(sl_conn *c) {
     if (c->hold_until_ns) return 0; /* a delayed reply waits for its time */
     while (c->woff < c->wlen) {
-        ssize_t n = send(c->io.fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+        ssize_t n = c->tls ? sl_tls_send(c->tls, c->wbuf + c->woff, c->wlen - c->woff)
+                           : send(c->io.fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
         if (n > 0) {
             c->woff += (size_t)n;
             if (c->timer.list == SL_TL_WRITE)
@@ -392,10 +405,13 @@ static void conn_io(void *ud, uint32_t events) {
     }
     if ((events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) && !c->want_out) {
         for (int k = 0; k < 4 && c->rlen < c->rcap; k++) {
-            ssize_t n = recv(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+            ssize_t n = c->tls ? sl_tls_recv(c->tls, c->rbuf + c->rlen, c->rcap - c->rlen)
+                               : recv(c->io.fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
             if (n > 0) {
                 c->rlen += (size_t)n;
-                if (c->rlen < c->rcap) break;
+                /* TLS: decrypted bytes may wait inside with no socket event to say so */
+                if (c->rlen < c->rcap && !(c->tls && sl_tls_pending(c->tls))) break;
+                if (c->rlen < c->rcap) continue;
                 conn_process(c); /* make room: a full buffer may hold many requests */
                 if (c->rlen == c->rcap || c->close_after) break;
                 continue;
@@ -473,7 +489,7 @@ void sl_worker_tick(sl_worker *w) {
     if (w->accept_paused_until && w->now_ns >= w->accept_paused_until) {
         w->accept_paused_until = 0;
         if (w->listening && !atomic_load(&w->srv->draining))
-            for (int k = 0; k < SL_KINDS; k++)
+            for (int k = 0; k < SL_LISTENERS; k++)
                 if (w->srv->lfd[k] >= 0)
                     sl_loop_add(&w->loop, &w->listen_io[k], EPOLLIN | EPOLLEXCLUSIVE);
     }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "grpc/rls.h"
+#include "server/envoy_stats.h"
 #include "server/pending.h"
 #include "server/server.h"
 
@@ -32,9 +33,11 @@ static unsigned render_flags(const sl_worker *w) {
 static void answer(sl_pending *p, int rc, sl_grpc_reply *out) {
     static _Thread_local sl_rls_answer ans;
     sl_worker *w = p->w;
+    out->status = sl_rls_answer_ex(&p->v, rc, p->nd, render_flags(w), &p->rls, &ans,
+                                   out->message, sizeof(out->message));
+    sl_rls_compat_verdict(&p->v, out->status, &ans); /* envoy compat: the answer decides */
     sl_server_count_verdict(w, rc, &p->v);
-    out->status = sl_rls_answer_of(&p->v, rc, p->nd, render_flags(w), &ans, out->message,
-                                   sizeof(out->message));
+    if (ans.compat) sl_envoy_stats_count(w, out->status, &ans);
     if (out->status == SL_GRPC_OK) {
         out->len = sl_rls_pack(&ans, out->buf, out->cap);
         if (out->len == 0) {
@@ -86,6 +89,7 @@ static int grpc_decide(void *ud, void *call, const sl_rls_req *rq, sl_grpc_reply
     p->ocap = out->cap;
     p->nd = rq->r.n_descriptors;
     p->inline_out = out;
+    sl_rls_compat_prepare(e, rq, &p->v, sl_worker_now(w), &p->rls);
     sl_pending_submit(p);
     sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
     if (!sl_pending_park(p)) return 0;
@@ -96,7 +100,15 @@ static int grpc_decide(void *ud, void *call, const sl_rls_req *rq, sl_grpc_reply
 /* A parked call the session dropped (reset by the client, deadline, connection end). */
 static void grpc_forget(void *owner, void *call) { sl_pending_call_gone(owner, call); }
 
-static void on_status(void *ud, int status) { sl_grpc_count_status(((sl_conn *)ud)->w, status); }
+static void on_status(void *ud, int status) {
+    sl_worker *w = ((sl_conn *)ud)->w;
+    sl_grpc_count_status(w, status);
+    /* envoy compat: a request refused before its decision is upstream's service_error */
+    if (status == SL_GRPC_INVALID_ARGUMENT && w->gen != NULL && sl_rls_compat(w->gen->engine))
+        sl_envoy_stats_service_error(w);
+}
+
+static bool compat_healthy(sl_conn *c);
 
 static void env_of(sl_conn *c, sl_grpc_env *env) {
     sl_worker *w = c->w;
@@ -105,6 +117,9 @@ static void env_of(sl_conn *c, sl_grpc_env *env) {
     env->engine = w->gen ? w->gen->engine : NULL;
     env->mono_ns = w->now_ns;
     env->draining = atomic_load_explicit(&s->draining, memory_order_relaxed) != 0;
+    /* envoy compat: grpc.health.v1 says what /healthcheck says, as upstream's checker */
+    if (!env->draining && w->gen != NULL && sl_rls_compat(w->gen->engine) && !compat_healthy(c))
+        env->draining = true;
     env->decide = grpc_decide;
     env->on_status = on_status; /* not called by /json: its calls are HTTP requests */
     env->ud = c;
@@ -203,9 +218,11 @@ static void json_reply(sl_conn *c, int minor, int status, const char *err, const
 static void finish_json(sl_pending *p, int rc, bool later) {
     static _Thread_local sl_rls_answer ans;
     sl_conn *c = p->c;
-    sl_server_count_verdict(c->w, rc, &p->v);
     char err[160] = "";
-    int st = sl_rls_answer_of(&p->v, rc, p->nd, render_flags(c->w), &ans, err, sizeof(err));
+    int st = sl_rls_answer_ex(&p->v, rc, p->nd, render_flags(c->w), &p->rls, &ans, err, sizeof(err));
+    sl_rls_compat_verdict(&p->v, st, &ans);
+    sl_server_count_verdict(c->w, rc, &p->v);
+    if (ans.compat) sl_envoy_stats_count(c->w, st, &ans);
     json_reply(c, p->minor, st, err, &ans);
     if (later) sl_conn_resume(c);
 }
@@ -222,7 +239,8 @@ void sl_grpc_http_json(sl_conn *c, const sl_http_req *req) {
         snprintf(err, sizeof(err), "too many requests are waiting for the store");
     }
     if (st == SL_GRPC_OK) st = sl_rls_prepare(w->gen ? w->gen->engine : NULL, &rq, &p->v, err, sizeof(err));
-    sl_rls_json_free(root); /* the verdict holds what it needs */
+    if (st == SL_GRPC_OK) sl_rls_compat_prepare(w->gen->engine, &rq, &p->v, sl_worker_now(w), &p->rls);
+    sl_rls_json_free(root); /* the verdict (and p->rls) hold what it needs */
     if (st != SL_GRPC_OK) {
         if (p != NULL) sl_pending_put(p);
         json_reply(c, req->minor, st, err, NULL);
@@ -235,9 +253,23 @@ void sl_grpc_http_json(sl_conn *c, const sl_http_req *req) {
     if (sl_pending_park(p)) c->suspended = true;
 }
 
+/* envoyproxy/ratelimit's health: unhealthy until its store has answered once (and while
+ * it is down, with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION), with no domain loaded when
+ * HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, and from SIGTERM on. */
+static bool compat_healthy(sl_conn *c) {
+    sl_server *s = c->w->srv;
+    const sl_envoy_settings *es = &sl_config_settings(c->w->gen->cfg)->envoy;
+    bool ready = sl_server_store_ready(s);
+    if (ready) atomic_store(&s->store_seen, true);
+    if (!atomic_load(&s->store_seen) || (es->health_active_conn && !ready)) return false;
+    return !es->healthy_with_config || sl_config_domain_count(c->w->gen->cfg) > 0;
+}
+
 void sl_grpc_http_healthcheck(sl_conn *c, const sl_http_req *req) {
     bool draining = atomic_load(&c->w->srv->draining) != 0;
-    if (draining)
+    if (!draining && c->w->gen != NULL && sl_rls_compat(c->w->gen->engine) && !compat_healthy(c))
+        http_reply(c, req, 500, "text/plain", "", 0);
+    else if (draining)
         http_reply(c, req, 500, "text/plain", "draining", 8);
     else
         http_reply(c, req, 200, "text/plain", "OK", 2);

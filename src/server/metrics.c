@@ -12,6 +12,7 @@
 
 #include "core/prom.h"
 #include "redis/store.h"
+#include "server/envoy_stats.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/server.h"
@@ -185,7 +186,7 @@ static void server_families(sl_server *s, sl_prom *p) {
     for (int src = 0; src < SL_OBS_SOURCES; src++)
         for (int oc = 0; oc < 2; oc++) {
             uint64_t v = atomic_load(&o->reloads[src][oc]);
-            if (v == 0 && src == 3) continue; /* no file watcher yet */
+            if (v == 0 && src == 3) continue; /* a config directory's watcher only */
             const char *l[] = {"source", sources[src], "outcome", oc ? "refused" : "ok", NULL};
             sl_prom_u64(p, l, v);
         }
@@ -213,7 +214,7 @@ static void server_families(sl_server *s, sl_prom *p) {
     sl_prom_u64(p, NULL, sl_audit_total(o->audit));
 }
 
-/* Renderers that write text themselves (gRPC, the Redis client's events) go in as is:
+/* Renderers that write text themselves (gRPC, the Redis client's events, envoy statistics) go in as is:
  * each writes its own HELP and TYPE. */
 static void raw_parts(sl_server *s, sl_prom *p) {
     char *buf = malloc(65536);
@@ -226,6 +227,14 @@ static void raw_parts(sl_server *s, sl_prom *p) {
         int n = sl_redis_store_metrics(buf, 65536);
         if (n > 0) sl_prom_raw(p, buf, (size_t)n);
     }
+    free(buf);
+    /* config loads; envoyproxy/ratelimit's families in compat mode */
+    size_t cap = sl_envoy_stats_render_size();
+    buf = malloc(cap);
+    if (buf == NULL) return;
+    sl_wbuf_init(&w, buf, cap);
+    sl_envoy_stats_render(s, &w);
+    if (!w.overflow) sl_prom_raw(p, buf, w.len);
     free(buf);
 }
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "grpc/rls.h"
 
 struct sl_conn;
 struct sl_worker;
@@ -49,6 +50,7 @@ typedef struct sl_pending {
     size_t ocap;
     size_t nd;                  /* gRPC: descriptors of the request */
     void *inline_out;           /* gRPC: where an inline answer goes (sl_grpc_reply) */
+    sl_rls_call rls;            /* gRPC and /json in envoy compat mode (rls.c) */
     sl_sitem item;              /* CL.THROTTLE */
     sl_sresult sres;
 } sl_pending;

@@ -20,6 +20,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +29,9 @@
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/pending.h"
+#include "server/statsd.h"
+#include "server/tls.h"
+#include "server/watch.h"
 
 void sl_server_opts_default(sl_server_opts *o) {
     memset(o, 0, sizeof(*o));
@@ -84,6 +88,27 @@ static int parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *sl)
     return -1;
 }
 
+/* A unix socket listener ("unix:/path", envoy compat GRPC_UDS): a stale socket file left
+ * by an earlier run is replaced, anything else at that path is an error. */
+static int sl_listen_unix(const char *what, const char *path, char *err, size_t errlen) {
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (path[0] != '/' || strlen(path) >= sizeof(sa.sun_path)) {
+        snprintf(err, errlen, "invalid %s unix socket path '%s' (expected an absolute path of at "
+                 "most %zu bytes)", what, path, sizeof(sa.sun_path) - 1);
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 1024) != 0) {
+        snprintf(err, errlen, "cannot listen on %s unix socket %s: %s", what, path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* One listening socket shared by every worker (EPOLLEXCLUSIVE wakes one of them).
  * Trade-off: SO_REUSEPORT per worker would spread accepts more evenly, but it would
  * also let a second server bind the same port silently; one socket keeps "port in use"
@@ -91,6 +116,7 @@ static int parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *sl)
 static int open_listener(const char *what, const char *addr, char *err, size_t errlen) {
     struct sockaddr_storage ss;
     socklen_t sl;
+    if (strncmp(addr, "unix:", 5) == 0) return sl_listen_unix(what, addr + 5, err, errlen);
     if (parse_addr(addr, &ss, &sl) != 0) {
         snprintf(err, errlen, "invalid %s address '%s' (expected HOST:PORT)", what, addr);
         return -1;
@@ -280,7 +306,7 @@ static void accept_cb(void *ud, uint32_t events) {
 
 static void stop_listening(sl_worker *w) {
     if (!w->listening) return;
-    for (int k = 0; k < SL_KINDS; k++)
+    for (int k = 0; k < SL_LISTENERS; k++)
         if (w->srv->lfd[k] >= 0) sl_loop_del(&w->loop, &w->listen_io[k]);
     w->listening = false;
     atomic_store(&w->listening_flag, false);
@@ -368,9 +394,10 @@ static sl_worker *worker_create(sl_server *s, unsigned id, char *err, size_t err
     sl_dlist_init(&w->tl[SL_TL_READ], SL_TL_READ, s->opt.read_timeout_ns);
     sl_dlist_init(&w->tl[SL_TL_IDLE], SL_TL_IDLE, s->opt.idle_timeout_ns);
     sl_dlist_init(&w->tl[SL_TL_WRITE], SL_TL_WRITE, s->opt.write_timeout_ns);
-    for (int k = 0; k < SL_KINDS; k++) {
+    for (int k = 0; k < SL_LISTENERS; k++) {
         if (s->lfd[k] < 0) continue;
-        w->lctx[k] = (sl_listen_ctx){.w = w, .kind = (sl_conn_kind)k, .fd = s->lfd[k]};
+        sl_conn_kind kind = k < SL_KINDS ? (sl_conn_kind)k : SL_KIND_ADMIN; /* SL_LISTEN_PROM */
+        w->lctx[k] = (sl_listen_ctx){.w = w, .kind = kind, .fd = s->lfd[k]};
         w->listen_io[k] = (sl_io){.fd = s->lfd[k], .cb = accept_cb, .ud = &w->lctx[k]};
         if (sl_loop_add(&w->loop, &w->listen_io[k], EPOLLIN | EPOLLEXCLUSIVE) != 0) {
             snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
@@ -413,8 +440,14 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
     if (url[0] == '\0') url = st->store.type == SL_STORE_MEMORY ? "memory:" : "redis:";
     s->ops = &sl_memory_ops;
     if (sl_redis_store_url(url)) {
+        static sl_settings with; /* the config's settings with the command's connection over them */
+        if (s->opt.store_conn_set) {
+            with = *st;
+            with.store.redis = s->opt.store_conn;
+            st = &with;
+        }
         if (sl_redis_store_config(url, st, s->opt.test_clock, err, errlen) != 0) return -1;
-        if (sl_redis_store_default_secret())
+        if (sl_redis_store_default_secret() && !st->envoy.compat) /* compat keys are not hashed */
             sl_log_printf(s->obs->log, SL_LOG_WARN, "store_secret",
                           "no store.key_secret: Redis keys use the documented default secret, and "
                           "settle/release tokens are valid only on the instance that issued them "
@@ -564,7 +597,7 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
         return -1;
     }
     s->opt = *opt;
-    for (int k = 0; k < SL_KINDS; k++) s->lfd[k] = -1;
+    for (int k = 0; k < SL_LISTENERS; k++) s->lfd[k] = -1;
     pthread_mutex_init(&s->reload_mu, NULL);
     pthread_mutex_init(&s->snap_mu, NULL);
     sl_cell_init(&s->cell);
@@ -616,9 +649,14 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
 
     if (s->snapshot_path[0] != '\0' && restore_snapshot(s, err, errlen) != 0) goto fail;
 
-    const char *addrs[SL_KINDS] = {s->opt.http, s->opt.resp, s->opt.admin, s->opt.grpc};
-    const char *names[SL_KINDS] = {"http", "resp", "admin", "grpc"};
-    for (int k = 0; k < SL_KINDS; k++) {
+    if (s->opt.grpc_tls_cert[0] != '\0' && s->opt.grpc[0] != '\0' &&
+        (s->grpc_tls = sl_tls_server_ctx(s->opt.grpc_tls_cert, s->opt.grpc_tls_key,
+                                         s->opt.grpc_tls_client_ca, s->opt.grpc_tls_client_san,
+                                         err, errlen)) == NULL)
+        goto fail;
+    const char *addrs[SL_LISTENERS] = {s->opt.http, s->opt.resp, s->opt.admin, s->opt.grpc, s->opt.prom};
+    const char *names[SL_LISTENERS] = {"http", "resp", "admin", "grpc", "prometheus"};
+    for (int k = 0; k < SL_LISTENERS; k++) {
         if (addrs[k][0] == '\0') continue;
         s->lfd[k] = open_listener(names[k], addrs[k], err, errlen);
         if (s->lfd[k] < 0) goto fail;
@@ -644,8 +682,13 @@ fail:
 void sl_server_destroy(sl_server *s) {
     if (s == NULL) return;
     for (unsigned i = 0; i < s->nworkers; i++) worker_destroy(s->workers[i]);
-    for (int k = 0; k < SL_KINDS; k++)
-        if (s->lfd[k] >= 0) close(s->lfd[k]);
+    const char *addrs[SL_LISTENERS] = {s->opt.http, s->opt.resp, s->opt.admin, s->opt.grpc, s->opt.prom};
+    for (int k = 0; k < SL_LISTENERS; k++)
+        if (s->lfd[k] >= 0) {
+            close(s->lfd[k]);
+            if (strncmp(addrs[k], "unix:", 5) == 0) unlink(addrs[k] + 5); /* ours: we bound it */
+        }
+    sl_tls_ctx_free(s->grpc_tls);
     reap_retired(s, true);
     gen_destroy(atomic_load(&s->gen));
     sl_cell_deinit(&s->cell);
@@ -719,6 +762,11 @@ int sl_server_run(sl_server *s) {
         started++;
     }
     if (started == s->nworkers) sl_obs_started(s); /* the start line and the startup audit */
+    char xerr[256];
+    if (sl_watch_start(s, xerr, sizeof(xerr)) != 0) /* config directory: reload on change */
+        sl_log_printf(s->obs->log, SL_LOG_WARN, "watch_failed", "%s", xerr);
+    if (sl_statsd_start(s, xerr, sizeof(xerr)) != 0) /* envoy compat statistics */
+        sl_log_printf(s->obs->log, SL_LOG_WARN, "statsd_failed", "%s", xerr);
     int64_t next_snap = s->snapshot_every_ns > 0 ? sl_clock_mono_ns() + s->snapshot_every_ns : 0;
     while (started == s->nworkers && !atomic_load(&s->draining)) {
         struct timespec ts = {0, 100 * 1000 * 1000};
@@ -736,7 +784,7 @@ int sl_server_run(sl_server *s) {
                 struct timespec d = {0, 10 * 1000 * 1000};
                 nanosleep(&d, NULL);
             }
-            for (int k = 0; k < SL_KINDS; k++)
+            for (int k = 0; k < SL_LISTENERS; k++)
                 if (s->lfd[k] >= 0) shutdown(s->lfd[k], SHUT_RDWR);
         } else if (sig == SIGHUP) {
             char err[4096];
@@ -752,6 +800,8 @@ int sl_server_run(sl_server *s) {
         }
     }
     for (unsigned i = 0; i < started; i++) pthread_join(s->workers[i]->th, NULL);
+    sl_watch_stop();
+    sl_statsd_stop();
     write_snapshot(s, "shutdown");
     sl_obs_stopped(s);
     return started == s->nworkers ? 0 : 1;

@@ -26,6 +26,10 @@ typedef struct sl_server_opts {
     char config_path[SL_PATH_MAX];
     char http[SL_ADDR_MAX], resp[SL_ADDR_MAX], grpc[SL_ADDR_MAX], admin[SL_ADDR_MAX];
     char store_url[SL_PATH_MAX];
+    /* the Redis store's connection settings from somewhere other than the config file
+     * (envoyproxy/ratelimit's REDIS_AUTH, REDIS_TLS...: never in a URL, never printed) */
+    bool store_conn_set;
+    sl_redis_conn_cfg store_conn;
     unsigned workers;          /* 0: one per CPU */
     bool test_clock;
     int64_t read_timeout_ns;   /* a started request must be complete within this */
@@ -39,6 +43,12 @@ typedef struct sl_server_opts {
     sl_http_limits http_limits;
     char log_level[16], log_format[16]; /* "" = the config's (log.level, log.format) */
     char log_file[SL_PATH_MAX];         /* "" = the config's log.file; "-" = stderr */
+    /* envoyproxy/ratelimit compat (src/cli/compat.c) and listener extras */
+    char prom[SL_ADDR_MAX];        /* a metrics-only listener (USE_PROMETHEUS), "" = none */
+    char prom_path[128];           /* its path (PROMETHEUS_PATH); the admin one serves it too */
+    char grpc_tls_cert[SL_PATH_MAX], grpc_tls_key[SL_PATH_MAX]; /* gRPC over TLS when set */
+    char grpc_tls_client_ca[SL_PATH_MAX]; /* mTLS: client certificates must chain to it */
+    char grpc_tls_client_san[256]; /* mTLS: and name this DNS SAN ("" = any) */
 } sl_server_opts;
 
 void sl_server_opts_default(sl_server_opts *o);
@@ -117,6 +127,10 @@ typedef enum sl_conn_kind {
     SL_KIND_GRPC = 3
 } sl_conn_kind;
 #define SL_KINDS 4
+/* Listening sockets: one per kind, and a metrics-only one (admin kind: the
+ * envoy compat PROMETHEUS_ADDR) at SL_LISTEN_PROM. */
+#define SL_LISTENERS (SL_KINDS + 1)
+#define SL_LISTEN_PROM SL_KINDS
 
 struct sl_h2;
 
@@ -142,6 +156,7 @@ typedef struct sl_conn {
     char peer_ip[64];
     struct sl_conn *next_all, *prev_all;
     struct sl_h2 *h2;   /* the HTTP/2 session of a GRPC connection (src/grpc), or NULL */
+    struct sl_tls *tls; /* TLS under the reads and writes (tls.c), or NULL */
     bool proto_known;   /* HTTP: the first bytes were checked for the HTTP/2 preface */
     bool goaway_sent;   /* GRPC: drain already announced */
     bool suspended;     /* a decision waits for the shared store: input not processed */
@@ -169,8 +184,8 @@ typedef struct sl_worker {
     unsigned id;
     pthread_t th;
     sl_loop loop;
-    sl_io listen_io[SL_KINDS];
-    sl_listen_ctx lctx[SL_KINDS];
+    sl_io listen_io[SL_LISTENERS];
+    sl_listen_ctx lctx[SL_LISTENERS];
     bool listening;
     _Atomic bool listening_flag; /* read by the main thread while draining */
     bool done;
@@ -224,7 +239,9 @@ struct sl_server {
     int64_t snap_last_ok_wall_ns;   /* 0: none written by this process */
     char snap_error[320];           /* the last write failure ("" once a write succeeds) */
     char snap_started_empty[512];   /* why the state was not restored ("" when it was) */
-    int lfd[SL_KINDS];        /* listening sockets per kind, -1 when disabled */
+    int lfd[SL_LISTENERS];    /* listening sockets per kind (+ SL_LISTEN_PROM), -1 when off */
+    struct sl_tls_ctx *grpc_tls; /* the gRPC listener's TLS, NULL for plain h2c */
+    _Atomic bool store_seen;  /* the store answered once (envoy compat /healthcheck) */
     unsigned nworkers;
     sl_worker *workers[SL_MAX_WORKERS];
     _Atomic(sl_gen *) gen;

@@ -13,15 +13,28 @@
 #include "t.h"
 
 /* Runs `sluice config check path`, capturing stdout and stderr. */
+static int run_check_args(int argc, char **argv, char *out, size_t outlen, char *err, size_t errlen);
+
 static int run_check(const char *path, char *out, size_t outlen, char *err, size_t errlen) {
+    char *argv[] = {"config", "check", (char *)path, NULL};
+    return run_check_args(3, argv, out, outlen, err, errlen);
+}
+
+/* Every stderr line is a warning (or there is none). */
+static bool only_warnings(const char *err) {
+    for (const char *l = err; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+        if (strstr(l, ": warning: ") == NULL || strstr(l, ": warning: ") > strchr(l, '\n')) return false;
+    return true;
+}
+
+static int run_check_args(int argc, char **argv, char *out, size_t outlen, char *err, size_t errlen) {
     fflush(stdout);
     fflush(stderr);
     FILE *fo = tmpfile(), *fe = tmpfile();
     int so = dup(1), se = dup(2);
     dup2(fileno(fo), 1);
     dup2(fileno(fe), 2);
-    char *argv[] = {"config", "check", (char *)path, NULL};
-    int rc = sl_cli_config(3, argv);
+    int rc = sl_cli_config(argc, argv);
     fflush(stdout);
     fflush(stderr);
     dup2(so, 1);
@@ -95,9 +108,12 @@ static void good_files(void) {
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         char path[1024];
         snprintf(path, sizeof(path), "%s/%s", src ? src : ".", files[i]);
-        int rc = run_check(path, OUT, sizeof(OUT), ERR, sizeof(ERR));
+        /* the examples name their production snapshot paths (/var/lib/sluice): checked
+         * here away from that machine, with --no-state */
+        char *argv[] = {"config", "check", "--no-state", path, NULL};
+        int rc = run_check_args(4, argv, OUT, sizeof(OUT), ERR, sizeof(ERR));
         if (rc != 0) T_FAIL("%s: exit %d: %s", path, rc, ERR);
-        T_EQ_S(ERR, "");
+        T_CHECK(only_warnings(ERR));
         char prefix[1100];
         snprintf(prefix, sizeof(prefix), "%s: ok (", path);
         T_CHECK(strncmp(OUT, prefix, strlen(prefix)) == 0);

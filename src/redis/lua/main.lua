@@ -47,7 +47,7 @@ end
 
 -- the items and the states as stored
 local algo, cost, grp, iflags, par = {}, {}, {}, {}, {}
-local loaded, order, before = {}, {}, {}
+local loaded, order, before, kalgo = {}, {}, {}, {}
 local maxg = 0
 for i = 1, n do
   local b = 9 + (i - 1) * 8
@@ -60,6 +60,7 @@ for i = 1, n do
             tonumber(ARGV[b + 7])}
   if grp[i] > maxg then maxg = grp[i] end
   local k = KEYS[i]
+  kalgo[k] = algo[i]
   if loaded[k] == nil then
     local raw = redis.call('GET', k)
     before[i] = raw or ''
@@ -134,7 +135,8 @@ for _, k in ipairs(order) do
   if st and st ~= loaded[k] then
     local parts = {}
     for j, v in ipairs(st) do parts[j] = string.format('%d', v) end
-    local ms = math.floor(ttl[k] / 1000000) + 1 + slack
+    -- an envoy counter (100) lives exactly its unit + jitter: its window is in its name
+    local ms = math.floor(ttl[k] / 1000000) + (kalgo[k] == 100 and 0 or 1 + slack)
     if ms < 1 then ms = 1 end
     redis.call('SET', k, table.concat(parts, ' '), 'PX', ms)
   end
