@@ -315,4 +315,24 @@ bool sl__parse_leasing(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p);
 /* Validates w->spec through sluice_limiter_create (reports its message at `at`). */
 bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const char *name);
 
+
+/* ---- shared between the loader's files (config.c, windows.c, policy.c, settings.c) ---- */
+
+static inline bool sl__is_seq(const sl_ynode *n) { return n != NULL && n->kind == SL_YSEQ; }
+static inline bool sl__is_scalar(const sl_ynode *n) { return n != NULL && n->kind == SL_YSCALAR; }
+const char *sl__algo_str(sluice_algo a);
+void sl__check_costs(sl__ctx *cx, const sl_ynode *cost_node, const sl_cpolicy *p, const sl_cwindow *w, size_t nw);
+bool sl__get_duration(sl__ctx *cx, const sl_ynode *n, int64_t *ns);
+char *sl__keep_lower(sl__ctx *cx, const char *s);
+char *sl__keep(sl__ctx *cx, const char *s);
+bool sl__parse_algo(sl__ctx *cx, const sl_ynode *n, sluice_algo *out);
+bool sl__parse_chain(sl__ctx *cx, const sl_ynode *n, sl_chain *c);
+bool sl__parse_policy(sl__ctx *cx, const sl_ynode *n);
+void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st);
+bool sl__parse_windows(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, sluice_algo algo, bool algo_set, sl_cwindow **out, size_t *nout);
+void sl__settings_defaults(sl_settings *st);
+uint64_t sl__window_capacity(const sl_cwindow *w);
+
+#define SL_MAX_DELAY_NS (300 * SLUICE_NS_PER_S) /* the longest delay a caller is held */
+
 #endif /* SL_CONFIG_COMPILED_H */

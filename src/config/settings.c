@@ -1,0 +1,389 @@
+/*
+ * settings.c -- the server's settings of the sluice format: listeners, workers, admin
+ * tokens, forward-auth status, headers, log, observe, audit and the store (memory:
+ * capacity, eviction, snapshots; Redis: address, timeout, secret, time, and the
+ * connection fields of store_redis.c). Defaults are docs/config.md's.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "algo/algo.h"
+#include "config/compiled.h"
+#include "core/path.h"
+#include "store/memory.h"
+
+/* ---- settings ----------------------------------------------------------------------- */
+
+static bool addr_ok(const char *s) {
+    if (strncmp(s, "unix:", 5) == 0) return s[5] == '/';
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL || colon == s) return false;
+    if (s[0] == '[' && colon[-1] != ']') return false;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    return *end == '\0' && colon[1] != '\0' && port >= 0 && port <= 65535;
+}
+
+static void get_addr(sl__ctx *cx, const sl_ynode *n, char *out, size_t len) {
+    if (n->kind == SL_YSCALAR && (n->plain && (n->len == 0 || !strcmp(n->s, "null") ||
+                                               !strcmp(n->s, "~") || !strcmp(n->s, "off")))) {
+        out[0] = '\0';
+        return;
+    }
+    if (n->kind != SL_YSCALAR || !addr_ok(n->s) || n->len >= len) {
+        sl__err(cx, n, "bad listen address '%.60s' (expected host:port such as 127.0.0.1:8080, "
+                "[::1]:8080, unix:/path, or off)", n->kind == SL_YSCALAR ? n->s : "");
+        return;
+    }
+    memcpy(out, n->s, n->len + 1);
+}
+
+static void copy_str(sl__ctx *cx, const sl_ynode *n, const char *what, char *out, size_t len) {
+    const char *s = sl__get_str(cx, n, what);
+    if (s == NULL) return;
+    if (strlen(s) >= len) {
+        sl__err(cx, n, "%s is too long (expected at most %zu bytes)", what, len - 1);
+        return;
+    }
+    memcpy(out, s, strlen(s) + 1);
+}
+
+static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
+    static const char *const f[] = {"type", "max_keys", "on_full", "shards", "snapshot",
+                                    "addr", "timeout", "key_secret", "time", "max_tokens",
+                                    "unready_when_down", SL_STORE_REDIS_FIELDS, NULL};
+    if (!sl__check_fields(cx, n, "store", f) && n->kind != SL_YMAP) return;
+    const sl_ynode *x = sl__get(n, "type");
+    if (x != NULL) {
+        if (sl__is_scalar(x) && !strcmp(x->s, "memory")) st->store.type = SL_STORE_MEMORY;
+        else if (sl__is_scalar(x) && !strcmp(x->s, "redis")) st->store.type = SL_STORE_REDIS;
+        else if (sl__is_scalar(x) && !strcmp(x->s, "redis-cluster"))
+            st->store.type = SL_STORE_REDIS_CLUSTER;
+        else {
+            sl__err(cx, x, "unknown store type '%.40s' (expected memory, redis or "
+                    "redis-cluster)", sl__is_scalar(x) ? x->s : "");
+            return;
+        }
+    }
+    bool mem = st->store.type == SL_STORE_MEMORY;
+    static const char *const memf[] = {"max_keys", "on_full", "shards", "snapshot", NULL};
+    static const char *const redf[] = {"addr", "timeout", "key_secret", "time", "unready_when_down",
+                                       SL_STORE_REDIS_FIELDS, NULL};
+    const char *const *wrong = mem ? redf : memf;
+    for (size_t i = 0; wrong[i]; i++)
+        if ((x = sl__get(n, wrong[i])) != NULL)
+            sl__err(cx, x, "field '%s' does not apply to a %s store (expected it only with "
+                    "type: %s)", wrong[i], mem ? "memory" : "redis", mem ? "redis" : "memory");
+    /* outstanding settle/release tokens (both store types; see sl_token_table) */
+    if ((x = sl__get(n, "max_tokens")) != NULL &&
+        sl__get_u64(cx, x, UINT64_C(1) << 26, &st->store.max_tokens) && st->store.max_tokens == 0)
+        sl__err(cx, x, "max_tokens 0 would refuse every settle and release (expected at least "
+                "1, or omit it for %d)", SL_TOKENS_DEFAULT);
+    if ((x = sl__get(n, "max_keys")) != NULL && mem)
+        sl__get_u64(cx, x, UINT64_C(1) << 40, &st->store.max_keys);
+    if ((x = sl__get(n, "on_full")) != NULL && mem) {
+        if (sl__is_scalar(x) && !strcmp(x->s, "evict_lru")) st->store.on_full = SLUICE_EVICT_LRU;
+        else if (sl__is_scalar(x) && !strcmp(x->s, "refuse_new"))
+            st->store.on_full = SLUICE_REFUSE_NEW;
+        else
+            sl__err(cx, x, "bad on_full '%.40s' (expected evict_lru or refuse_new)",
+                    sl__is_scalar(x) ? x->s : "");
+    }
+    if ((x = sl__get(n, "shards")) != NULL && mem) {
+        uint64_t v = 0;
+        if (sl__get_u64(cx, x, 65536, &v)) {
+            if (v == 0 || (v & (v - 1)) != 0)
+                sl__err(cx, x, "shards %llu is not a power of two (expected 1, 2, 4, ... "
+                        "65536)", (unsigned long long)v);
+            else
+                st->store.shards = (unsigned)v;
+        }
+    }
+    if ((x = sl__get(n, "snapshot")) != NULL && mem) {
+        static const char *const sf[] = {"path", "every", "on_damaged", NULL};
+        if (sl__check_fields(cx, x, "store.snapshot", sf)) {
+            const sl_ynode *p = sl__get(x, "path"), *e = sl__get(x, "every");
+            const sl_ynode *d = sl__get(x, "on_damaged");
+            if (p == NULL) {
+                sl__err(cx, x, "snapshot needs a path (expected path: sluice.state)");
+            } else {
+                copy_str(cx, p, "snapshot path", st->store.snapshot_path, SL_PATH_MAX);
+                st->store.snapshot_line = p->line;
+                st->store.snapshot_col = p->col;
+            }
+            if (e != NULL) sl__get_duration(cx, e, &st->store.snapshot_every_ns);
+            if (d != NULL) {
+                if (sl__is_scalar(d) && !strcmp(d->s, "refuse")) st->store.snapshot_start_empty = false;
+                else if (sl__is_scalar(d) && !strcmp(d->s, "start_empty")) st->store.snapshot_start_empty = true;
+                else
+                    sl__err(cx, d, "bad on_damaged '%.40s' (expected refuse, the default: do not start "
+                            "on a damaged snapshot, or start_empty: move it aside and start with no "
+                            "state)", sl__is_scalar(d) ? d->s : "");
+            }
+        }
+    }
+    if (!mem) {
+        sl__parse_store_redis(cx, n, st); /* credentials, tls, sentinel (store_redis.c) */
+        if ((x = sl__get(n, "addr")) == NULL) {
+            if (!st->store.redis.sentinel_master[0])
+                sl__err(cx, n, "a redis store needs addr (expected addr: 127.0.0.1:6379)");
+        } else if (!sl__is_scalar(x) || !addr_ok(x->s) || x->len >= SL_ADDR_MAX)
+            sl__err(cx, x, "bad redis address '%.60s' (expected host:port)",
+                    sl__is_scalar(x) ? x->s : "");
+        else
+            memcpy(st->store.redis_addr, x->s, x->len + 1);
+        if ((x = sl__get(n, "timeout")) != NULL) sl__get_duration(cx, x, &st->store.redis_timeout_ns);
+        if ((x = sl__get(n, "key_secret")) != NULL)
+            copy_str(cx, x, "key_secret", st->store.redis_key_secret,
+                     sizeof(st->store.redis_key_secret));
+        if ((x = sl__get(n, "unready_when_down")) != NULL)
+            sl__get_bool(cx, x, &st->store.unready_when_down);
+        if ((x = sl__get(n, "time")) != NULL) {
+            if (sl__is_scalar(x) && !strcmp(x->s, "local")) st->store.redis_time_local = true;
+            else if (sl__is_scalar(x) && !strcmp(x->s, "redis")) st->store.redis_time_local = false;
+            else
+                sl__err(cx, x, "bad store time '%.40s' (expected redis, the Redis server's TIME, "
+                        "or local, this instance's clock)", sl__is_scalar(x) ? x->s : "");
+        }
+    }
+}
+
+static sl_envoy_settings g_envoy; /* sl_config_set_envoy: copied into every load */
+
+void sl_config_set_envoy(const sl_envoy_settings *e) { g_envoy = *e; }
+const sl_envoy_settings *sl_config_envoy(void) { return &g_envoy; }
+
+void sl__settings_defaults(sl_settings *st) {
+    memset(st, 0, sizeof(*st));
+    st->envoy = g_envoy;
+    snprintf(st->listen_http, sizeof(st->listen_http), "127.0.0.1:8080");
+    snprintf(st->listen_resp, sizeof(st->listen_resp), "127.0.0.1:6380");
+    snprintf(st->listen_admin, sizeof(st->listen_admin), "127.0.0.1:9090");
+    snprintf(st->listen_grpc, sizeof(st->listen_grpc), "127.0.0.1:8081");
+    st->auth_deny_status = 429;
+    st->store.redis_timeout_ns = 20 * SLUICE_NS_PER_MS;
+    st->log.level = 2; /* info */
+    st->log.decisions_rejections_only = true;
+    st->log.decisions_sample_ppm = 1000000;
+    st->log.decisions_per_s = 100;
+    st->log.decisions_burst = 100;
+    st->observe.near_limit_ppm = 800000;
+    st->observe.hot_counters = 64;
+    st->observe.hot_interval_ns = 10 * SLUICE_NS_PER_S;
+    st->observe.hot_top = 5;
+    st->audit.keep = 64;
+}
+
+/* A fraction 0..1 ("0.1", "1", "10%") as parts per million, exactly (no floating point:
+ * at most 6 decimals). */
+static bool get_ppm(sl__ctx *cx, const sl_ynode *n, const char *what, uint32_t *out) {
+    const char *s = sl__is_scalar(n) ? n->s : "";
+    uint64_t whole = 0, frac = 0, scale = 1000000;
+    const char *p = s;
+    bool digits = false;
+    while (*p >= '0' && *p <= '9' && whole <= 100) whole = whole * 10 + (uint64_t)(*p++ - '0'), digits = true;
+    if (*p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9') {
+            if (scale > 1) {
+                scale /= 10;
+                frac += (uint64_t)(*p - '0') * scale;
+            }
+            p++;
+            digits = true;
+        }
+    }
+    uint64_t ppm = whole * 1000000 + frac;
+    if (*p == '%' && p[1] == '\0') {
+        ppm /= 100;
+        p++;
+    }
+    if (!digits || *p != '\0' || ppm > 1000000) {
+        sl__err(cx, n, "bad %s '%.40s' (expected a fraction from 0 to 1, such as 0.1, or a "
+                "percentage such as 10%%)", what, s);
+        return false;
+    }
+    *out = (uint32_t)ppm;
+    return true;
+}
+
+static void parse_log(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
+    static const char *const f[] = {"raw_keys", "level", "format", "file", "decisions", NULL};
+    if (!sl__check_fields(cx, x, "log", f)) return;
+    const sl_ynode *y;
+    if ((y = sl__get(x, "raw_keys")) != NULL) sl__get_bool(cx, y, &st->log_raw_keys);
+    if ((y = sl__get(x, "level")) != NULL) {
+        static const char *const lv[] = {"error", "warn", "info", "debug", NULL};
+        int i = 0;
+        while (lv[i] && !(sl__is_scalar(y) && strcmp(y->s, lv[i]) == 0)) i++;
+        if (lv[i] == NULL)
+            sl__err(cx, y, "bad log level '%.40s' (expected error, warn, info or debug)",
+                    sl__is_scalar(y) ? y->s : "");
+        else
+            st->log.level = i;
+    }
+    if ((y = sl__get(x, "format")) != NULL) {
+        if (sl__is_scalar(y) && strcmp(y->s, "text") == 0) st->log.format = 0;
+        else if (sl__is_scalar(y) && strcmp(y->s, "json") == 0) st->log.format = 1;
+        else
+            sl__err(cx, y, "bad log format '%.40s' (expected text or json)",
+                    sl__is_scalar(y) ? y->s : "");
+    }
+    if ((y = sl__get(x, "file")) != NULL && !(sl__is_scalar(y) && y->plain && y->len == 0))
+        copy_str(cx, y, "log file", st->log.file, sizeof(st->log.file));
+    if ((y = sl__get(x, "decisions")) != NULL) {
+        static const char *const df[] = {"enabled", "rejections_only", "sample", "max_per_s",
+                                         "burst", NULL};
+        if (!sl__check_fields(cx, y, "log.decisions", df)) return;
+        const sl_ynode *z;
+        uint64_t v;
+        if ((z = sl__get(y, "enabled")) != NULL) sl__get_bool(cx, z, &st->log.decisions);
+        if ((z = sl__get(y, "rejections_only")) != NULL)
+            sl__get_bool(cx, z, &st->log.decisions_rejections_only);
+        if ((z = sl__get(y, "sample")) != NULL)
+            get_ppm(cx, z, "decision sample", &st->log.decisions_sample_ppm);
+        if ((z = sl__get(y, "max_per_s")) != NULL && sl__get_u64(cx, z, 1000000, &v)) {
+            if (v == 0)
+                sl__err(cx, z, "max_per_s 0 would log nothing (expected at least 1, or "
+                        "enabled: false)");
+            else
+                st->log.decisions_per_s = (uint32_t)v;
+        }
+        if ((z = sl__get(y, "burst")) != NULL && sl__get_u64(cx, z, 1000000, &v))
+            st->log.decisions_burst = (uint32_t)(v ? v : 1);
+    }
+}
+
+static void parse_observe(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
+    static const char *const f[] = {"near_limit", "hot_keys", NULL};
+    if (!sl__check_fields(cx, x, "observe", f)) return;
+    const sl_ynode *y;
+    if ((y = sl__get(x, "near_limit")) != NULL &&
+        get_ppm(cx, y, "near_limit ratio", &st->observe.near_limit_ppm) &&
+        st->observe.near_limit_ppm == 0)
+        sl__err(cx, y, "near_limit 0 would count every admission (expected a ratio such as "
+                "0.8)");
+    if ((y = sl__get(x, "hot_keys")) != NULL) {
+        if (sl__is_scalar(y) && (strcmp(y->s, "off") == 0 || strcmp(y->s, "false") == 0)) {
+            st->observe.hot_counters = 0;
+            return;
+        }
+        static const char *const hf[] = {"counters", "interval", "top", NULL};
+        if (!sl__check_fields(cx, y, "observe.hot_keys", hf)) return;
+        const sl_ynode *z;
+        uint64_t v;
+        if ((z = sl__get(y, "counters")) != NULL && sl__get_u64(cx, z, 4096, &v)) {
+            if (v != 0 && v < 8)
+                sl__err(cx, z, "hot_keys counters %llu is too few (expected 0 to turn it "
+                        "off, or 8 to 4096)", (unsigned long long)v);
+            else
+                st->observe.hot_counters = (unsigned)v;
+        }
+        if ((z = sl__get(y, "interval")) != NULL &&
+            sl__get_duration(cx, z, &st->observe.hot_interval_ns) &&
+            st->observe.hot_interval_ns <= 0)
+            sl__err(cx, z, "hot_keys interval must be above 0 (expected e.g. 10s)");
+        if ((z = sl__get(y, "top")) != NULL && sl__get_u64(cx, z, 20, &v))
+            st->observe.hot_top = (unsigned)v;
+    }
+}
+
+static void parse_audit(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
+    static const char *const f[] = {"file", "keep", NULL};
+    if (!sl__check_fields(cx, x, "audit", f)) return;
+    const sl_ynode *y;
+    uint64_t v;
+    if ((y = sl__get(x, "file")) != NULL && !(sl__is_scalar(y) && y->plain && y->len == 0))
+        copy_str(cx, y, "audit file", st->audit.file, sizeof(st->audit.file));
+    if ((y = sl__get(x, "keep")) != NULL && sl__get_u64(cx, y, 4096, &v))
+        st->audit.keep = (unsigned)(v ? v : 1);
+}
+
+/* admin.tokens: [{name, token}]: names say who changed the config in the audit trail. */
+static void parse_admin_tokens(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
+    if (!sl__is_seq(x)) {
+        sl__err(cx, x, "admin.tokens must be a list (expected - {name: deploy-bot, token: ...})");
+        return;
+    }
+    if (x->n > SL_ADMIN_TOKENS) {
+        sl__err(cx, x, "too many admin tokens (expected at most %d)", SL_ADMIN_TOKENS);
+        return;
+    }
+    static const char *const tf[] = {"name", "token", NULL};
+    for (size_t i = 0; i < x->n; i++) {
+        const sl_ynode *t = x->v[i];
+        if (!sl__check_fields(cx, t, "admin token", tf)) continue;
+        const sl_ynode *nm = sl__get(t, "name"), *tk = sl__get(t, "token");
+        if (nm == NULL || tk == NULL) {
+            sl__err(cx, t, "an admin token needs a name and a token (expected {name: "
+                    "deploy-bot, token: ...})");
+            continue;
+        }
+        unsigned k = st->n_admin_tokens;
+        copy_str(cx, nm, "admin token name", st->admin_tokens[k].name,
+                 sizeof(st->admin_tokens[k].name));
+        copy_str(cx, tk, "admin token", st->admin_tokens[k].token,
+                 sizeof(st->admin_tokens[k].token));
+        if (st->admin_tokens[k].token[0] == '\0' || st->admin_tokens[k].name[0] == '\0') {
+            sl__err(cx, t, "an admin token and its name must not be empty");
+            continue;
+        }
+        for (unsigned j = 0; j < k; j++)
+            if (strcmp(st->admin_tokens[j].name, st->admin_tokens[k].name) == 0)
+                sl__err(cx, nm, "admin token name '%s' is used twice (expected unique names: "
+                        "the audit trail tells callers apart by them)", st->admin_tokens[k].name);
+        st->n_admin_tokens = k + 1;
+    }
+}
+
+void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
+    const sl_ynode *x;
+    if ((x = sl__get(root, "listen")) != NULL) {
+        static const char *const f[] = {"http", "resp", "grpc", "admin", NULL};
+        if (sl__check_fields(cx, x, "listen", f)) {
+            const sl_ynode *a;
+            if ((a = sl__get(x, "http")) != NULL) get_addr(cx, a, st->listen_http, SL_ADDR_MAX);
+            if ((a = sl__get(x, "resp")) != NULL) get_addr(cx, a, st->listen_resp, SL_ADDR_MAX);
+            if ((a = sl__get(x, "grpc")) != NULL) get_addr(cx, a, st->listen_grpc, SL_ADDR_MAX);
+            if ((a = sl__get(x, "admin")) != NULL)
+                get_addr(cx, a, st->listen_admin, SL_ADDR_MAX);
+        }
+    }
+    if ((x = sl__get(root, "workers")) != NULL) {
+        uint64_t v;
+        if (sl__get_u64(cx, x, 1024, &v)) st->workers = (unsigned)v;
+    }
+    if ((x = sl__get(root, "admin")) != NULL) {
+        static const char *const f[] = {"token", "tokens", NULL};
+        if (sl__check_fields(cx, x, "admin", f) && sl__get(x, "token") != NULL)
+            copy_str(cx, sl__get(x, "token"), "admin token", st->admin_token,
+                     sizeof(st->admin_token));
+        if (sl__get(x, "tokens") != NULL) parse_admin_tokens(cx, sl__get(x, "tokens"), st);
+    }
+    if ((x = sl__get(root, "auth")) != NULL) {
+        static const char *const f[] = {"deny_status", NULL};
+        uint64_t v;
+        if (sl__check_fields(cx, x, "auth", f) && sl__get(x, "deny_status") != NULL &&
+            sl__get_u64(cx, sl__get(x, "deny_status"), 999, &v)) {
+            if (v < 400 || v > 599)
+                sl__err(cx, sl__get(x, "deny_status"), "deny_status %llu is not an error "
+                        "status (expected 400 to 599, usually 429)", (unsigned long long)v);
+            else
+                st->auth_deny_status = (int)v;
+        }
+    }
+    if ((x = sl__get(root, "headers")) != NULL) {
+        static const char *const f[] = {"legacy", NULL};
+        if (sl__check_fields(cx, x, "headers", f) && sl__get(x, "legacy") != NULL)
+            sl__get_bool(cx, sl__get(x, "legacy"), &st->legacy_headers);
+    }
+    if ((x = sl__get(root, "log")) != NULL) parse_log(cx, x, st);
+    if ((x = sl__get(root, "observe")) != NULL) parse_observe(cx, x, st);
+    if ((x = sl__get(root, "audit")) != NULL) parse_audit(cx, x, st);
+    if ((x = sl__get(root, "store")) != NULL) parse_store(cx, x, st);
+}
+
+/* ---- load --------------------------------------------------------------------------- */
+
