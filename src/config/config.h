@@ -157,6 +157,19 @@ typedef struct sl_settings {
     sl_envoy_settings envoy;        /* process-wide (sl_config_set_envoy), not from the file */
 } sl_settings;
 
+/* Envoy's RateLimitResponse.RateLimit.Unit (rls.proto): the one table of codes, names and
+ * lengths, for the config's `unit:`, limit overrides and answers. Code 0 is UNKNOWN. */
+#define SL_ENVOY_UNIT_MAX 7 /* SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7 */
+typedef struct sl_envoy_unit {
+    const char *name; /* as the config writes it: "second" ... "week" ("" for 0) */
+    int64_t secs;     /* its length: a month is 30 days, a year 365 (as upstream) */
+} sl_envoy_unit;
+extern const sl_envoy_unit sl_envoy_units[SL_ENVOY_UNIT_MAX + 1];
+/* The length of unit `code` in seconds, 0 for UNKNOWN or an unknown code. */
+int64_t sl_envoy_unit_seconds(int code);
+/* The unit whose length is `secs`, 0 when none. */
+int sl_envoy_unit_of(int64_t secs);
+
 /* Sets the envoyproxy/ratelimit settings every later load copies (not thread-safe: call
  * once at start, before any load). */
 void sl_config_set_envoy(const sl_envoy_settings *e);

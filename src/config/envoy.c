@@ -13,15 +13,20 @@
 
 #include "config/compiled.h"
 
-static const struct {
-    const char *name;
-    int code;      /* RateLimitResponse.RateLimit.Unit */
-    int64_t secs;
-} envoy_units[] = {
-    {"second", 1, 1},     {"minute", 2, 60},         {"hour", 3, 3600},
-    {"day", 4, 86400},    {"month", 5, 2592000},     {"year", 6, 31536000},
-    {"week", 7, 604800},
+const sl_envoy_unit sl_envoy_units[SL_ENVOY_UNIT_MAX + 1] = {
+    {"", 0},           {"second", 1},       {"minute", 60},      {"hour", 3600},
+    {"day", 86400},    {"month", 2592000},  {"year", 31536000},  {"week", 604800},
 };
+
+int64_t sl_envoy_unit_seconds(int code) {
+    return code > 0 && code <= SL_ENVOY_UNIT_MAX ? sl_envoy_units[code].secs : 0;
+}
+
+int sl_envoy_unit_of(int64_t secs) {
+    for (int u = 1; u <= SL_ENVOY_UNIT_MAX; u++)
+        if (sl_envoy_units[u].secs == secs) return u;
+    return 0;
+}
 
 static const char *const desc_fields[] = {
     "key", "value", "rate_limit", "shadow_mode", "quota_mode", "detailed_metric",
@@ -260,10 +265,10 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
     }
     int code = 0;
     int64_t secs = 0;
-    for (size_t i = 0; i < sizeof(envoy_units) / sizeof(envoy_units[0]); i++)
-        if (unit->kind == SL_YSCALAR && strcasecmp(unit->s, envoy_units[i].name) == 0) {
-            code = envoy_units[i].code;
-            secs = envoy_units[i].secs;
+    for (int u = 1; u <= SL_ENVOY_UNIT_MAX; u++)
+        if (unit->kind == SL_YSCALAR && strcasecmp(unit->s, sl_envoy_units[u].name) == 0) {
+            code = u;
+            secs = sl_envoy_units[u].secs;
         }
     if (code == 0) {
         sl__err(cx, unit, "invalid rate limit unit '%.40s' (expected second, minute, hour, "

@@ -11,9 +11,6 @@
 
 #include "engine/internal.h"
 
-static const int64_t ovr_secs[SL__OVR_UNITS] = {0, 1, 60, 3600, 86400, 2592000, 31536000};
-static const char *const ovr_names[SL__OVR_UNITS] = {"", "second", "minute", "hour",
-                                                     "day", "month", "year"};
 /* RateLimitUnit (type/v3) -> RateLimitResponse.RateLimit.Unit: the same numbers 1..6 */
 
 
@@ -224,11 +221,11 @@ static sl_engine *create(const sl_config *cfg, sluice_store *store, const sl_sto
         sl_cwindow *cw = &e->ovr_cw[u];
         cw->spec.algo = SLUICE_FIXED_WINDOW;
         cw->spec.limit = UINT32_MAX;
-        cw->spec.period_ns = ovr_secs[u] * SLUICE_NS_PER_S;
+        cw->spec.period_ns = sl_envoy_units[u].secs * SLUICE_NS_PER_S;
         cw->envoy_unit = u;
-        cw->label = ovr_names[u];
+        cw->label = sl_envoy_units[u].name;
         char lname[64];
-        snprintf(lname, sizeof(lname), "envoy#override.%s", ovr_names[u]);
+        snprintf(lname, sizeof(lname), "envoy#override.%s", sl_envoy_units[u].name);
         rc = maksl__ewin(e, &e->ovr_ep, &e->ovr[u], cw, lname, NULL, errbuf, errbuf_len);
         if (rc != SLUICE_OK) goto fail;
         rc = SLUICE_ENOMEM;

@@ -37,7 +37,7 @@ static inline const sl__ewin *sl__item_win(const sl_verdict_item *it) {
  * .. 6 YEAR), decided with the override's own limit (sl_sitem.limit), so every override of
  * one descriptor and unit shares one counter whatever its limit, as envoyproxy/ratelimit
  * counts them. */
-#define SL__OVR_UNITS 7
+#define SL__OVR_UNITS (SL_ENVOY_UNIT_MAX + 1) /* one override window per Envoy unit */
 
 struct sl_engine {
     const sl_config *cfg;

@@ -88,10 +88,6 @@ int sl_rls_from_proto(const pb_req *m, sl_rls_req *out, char *err, size_t errlen
 
 /* ---- limit overrides ---------------------------------------------------------------- */
 
-static int64_t unit_seconds(int unit) {
-    static const int64_t s[] = {0, 1, 60, 3600, 86400, 2592000, 31536000, 604800};
-    return unit > 0 && unit < 8 ? s[unit] : 0;
-}
 
 void sl_rls_override_apply(sl_rls_req *rq, size_t i) {
     sl_descriptor *d = &rq->d[i];
@@ -105,9 +101,7 @@ static uint32_t clamp32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : (uint
 /* ---- answer from a verdict ------------------------------------------------------------ */
 
 static int window_unit(int64_t window_s) {
-    for (int u = 1; u < 8; u++)
-        if (unit_seconds(u) == window_s) return u;
-    return 0;
+    return sl_envoy_unit_of(window_s);
 }
 
 static void status_from_item(const sl_verdict_item *it, sl_rls_status *s) {
@@ -175,7 +169,7 @@ int sl_rls_prepare(const sl_engine *e, const sl_rls_req *rq, sl_verdict *v, char
     }
     for (size_t i = 0; i < rq->r.n_descriptors; i++) {
         const sl_rls_override *o = &rq->ov[i];
-        if (o->set && (unit_seconds(o->unit) == 0 || o->unit == 7)) {
+        if (o->set && sl_envoy_unit_seconds(o->unit) == 0) {
             snprintf(err, errlen, "descriptor %zu: limit override with unknown unit %d", i, o->unit);
             return SL_GRPC_INVALID_ARGUMENT;
         }
@@ -346,7 +340,7 @@ static uint64_t lc_fp(const char *txt, size_t tl, int64_t win) {
 
 /* The window of a compat item at `now_s`: start and length in seconds (0 when none). */
 static int64_t item_window(const sl_verdict_item *it, int64_t now_s, int64_t *len) {
-    *len = unit_seconds(it->info->envoy_unit);
+    *len = sl_envoy_unit_seconds(it->info->envoy_unit);
     return *len > 0 ? floor_div(now_s, *len) * *len : 0;
 }
 
@@ -754,7 +748,7 @@ static int compat_answer(const sl_verdict *v, int rc, size_t nd, const sl_rls_ca
         }
         uint32_t remaining = over ? 0 : clamp32(limit - after);
         if (!cp->envoy && !over) remaining = clamp32(it->result.remaining);
-        int64_t ulen = unit_seconds(unit);
+        int64_t ulen = sl_envoy_unit_seconds(unit);
         int64_t reset = ulen > 0 ? (ulen - (now_s % ulen + ulen) % ulen) * SLUICE_NS_PER_S : 0;
         const char *txt, *path;
         size_t tl, pl;
@@ -829,7 +823,7 @@ static int compat_answer(const sl_verdict *v, int rc, size_t nd, const sl_rls_ca
                                                                                      : SL_RLS_OK;
     if (es->headers && min_d >= 0) {
         const sl_rls_status *s = &a->st[min_d];
-        int64_t ulen = unit_seconds(s->unit);
+        int64_t ulen = sl_envoy_unit_seconds(s->unit);
         int64_t reset = ulen > 0 ? ulen - (now_s % ulen + ulen) % ulen : 0;
         int n = snprintf(a->hbuf, sizeof(a->hbuf), "%s: %u\r\n%s: %u\r\n%s: %lld\r\n",
                          es->header_limit, s->requests_per_unit, es->header_remaining,

@@ -175,6 +175,16 @@ def test_statuses_headers_body_overrides_and_hits(make_server, pb):
     assert [g.overall_code for g in got] == [OK, OK, OVER]
     assert got[0].statuses[0].current_limit.requests_per_unit == 2
     assert got[0].statuses[0].current_limit.unit == 3
+    # every unit of rls.proto, WEEK (7) included, as the config's `unit: week` is
+    ov = {"entries": [("azure", "w")], "limit": (1, 7)}
+    got = [c.check("internal", [ov]) for _ in range(2)]
+    assert [g.overall_code for g in got] == [OK, OVER]
+    assert got[0].statuses[0].current_limit.unit == 7
+    assert got[1].statuses[0].duration_until_reset.seconds <= 7 * 86400
+    # an unknown unit is the caller's error, not a limit
+    with pytest.raises(grpc.RpcError) as e:
+        c.check("internal", [{"entries": [("azure", "v")], "limit": (1, 9)}])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     c.close()
 
 
