@@ -36,6 +36,19 @@
 
 static void conn_io(void *ud, uint32_t events);
 
+/* A kind of connection's own steps (conn_ops, below): process frames and answers what
+ * the read buffer holds and returns the bytes consumed; the others are optional. */
+typedef struct sl_conn_ops {
+    const char *name;
+    size_t (*process)(sl_conn *c, bool draining);
+    void (*output)(sl_conn *c);       /* the session's queued output, once there is room */
+    void (*tick)(sl_conn *c);         /* every worker tick: the session's own deadlines */
+    void (*drain)(sl_conn *c);        /* the server drains: say so to the client (GOAWAY) */
+    void (*read_timeout)(sl_conn *c); /* a request was not received in time: answer it */
+    void (*free)(sl_conn *c);         /* the protocol's state, when the connection closes */
+} sl_conn_ops;
+static const sl_conn_ops conn_ops[SL_KINDS];
+
 static void conn_close(sl_conn *c) {
     sl_worker *w = c->w;
     sl_pending_conn_gone(c); /* its requests waiting for the store answer nobody */
@@ -52,14 +65,13 @@ static void conn_close(sl_conn *c) {
     w->nconns--;
     if (c->kind == SL_KIND_GRPC) w->ngrpc--;
     if (c->hold_until_ns) w->nheld--;
-    if (c->h2) sl_grpc_conn_free(c->h2);
+    if (conn_ops[c->kind].free) conn_ops[c->kind].free(c);
     sl_tls_free(c->tls);
     c->tls = NULL;
     atomic_fetch_sub(c->listener == SL_KIND_ADMIN ? &w->srv->nconns_admin : &w->srv->nconns, 1);
     free(c->rbuf);
     free(c->wbuf);
     c->rbuf = c->wbuf = NULL;
-    c->h2 = NULL;
     /* Why not free(c) now: this loop turn's batch of events may still hold c (a resumed
      * or another connection's callback closed it); it is freed when the turn ends. */
     c->closed = true;
@@ -251,12 +263,140 @@ static size_t http_rmax(const sl_server *s) {
     return s->opt.http_limits.max_head + s->opt.http_limits.max_body + 4096;
 }
 
-/* Frames and answers every complete request in the read buffer. */
-static void conn_process(sl_conn *c) {
+/* Whether the next request of the read buffer may be handled now: not while the output
+ * is backed up (backpressure), an answer is held (answers leave in order) or the shared
+ * store has not answered the previous one. */
+static bool conn_may_go_on(const sl_conn *c) {
+    return c->wlen - c->woff <= SL_CONN_WHIGH && !c->hold_until_ns && !c->suspended;
+}
+
+/* RESP: commands framed and answered in order; consecutive SL.CHECK/SL.PEEK go through
+ * one batch (resp_cmds.c). Returns the bytes consumed. */
+static size_t resp_process(sl_conn *c, bool draining) {
+    sl_worker *w = c->w;
+    size_t off = 0;
+    while (off < c->rlen && !c->close_after && conn_may_go_on(c)) {
+        /* latency is sampled (1 request in 16) so the clock is not read per request */
+        bool sample = (w->seq++ & 15) == 0;
+        int64_t t0 = sample ? sl_clock_mono_ns() : 0;
+        static _Thread_local sl_resp_cmd cmd;
+        int rc = sl_resp_parse(c->rbuf + off, c->rlen - off, &cmd, w->scratch, sizeof(w->scratch));
+        if (rc == SL_RESP_INCOMPLETE) {
+            if (off == 0 && c->rlen == c->rcap && grow_rbuf(c, SL_CONN_RESP_MAX) != 0) {
+                raw_reply(c, "-ERR Protocol error: request too large\r\n");
+                c->close_after = true;
+                off = c->rlen;
+            }
+            break;
+        }
+        if (rc < 0) {
+            sl_resp_batch_flush(c); /* the answers before the error, in order */
+            char line[128];
+            snprintf(line, sizeof(line), "-ERR %s\r\n", cmd.err);
+            raw_reply(c, line);
+            sl_met_inc(&w->met->bad_requests, 1);
+            c->close_after = true;
+            off = c->rlen;
+            break;
+        }
+        off += (size_t)rc;
+        if (cmd.argc > 0) {
+            sl_met_inc(&w->met->resp_commands, 1);
+            if (sl_resp_batch_take(c, &cmd)) continue; /* decided with the others */
+            sl_resp_batch_flush(c);
+            sl_resp_handle(c, &cmd);
+            if (c->suspended) break; /* its answer comes from the store later */
+        }
+        if (sample) sl_server_observe_latency(w, sl_clock_mono_ns() - t0);
+        if (draining) c->close_after = true;
+    }
+    sl_resp_batch_flush(c); /* its keys are in rbuf */
+    return off;
+}
+
+/* HTTP/1.1 (data and admin listeners): requests framed and answered in order, with
+ * 100-continue, growth of the read buffer up to the limits, and 408/413/4xx answers. */
+static size_t http_process(sl_conn *c, bool draining) {
     sl_worker *w = c->w;
     sl_server *s = w->srv;
     size_t off = 0;
-    bool draining = atomic_load_explicit(&s->draining, memory_order_relaxed);
+    while (off < c->rlen && !c->close_after && conn_may_go_on(c)) {
+        bool sample = (w->seq++ & 15) == 0;
+        int64_t t0 = sample ? sl_clock_mono_ns() : 0;
+        sl_http_req req;
+        int rc = sl_http1_parse(c->rbuf + off, c->rlen - off, &s->opt.http_limits, &req,
+                                w->body_buf, s->opt.http_limits.max_body);
+        if (rc == SL_HTTP_INCOMPLETE) {
+            if (req.head_done && req.expect_continue && !c->sent_continue) {
+                raw_reply(c, req.minor == 0 ? "HTTP/1.0 100 Continue\r\n\r\n"
+                                            : "HTTP/1.1 100 Continue\r\n\r\n");
+                c->sent_continue = true;
+            }
+            if (c->rlen - off == c->rcap || (off == 0 && c->rlen == c->rcap)) {
+                if (grow_rbuf(c, http_rmax(s)) != 0) {
+                    sl_http_error(c, 1, 413, "request too large");
+                    c->close_after = true;
+                    off = c->rlen;
+                }
+            }
+            break;
+        }
+        if (rc < 0) {
+            sl_met_inc(&w->met->bad_requests, 1);
+            sl_http_error(c, req.minor, -rc, NULL);
+            c->close_after = true;
+            off = c->rlen;
+            break;
+        }
+        off += (size_t)rc;
+        c->sent_continue = false;
+        sl_met_inc(&w->met->http_requests, 1);
+        if (!req.keep_alive || draining) c->close_after = true;
+        sl_http_handle(c, &req);
+        if (c->suspended) break; /* its answer comes from the store later */
+        if (sample) sl_server_observe_latency(w, sl_clock_mono_ns() - t0);
+        if (draining) c->close_after = true;
+    }
+    return off;
+}
+
+/* gRPC: the bytes go to the HTTP/2 session, which consumes them itself. */
+static size_t grpc_process(sl_conn *c, bool draining) {
+    (void)draining; /* GOAWAY is the session's (grpc_drain) */
+    if (sl_grpc_conn_feed(c, &c->h2) != 0) c->broken = true;
+    return 0;
+}
+
+static void grpc_output(sl_conn *c) { sl_grpc_conn_output(c, c->h2); }
+static void grpc_tick(sl_conn *c) { sl_grpc_conn_tick(c, c->h2); }
+static void grpc_drain(sl_conn *c) { sl_grpc_conn_drain(c, c->h2); }
+static void grpc_free(sl_conn *c) {
+    sl_grpc_conn_free(c->h2);
+    c->h2 = NULL;
+}
+
+/* A read timeout on a half-received HTTP request is answered 408 (best effort). */
+static void http_read_timeout(sl_conn *c) {
+    if (c->rlen > 0 && c->woff == c->wlen) {
+        sl_http_error(c, 1, 408, "the request was not received in time");
+        (void)conn_flush(c); /* never waits */
+    }
+}
+
+/* What differs between the kinds of connection: everything else (accept, buffers,
+ * timeouts, holds, suspension, flushing, closing) is the same code for all. */
+static const sl_conn_ops conn_ops[SL_KINDS] = {
+    [SL_KIND_HTTP] = {.name = "http", .process = http_process, .read_timeout = http_read_timeout},
+    [SL_KIND_RESP] = {.name = "resp", .process = resp_process},
+    [SL_KIND_ADMIN] = {.name = "admin", .process = http_process, .read_timeout = http_read_timeout},
+    [SL_KIND_GRPC] = {.name = "grpc", .process = grpc_process, .output = grpc_output,
+                      .tick = grpc_tick, .drain = grpc_drain, .free = grpc_free},
+};
+
+/* Frames and answers every complete request in the read buffer. */
+static void conn_process(sl_conn *c) {
+    sl_worker *w = c->w;
+    bool draining = atomic_load_explicit(&w->srv->draining, memory_order_relaxed);
     w->have_batch_now = false; /* one decision time per read: see sl_worker_now */
     if (c->kind == SL_KIND_HTTP && !c->proto_known && c->rlen > 0) {
         /* h2c with prior knowledge on the HTTP port: the connection becomes gRPC */
@@ -268,83 +408,7 @@ static void conn_process(sl_conn *c) {
             w->ngrpc++;
         }
     }
-    if (c->kind == SL_KIND_GRPC) {
-        if (sl_grpc_conn_feed(c, &c->h2) != 0) c->broken = true;
-        return;
-    }
-    while (off < c->rlen && !c->close_after) {
-        if (c->wlen - c->woff > SL_CONN_WHIGH) break; /* backpressure */
-        if (c->hold_until_ns) break;                 /* answers leave in order */
-        if (c->suspended) break;                     /* waiting for the shared store */
-        /* latency is sampled (1 request in 16) so the clock is not read per request */
-        bool sample = (w->seq++ & 15) == 0;
-        int64_t t0 = sample ? sl_clock_mono_ns() : 0;
-        if (c->kind == SL_KIND_RESP) {
-            static _Thread_local sl_resp_cmd cmd;
-            int rc = sl_resp_parse(c->rbuf + off, c->rlen - off, &cmd, w->scratch, sizeof(w->scratch));
-            if (rc == SL_RESP_INCOMPLETE) {
-                if (off == 0 && c->rlen == c->rcap && grow_rbuf(c, SL_CONN_RESP_MAX) != 0) {
-                    raw_reply(c, "-ERR Protocol error: request too large\r\n");
-                    c->close_after = true;
-                    off = c->rlen;
-                }
-                break;
-            }
-            if (rc < 0) {
-                sl_resp_batch_flush(c); /* the answers before the error, in order */
-                char line[128];
-                snprintf(line, sizeof(line), "-ERR %s\r\n", cmd.err);
-                raw_reply(c, line);
-                sl_met_inc(&w->met->bad_requests, 1);
-                c->close_after = true;
-                off = c->rlen;
-                break;
-            }
-            off += (size_t)rc;
-            if (cmd.argc > 0) {
-                sl_met_inc(&w->met->resp_commands, 1);
-                if (sl_resp_batch_take(c, &cmd)) continue; /* decided with the others */
-                sl_resp_batch_flush(c);
-                sl_resp_handle(c, &cmd);
-                if (c->suspended) break; /* its answer comes from the store later */
-            }
-        } else {
-            sl_http_req req;
-            int rc = sl_http1_parse(c->rbuf + off, c->rlen - off, &s->opt.http_limits, &req,
-                                    w->body_buf, s->opt.http_limits.max_body);
-            if (rc == SL_HTTP_INCOMPLETE) {
-                if (req.head_done && req.expect_continue && !c->sent_continue) {
-                    raw_reply(c, req.minor == 0 ? "HTTP/1.0 100 Continue\r\n\r\n"
-                                                : "HTTP/1.1 100 Continue\r\n\r\n");
-                    c->sent_continue = true;
-                }
-                if (c->rlen - off == c->rcap || (off == 0 && c->rlen == c->rcap)) {
-                    if (grow_rbuf(c, http_rmax(s)) != 0) {
-                        sl_http_error(c, 1, 413, "request too large");
-                        c->close_after = true;
-                        off = c->rlen;
-                    }
-                }
-                break;
-            }
-            if (rc < 0) {
-                sl_met_inc(&w->met->bad_requests, 1);
-                sl_http_error(c, req.minor, -rc, NULL);
-                c->close_after = true;
-                off = c->rlen;
-                break;
-            }
-            off += (size_t)rc;
-            c->sent_continue = false;
-            sl_met_inc(&w->met->http_requests, 1);
-            if (!req.keep_alive || draining) c->close_after = true;
-            sl_http_handle(c, &req);
-            if (c->suspended) break; /* its answer comes from the store later */
-        }
-        if (sample) sl_server_observe_latency(w, sl_clock_mono_ns() - t0);
-        if (draining) c->close_after = true;
-    }
-    if (c->kind == SL_KIND_RESP) sl_resp_batch_flush(c); /* its keys are in rbuf */
+    size_t off = conn_ops[c->kind].process(c, draining);
     if (off > 0) {
         memmove(c->rbuf, c->rbuf + off, c->rlen - off);
         c->rlen -= off;
@@ -394,8 +458,8 @@ static void conn_io(void *ud, uint32_t events) {
             conn_close(c);
             return;
         }
-        if (c->woff == c->wlen && c->h2) {
-            sl_grpc_conn_output(c, c->h2); /* the session's queued output, now that there is room */
+        if (c->woff == c->wlen && c->h2 && conn_ops[c->kind].output) {
+            conn_ops[c->kind].output(c); /* the session's queued output, now that there is room */
             if (conn_flush(c) != 0) {
                 conn_close(c);
                 return;
@@ -510,8 +574,8 @@ void sl_worker_tick(sl_worker *w) {
     if (w->ngrpc > 0) { /* gRPC deadlines (grpc-timeout) are the session's own */
         for (sl_conn *c = w->conns, *next; c; c = next) {
             next = c->next_all;
-            if (c->kind == SL_KIND_GRPC && c->h2) {
-                sl_grpc_conn_tick(c, c->h2);
+            if (conn_ops[c->kind].tick && c->h2) {
+                conn_ops[c->kind].tick(c);
                 conn_after_push(c);
             }
         }
@@ -521,11 +585,7 @@ void sl_worker_tick(sl_worker *w) {
             sl_conn *c = (sl_conn *)((char *)n - offsetof(sl_conn, timer));
             if (l == SL_TL_READ) {
                 sl_met_inc(&w->met->timeouts, 1);
-                if ((c->kind == SL_KIND_HTTP || c->kind == SL_KIND_ADMIN) && c->rlen > 0 &&
-                    c->woff == c->wlen) {
-                    sl_http_error(c, 1, 408, "the request was not received in time");
-                    (void)conn_flush(c); /* best effort, never waits */
-                }
+                if (conn_ops[c->kind].read_timeout) conn_ops[c->kind].read_timeout(c);
             } else if (l == SL_TL_WRITE) {
                 sl_met_inc(&w->met->timeouts, 1);
             }
@@ -538,10 +598,10 @@ void sl_worker_drain(sl_worker *w) {
     sl_conn *c = w->conns;
     while (c) {
         sl_conn *next = c->next_all;
-        if (c->kind == SL_KIND_GRPC && c->h2) {
+        if (conn_ops[c->kind].drain && c->h2) {
             if (!c->goaway_sent) { /* GOAWAY once; calls in flight finish */
                 c->goaway_sent = true;
-                sl_grpc_conn_drain(c, c->h2);
+                conn_ops[c->kind].drain(c);
                 conn_after_push(c);
             }
         } else if (c->rlen == 0 && c->woff == c->wlen) {
