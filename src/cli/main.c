@@ -16,6 +16,8 @@ static void usage(FILE *f) {
             "                       (sluice simulate --help lists the patterns)\n"
             "  explain -c FILE ...  why a request would get its answer (sluice explain --help)\n"
             "  replay -c CONFIG TRACE...  run CONFIG over recorded traffic (access logs, CSV)\n"
+            "  reload               ask the running server to reload its config (admin API)\n"
+            "  status               the running server's readiness and policies (admin API)\n"
             "  version              print the version\n");
 }
 
@@ -30,11 +32,32 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "simulate") == 0) return sl_cli_simulate(argc - 1, argv + 1);
     if (strcmp(cmd, "replay") == 0) return sl_cli_replay(argc - 1, argv + 1);
     if (strcmp(cmd, "explain") == 0) return sl_cli_explain(argc - 1, argv + 1);
+    if (strcmp(cmd, "reload") == 0) return sl_cli_reload(argc - 1, argv + 1);
+    if (strcmp(cmd, "status") == 0) return sl_cli_status(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("sluice %s\n", sluice_version());
         return 0;
     }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        if (argc >= 3 && strcmp(cmd, "help") == 0) { /* sluice help TOPIC = sluice TOPIC --help */
+            char *sub[] = {argv[2], "--help", NULL};
+            if (strcmp(argv[2], "config") == 0) {
+                char *cs[] = {"config", "--help", NULL};
+                return sl_cli_config(2, cs);
+            }
+            static const char *const topics[] = {"serve", "simulate", "replay", "explain", "reload", "status", NULL};
+            for (size_t i = 0; topics[i]; i++)
+                if (strcmp(argv[2], topics[i]) == 0) {
+                    char *a[] = {(char *)topics[i], "--help", NULL};
+                    return i == 0 ? sl_cli_serve(2, a) : i == 1 ? sl_cli_simulate(2, a)
+                           : i == 2 ? sl_cli_replay(2, a) : i == 3 ? sl_cli_explain(2, a)
+                           : i == 4 ? sl_cli_reload(2, a) : sl_cli_status(2, a);
+                }
+            (void)sub;
+            fprintf(stderr, "sluice: no help on '%s' (topics: serve, config, simulate, replay, explain, "
+                            "reload, status; man sluice, man sluice.yaml)\n", argv[2]);
+            return 2;
+        }
         usage(stdout);
         return 0;
     }

@@ -1,31 +1,76 @@
 /*
- * serve.c -- `sluice serve`: parses the command line (flags override the config file),
- * then runs the server until SIGTERM/SIGINT. Any startup problem (bad flag, unreadable or
- * invalid config, port in use) is one line on stderr and exit status 1.
+ * serve.c -- `sluice serve`: the command line (getopt_long: --opt value and --opt=value,
+ * short forms for the common flags), an environment variable for every flag (SLUICE_HTTP,
+ * ...; a flag wins over its variable, both over the config file), the config file's
+ * search path, then the server until SIGTERM/SIGINT. Exit status: 0 after a clean stop,
+ * 1 for a runtime problem (unreadable or invalid config, port in use), 2 for a usage
+ * error (unknown flag, bad value), each said in one line on stderr.
  */
 #include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "server/server.h"
 
+#ifndef SLUICE_INSTALLED_CONFIG
+#define SLUICE_INSTALLED_CONFIG "/etc/sluice/sluice.yaml"
+#endif
+
+enum {
+    O_CONFIG = 'c', O_WORKERS = 'w', O_STORE = 's', O_HELP = 'h',
+    O_HTTP = 256, O_RESP, O_GRPC, O_ADMIN, O_TEST_CLOCK, O_READ_TIMEOUT, O_IDLE_TIMEOUT,
+    O_DRAIN_TIMEOUT, O_MAX_CONNS, O_DENY_STATUS, O_LOG_LEVEL, O_LOG_FORMAT, O_LOG_FILE, O_COMPAT
+};
+
+/* Every flag, its environment variable (NULL: none) and whether it takes a value. */
+static const struct {
+    struct option lo;
+    const char *env;
+} flags[] = {
+    {{"config", required_argument, NULL, O_CONFIG}, NULL /* SLUICE_CONFIG: the search path */},
+    {{"http", required_argument, NULL, O_HTTP}, "SLUICE_HTTP"},
+    {{"resp", required_argument, NULL, O_RESP}, "SLUICE_RESP"},
+    {{"grpc", required_argument, NULL, O_GRPC}, "SLUICE_GRPC"},
+    {{"admin", required_argument, NULL, O_ADMIN}, "SLUICE_ADMIN"},
+    {{"store", required_argument, NULL, O_STORE}, "SLUICE_STORE"},
+    {{"workers", required_argument, NULL, O_WORKERS}, "SLUICE_WORKERS"},
+    {{"test-clock", no_argument, NULL, O_TEST_CLOCK}, "SLUICE_TEST_CLOCK"},
+    {{"read-timeout", required_argument, NULL, O_READ_TIMEOUT}, "SLUICE_READ_TIMEOUT"},
+    {{"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT}, "SLUICE_IDLE_TIMEOUT"},
+    {{"drain-timeout", required_argument, NULL, O_DRAIN_TIMEOUT}, "SLUICE_DRAIN_TIMEOUT"},
+    {{"max-conns", required_argument, NULL, O_MAX_CONNS}, "SLUICE_MAX_CONNS"},
+    {{"auth-deny-status", required_argument, NULL, O_DENY_STATUS}, "SLUICE_AUTH_DENY_STATUS"},
+    {{"log-level", required_argument, NULL, O_LOG_LEVEL}, "SLUICE_LOG_LEVEL"},
+    {{"log-format", required_argument, NULL, O_LOG_FORMAT}, "SLUICE_LOG_FORMAT"},
+    {{"log-file", required_argument, NULL, O_LOG_FILE}, "SLUICE_LOG_FILE"},
+    {{"compat", required_argument, NULL, O_COMPAT}, "SLUICE_COMPAT"},
+    {{"help", no_argument, NULL, O_HELP}, NULL},
+};
+#define NFLAGS (sizeof(flags) / sizeof(flags[0]))
+
 static void serve_usage(FILE *f) {
     fprintf(f,
-            "usage: sluice serve [-c FILE] [--http ADDR:PORT] [--resp ADDR:PORT] [--grpc ADDR:PORT]\n"
-            "                    [--admin ADDR:PORT] [--store URL] [--workers N] [--test-clock]\n"
-            "                    [--compat envoy-ratelimit]\n"
-            "  -c, --config FILE   policies and settings (default examples/sluice.yaml); a\n"
-            "                      directory loads its *.yaml files and reloads on change\n"
-            "  --http ADDR:PORT    HTTP/1.1 decisions (default 127.0.0.1:8080; 'off' disables)\n"
-            "  --resp ADDR:PORT    RESP2/3 decisions (default 127.0.0.1:6380; 'off' disables)\n"
-            "  --grpc ADDR:PORT    Envoy RLS over gRPC/h2c (default 127.0.0.1:8081; 'off' disables)\n"
-            "  --admin ADDR:PORT   metrics, health, reload (default 127.0.0.1:9090; 'off' disables)\n"
-            "  --store URL         memory: (default), redis://HOST:PORT or redis-cluster://H:P,H:P\n"
+            "usage: sluice serve [-c FILE] [--http ADDR] [--resp ADDR] [--grpc ADDR] [--admin ADDR]\n"
+            "                    [-s URL] [-w N] [--test-clock] [--compat envoy-ratelimit]\n"
+            "  -c, --config FILE   policies and settings; a directory loads its *.yaml files and\n"
+            "                      reloads on change. Without it: ./sluice.yaml, then $SLUICE_CONFIG,\n"
+            "                      then " SLUICE_INSTALLED_CONFIG "\n"
+            "  --http ADDR         HTTP/1.1 decisions (default 127.0.0.1:8080; 'off' disables)\n"
+            "  --resp ADDR         RESP2/3 decisions (default 127.0.0.1:6380; 'off' disables)\n"
+            "  --grpc ADDR         Envoy RLS over gRPC/h2c (default 127.0.0.1:8081; 'off' disables)\n"
+            "  --admin ADDR        metrics, health, reload (default 127.0.0.1:9090; 'off' disables)\n"
+            "                      (ADDR: HOST:PORT, [IPv6]:PORT or unix:/PATH)\n"
+            "  -s, --store URL     memory: (default), redis://[USER:PASS@]HOST:PORT[/DB], rediss://,\n"
+            "                      unix:///PATH, redis-cluster://H:P,H:P, redis-sentinel://H:P,H:P/MASTER\n"
             "                      (?time=local: the instances' clock instead of Redis TIME)\n"
-            "  --workers N         event loop threads (default: one per CPU)\n"
+            "  -w, --workers N     event loop threads (default: the config's; 0: one per CPU)\n"
             "  --test-clock        a manual clock moved only by SL.CLOCK and POST /v1/clock\n"
             "  --log-level LEVEL   error, warn, info or debug (default: the config's log.level, info)\n"
             "  --log-format FMT    text or json (default: the config's log.format, text)\n"
@@ -33,12 +78,23 @@ static void serve_usage(FILE *f) {
             "  --compat envoy-ratelimit  a drop-in for envoyproxy/ratelimit: its environment\n"
             "                      variables, config directory, answers, metrics and Redis keys\n"
             "advanced: --read-timeout MS (10000), --idle-timeout MS (60000), --max-conns N (10000),\n"
-            "          --auth-deny-status N (the config's, else 429), --drain-timeout MS (10000)\n");
+            "          --auth-deny-status N (the config's, else 429), --drain-timeout MS (10000)\n"
+            "Every flag FLAG-NAME also comes from SLUICE_FLAG_NAME (SLUICE_HTTP, SLUICE_LOG_LEVEL...;\n"
+            "SLUICE_TEST_CLOCK=1); a flag wins over its variable. Exit status: 0 stopped cleanly,\n"
+            "1 runtime error, 2 usage error.\n");
 }
 
-static int bad(const char *msg, const char *arg) {
-    fprintf(stderr, "sluice serve: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
-    return 1;
+/* A usage error: exit status 2. `from` names where the value came from. */
+static int usage_err(const char *from, const char *what, const char *value) {
+    fprintf(stderr, "sluice serve: %s: %s%s%s%s (sluice serve --help)\n", from, what,
+            value ? " '" : "", value ? value : "", value ? "'" : "");
+    return 2;
+}
+
+/* A usage error about a word of the command line: exit status 2. */
+static int usage_msg(const char *what, const char *word) {
+    fprintf(stderr, "sluice serve: %s '%s' (sluice serve --help)\n", what, word);
+    return 2;
 }
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
@@ -51,94 +107,145 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
     return 0;
 }
 
-static void set_addr(char *dst, const char *v) {
-    if (strcmp(v, "off") == 0 || strcmp(v, "none") == 0)
-        snprintf(dst, SL_ADDR_MAX, "-");
-    else
-        snprintf(dst, SL_ADDR_MAX, "%s", v);
+static int set_str(char *dst, size_t cap, const char *v, const char *from) {
+    if (strlen(v) >= cap) return usage_err(from, "too long", NULL);
+    snprintf(dst, cap, "%s", v);
+    return 0;
+}
+
+static int set_addr(char *dst, const char *v, const char *from) {
+    if (strcmp(v, "off") == 0 || strcmp(v, "none") == 0) v = "-";
+    if (v[0] == '\0') return usage_err(from, "expected an address or off, got nothing", NULL);
+    return set_str(dst, SL_ADDR_MAX, v, from);
+}
+
+static bool truthy(const char *v) {
+    return !strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on");
+}
+
+/* Applies one flag's value (from the command line or its variable); 0 or 2. */
+static int apply(sl_server_opts *o, int id, const char *v, const char *from) {
+    uint64_t n;
+    switch (id) {
+    case O_CONFIG: return set_str(o->config_path, sizeof(o->config_path), v, from);
+    case O_HTTP: return set_addr(o->http, v, from);
+    case O_RESP: return set_addr(o->resp, v, from);
+    case O_GRPC: return set_addr(o->grpc, v, from);
+    case O_ADMIN: return set_addr(o->admin, v, from);
+    case O_STORE: return set_str(o->store_url, sizeof(o->store_url), v, from);
+    case O_WORKERS:
+        /* 0 means one per CPU, as the config's workers: 0 */
+        if (parse_u64(v, SL_MAX_WORKERS, &n) != 0) return usage_err(from, "expected 0 (one per CPU) to 64, got", v);
+        o->workers = (unsigned)n;
+        return 0;
+    case O_TEST_CLOCK: o->test_clock = v == NULL || truthy(v); return 0;
+    case O_READ_TIMEOUT:
+    case O_IDLE_TIMEOUT:
+    case O_DRAIN_TIMEOUT:
+        if (parse_u64(v, 86400000, &n) != 0 || n == 0)
+            return usage_err(from, "expected milliseconds (1 to 86400000), got", v);
+        *(id == O_READ_TIMEOUT ? &o->read_timeout_ns : id == O_IDLE_TIMEOUT ? &o->idle_timeout_ns
+                                                                            : &o->drain_timeout_ns) =
+            (int64_t)n * SLUICE_NS_PER_MS;
+        return 0;
+    case O_MAX_CONNS:
+        if (parse_u64(v, 1000000, &n) != 0 || n == 0) return usage_err(from, "expected 1 to 1000000, got", v);
+        o->max_conns = (unsigned)n;
+        return 0;
+    case O_DENY_STATUS:
+        if (parse_u64(v, 599, &n) != 0 || n < 400) return usage_err(from, "expected 400 to 599, got", v);
+        o->auth_deny_status = (int)n;
+        return 0;
+    case O_LOG_LEVEL:
+        if (strcmp(v, "error") && strcmp(v, "warn") && strcmp(v, "info") && strcmp(v, "debug"))
+            return usage_err(from, "expected error, warn, info or debug, got", v);
+        return set_str(o->log_level, sizeof(o->log_level), v, from);
+    case O_LOG_FORMAT:
+        if (strcmp(v, "text") && strcmp(v, "json")) return usage_err(from, "expected text or json, got", v);
+        return set_str(o->log_format, sizeof(o->log_format), v, from);
+    case O_LOG_FILE: return set_str(o->log_file, sizeof(o->log_file), v, from);
+    case O_COMPAT: /* applied first (see sl_cli_serve) */
+        if (strcmp(v, "envoy-ratelimit") != 0) return usage_err(from, "expected envoy-ratelimit, got", v);
+        return 0;
+    default: return usage_err(from, "unknown option", NULL);
+    }
+}
+
+/* The config file when no -c names one: ./sluice.yaml, $SLUICE_CONFIG, the installed one. */
+static int find_config(sl_server_opts *o) {
+    const char *env = getenv("SLUICE_CONFIG");
+    const struct {
+        const char *path, *why;
+    } tried[] = {{"sluice.yaml", "the working directory's"},
+                 {env && env[0] ? env : NULL, "$SLUICE_CONFIG's"},
+                 {SLUICE_INSTALLED_CONFIG, "the installed"}};
+    for (size_t i = 0; i < sizeof(tried) / sizeof(tried[0]); i++) {
+        if (tried[i].path == NULL || access(tried[i].path, F_OK) != 0) continue;
+        snprintf(o->config_path, sizeof(o->config_path), "%s", tried[i].path);
+        fprintf(stderr, "sluice serve: using %s config %s\n", tried[i].why, tried[i].path);
+        return 0;
+    }
+    fprintf(stderr, "sluice serve: no config file: none of ./sluice.yaml, $SLUICE_CONFIG (%s), %s exists "
+                    "(expected -c FILE; examples/sluice.yaml in the source tree is a start)\n",
+            env && env[0] ? env : "unset", SLUICE_INSTALLED_CONFIG);
+    return 1;
 }
 
 int sl_cli_serve(int argc, char **argv) {
+    /* Signals are the server's from the first instant: SIGHUP, SIGTERM, SIGINT and SIGUSR1
+     * wait (blocked) until the server's signal loop takes them, so a reload asked for
+     * during the start reloads once it runs, a stop asked for stops, and none kills. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+
     sl_server_opts o;
     sl_server_opts_default(&o);
-    snprintf(o.config_path, sizeof(o.config_path), "examples/sluice.yaml");
-    /* --compat first, wherever it is: its environment sets defaults the flags override */
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--compat") == 0) {
-            if (strcmp(argv[i + 1], "envoy-ratelimit") != 0)
-                return bad("--compat expects envoy-ratelimit, got", argv[i + 1]);
-            if (sl_cli_compat_envoy(&o) != 0) return 1;
-        }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint64_t n;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+    struct option lo[NFLAGS + 1];
+    for (size_t i = 0; i < NFLAGS; i++) lo[i] = flags[i].lo;
+    memset(&lo[NFLAGS], 0, sizeof(lo[0]));
+    static const char shorts[] = "+:c:w:s:h"; /* leading colon: a missing value is told apart */
+
+    /* --compat first, wherever it is (flag or SLUICE_COMPAT): its environment sets
+     * defaults that the other variables and flags override */
+    const char *compat = getenv("SLUICE_COMPAT");
+    opterr = 0;
+    optind = 1;
+    for (int ch; (ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1;)
+        if (ch == O_COMPAT) compat = optarg;
+    if (compat != NULL && compat[0] != '\0') {
+        if (apply(&o, O_COMPAT, compat, "--compat") != 0) return 2;
+        if (sl_cli_compat_envoy(&o) != 0) return 1;
+    }
+    /* then the variables, then the flags */
+    for (size_t i = 0; i < NFLAGS; i++) {
+        const char *v = flags[i].env ? getenv(flags[i].env) : NULL;
+        if (v == NULL || v[0] == '\0' || flags[i].lo.val == O_COMPAT) continue;
+        if (apply(&o, flags[i].lo.val, v, flags[i].env) != 0) return 2;
+    }
+    bool have_config = false;
+    opterr = 0;
+    optind = 1;
+    int li = -1;
+    for (int ch; (ch = getopt_long(argc, argv, shorts, lo, &li)) != -1; li = -1) {
+        if (ch == '?') return usage_msg("unknown option", argv[optind - 1]);
+        if (ch == ':') return usage_msg("missing value after", argv[optind - 1]);
+        char from[64];
+        if (li >= 0) snprintf(from, sizeof(from), "--%s", lo[li].name);
+        else snprintf(from, sizeof(from), "-%c", ch);
+        if (ch == O_HELP) {
             serve_usage(stdout);
             return 0;
-        } else if (strcmp(a, "--test-clock") == 0) {
-            o.test_clock = true;
-            continue;
         }
-        static const char *const with_value[] = {
-            "-c", "--config", "--http", "--resp", "--admin", "--grpc", "--store", "--workers",
-            "--read-timeout", "--idle-timeout", "--drain-timeout", "--max-conns",
-            "--auth-deny-status", "--log-level", "--log-format", "--log-file", "--compat", NULL};
-        bool known = false;
-        for (int k = 0; with_value[k]; k++)
-            if (strcmp(a, with_value[k]) == 0) known = true;
-        if (!known) {
-            fprintf(stderr, "sluice serve: unknown option '%s' (sluice serve --help)\n", a);
-            return 1;
-        }
-        if (v == NULL) return bad("missing value after", a);
-        i++;
-        if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) {
-            if (strlen(v) >= sizeof(o.config_path)) return bad("path too long", v);
-            snprintf(o.config_path, sizeof(o.config_path), "%s", v);
-        } else if (strcmp(a, "--http") == 0) {
-            set_addr(o.http, v);
-        } else if (strcmp(a, "--resp") == 0) {
-            set_addr(o.resp, v);
-        } else if (strcmp(a, "--admin") == 0) {
-            set_addr(o.admin, v);
-        } else if (strcmp(a, "--grpc") == 0) {
-            set_addr(o.grpc, v);
-        } else if (strcmp(a, "--store") == 0) {
-            snprintf(o.store_url, sizeof(o.store_url), "%s", v);
-        } else if (strcmp(a, "--workers") == 0) {
-            if (parse_u64(v, SL_MAX_WORKERS, &n) != 0 || n == 0)
-                return bad("--workers expects a number from 1 to 64, got", v);
-            o.workers = (unsigned)n;
-        } else if (strcmp(a, "--read-timeout") == 0 || strcmp(a, "--idle-timeout") == 0 ||
-                   strcmp(a, "--drain-timeout") == 0) {
-            if (parse_u64(v, 86400000, &n) != 0 || n == 0) return bad("expected milliseconds, got", v);
-            int64_t ns = (int64_t)n * SLUICE_NS_PER_MS;
-            if (a[2] == 'r') o.read_timeout_ns = ns;
-            else if (a[2] == 'i') o.idle_timeout_ns = ns;
-            else o.drain_timeout_ns = ns;
-        } else if (strcmp(a, "--max-conns") == 0) {
-            if (parse_u64(v, 1000000, &n) != 0 || n == 0) return bad("--max-conns expects a positive number, got", v);
-            o.max_conns = (unsigned)n;
-        } else if (strcmp(a, "--log-level") == 0) {
-            if (strlen(v) >= sizeof(o.log_level)) return bad("--log-level expects error, warn, info or debug, got", v);
-            snprintf(o.log_level, sizeof(o.log_level), "%s", v);
-        } else if (strcmp(a, "--log-format") == 0) {
-            if (strlen(v) >= sizeof(o.log_format)) return bad("--log-format expects text or json, got", v);
-            snprintf(o.log_format, sizeof(o.log_format), "%s", v);
-        } else if (strcmp(a, "--log-file") == 0) {
-            if (strlen(v) >= sizeof(o.log_file)) return bad("path too long", v);
-            snprintf(o.log_file, sizeof(o.log_file), "%s", v);
-        } else if (strcmp(a, "--compat") == 0) {
-            continue; /* applied before the other flags */
-        } else if (strcmp(a, "--auth-deny-status") == 0) {
-            if (parse_u64(v, 599, &n) != 0 || n < 400) return bad("--auth-deny-status expects 400-599, got", v);
-            o.auth_deny_status = (int)n;
-        } else {
-            fprintf(stderr, "sluice serve: unknown option '%s' (sluice serve --help)\n", a);
-            return 1;
-        }
+        if (ch == O_CONFIG) have_config = true;
+        if (apply(&o, ch, optarg, from) != 0) return 2;
     }
+    if (optind < argc) return usage_msg("unexpected argument", argv[optind]);
+    if (!have_config && find_config(&o) != 0) return 1;
     if (access(o.config_path, R_OK) != 0) {
         fprintf(stderr, "sluice serve: cannot read config file %s: %s\n", o.config_path, strerror(errno));
         return 1;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "algo/algo.h"
 #include "config/compiled.h"
@@ -197,9 +198,20 @@ bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const cha
         sluice_limiter_destroy(l);
         return true;
     }
-    if (err == SLUICE_ENOTFOUND && s.tz != NULL)
-        sl__err(cx, sl__get(at, "tz") ? sl__get(at, "tz") : at, "unknown time zone '%.60s' (expected an IANA name such as "
-                "Europe/Madrid)", s.tz);
+    if (err == SLUICE_ENOTFOUND && s.tz != NULL) {
+        /* a name that is right but whose database is missing is not the config's fault */
+        const char *dir = getenv("TZDIR");
+        if (dir == NULL || dir[0] == '\0') dir = "/usr/share/zoneinfo";
+        char probe[600];
+        snprintf(probe, sizeof(probe), "%s/Europe/Madrid", dir);
+        if (access(probe, R_OK) != 0)
+            sl__err(cx, sl__get(at, "tz") ? sl__get(at, "tz") : at, "time zone '%.60s' cannot be read: "
+                    "the time zone database is not installed in %.200s (expected the tzdata package: "
+                    "apt-get install tzdata; or set TZDIR)", s.tz, dir);
+        else
+            sl__err(cx, sl__get(at, "tz") ? sl__get(at, "tz") : at, "unknown time zone '%.60s' (expected "
+                    "an IANA name such as Europe/Madrid)", s.tz);
+    }
     else if (err == SLUICE_ENOMEM)
         cx->cfg->arena.oom = true;
     else
