@@ -34,6 +34,7 @@
 /* Stop parsing more pipelined requests while this much output is unsent. */
 #define SL_CONN_WHIGH (256u << 10)
 
+static int conn_catch_up(sl_conn *c);
 static void conn_io(void *ud, uint32_t events);
 
 /* A kind of connection's own steps (conn_ops, below): process frames and answers what
@@ -491,7 +492,7 @@ static void conn_io(void *ud, uint32_t events) {
         }
         if (!c->close_after) conn_process(c);
     }
-    if (c->broken || conn_flush(c) != 0) {
+    if (c->broken || conn_flush(c) != 0 || conn_catch_up(c) != 0) {
         conn_close(c);
         return;
     }
@@ -513,8 +514,23 @@ static void conn_io(void *ud, uint32_t events) {
 
 /* After the server pushed output outside an I/O event (ticks, drain): write it, and
  * close when the connection is finished. Returns false when c was closed. */
+/* Why: processing stops at the output's high mark with complete requests still in the
+ * read buffer; once that output has left, nothing else will wake the connection for them
+ * (the client may have sent everything already), so go on with them now, as long as each
+ * round consumes something. 0, or -1 when the connection must close. */
+static int conn_catch_up(sl_conn *c) {
+    while (c->woff == c->wlen && c->rlen > 0 && !c->close_after && !c->suspended &&
+           !c->hold_until_ns && !c->broken) {
+        size_t before = c->rlen;
+        conn_process(c);
+        if (conn_flush(c) != 0) return -1;
+        if (c->rlen == before) break; /* an incomplete request: its rest will come as input */
+    }
+    return c->broken ? -1 : 0;
+}
+
 static bool conn_after_push(sl_conn *c) {
-    if (c->broken || conn_flush(c) != 0 || (c->close_after && c->woff == c->wlen)) {
+    if (c->broken || conn_flush(c) != 0 || conn_catch_up(c) != 0 || (c->close_after && c->woff == c->wlen)) {
         conn_close(c);
         return false;
     }

@@ -3,12 +3,13 @@
 oversized requests get 413/431 at once, the connection cap holds; other clients are
 served normally all along."""
 import os
+import signal
 import socket
 import time
 
 import requests
 
-from conftest import Resp
+from conftest import Resp, Server
 
 
 def serve_opts():
@@ -161,3 +162,49 @@ def test_out_of_descriptors_does_not_spin(make_server):
     time.sleep(0.5)
     c = Resp(s.resp_port)
     assert c.command("PING") == "PONG"
+
+
+def _stalled_pipeline(srv, port, payload, count_replies, want):
+    """Sends `payload` (many pipelined requests) while the server is stopped, so it reads
+    them all at once, then counts the replies within 5 s."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    srv.proc.send_signal(signal.SIGSTOP)
+    try:
+        s.sendall(payload)
+    finally:
+        srv.proc.send_signal(signal.SIGCONT)
+    got, buf, deadline = 0, b"", time.time() + 5
+    s.settimeout(0.5)
+    while got < want and time.time() < deadline:
+        try:
+            data = s.recv(1 << 20)
+        except socket.timeout:
+            continue
+        if not data:
+            break
+        buf += data
+        got = count_replies(buf)
+    s.close()
+    return got
+
+
+def test_a_deep_pipeline_read_at_once_is_answered_whole():
+    """Thousands of requests arriving in one read overflow the output's high mark: the
+    server stops to let the output go, then must go on with the rest by itself (the
+    client has nothing more to send), on RESP and on HTTP."""
+    srv = Server(test_clock=False, workers=1)
+    try:
+        n = 3000
+        resp = b"".join(b"*3\r\n$8\r\nSL.CHECK\r\n$3\r\napi\r\n$%d\r\n%s\r\n" % (len(k), k)
+                        for k in (b"k%d" % i for i in range(n)))
+        got = _stalled_pipeline(srv, srv.resp_port, resp, lambda b: b.count(b"allowed"), n)
+        assert got == n, "RESP: %d of %d answered" % (got, n)
+        m = 1500
+        http = b"".join(b"GET /v1/auth HTTP/1.1\r\nHost: x\r\nX-Original-URI: /x\r\nX-Api-Key: h%d\r\n\r\n" % i
+                        for i in range(m))
+        got = _stalled_pipeline(srv, srv.http_port, http, lambda b: b.count(b"HTTP/1.1 "), m)
+        assert got == m, "HTTP: %d of %d answered" % (got, m)
+    finally:
+        srv.stop()
+    srv.assert_clean()
