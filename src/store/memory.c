@@ -505,12 +505,16 @@ int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const
     room why = try_reserve(st, loc);
     if (why == ROOM_OK) return SLUICE_OK;
     unsigned active = atomic_load_explicit(&st->active_fams, memory_order_relaxed);
+    sl_family *f = sl_store_family(st, loc->fam);
+    int64_t own_keys = f != NULL ? atomic_load_explicit(&f->keys, memory_order_relaxed) : 0;
+    /* the inserter counts among the families holding keys even before its first key:
+     * else a newcomer's share would be nothing and a flooder's the whole store, and a
+     * flood on one limiter would refuse every other limiter's new keys */
+    if (own_keys <= 0) active++;
     press p = {.st = st, .now = now, .stamp = sl_stamp(now.mono_ns), .keep = keep,
                .nkeep = nkeep, .own = loc->fam, .rank = st->on_full == SLUICE_EVICT_LRU,
                .share = st->max_keys / (active ? active : 1)};
-    sl_family *f = sl_store_family(st, loc->fam);
-    p.own_over = f != NULL &&
-                 (uint64_t)atomic_load_explicit(&f->keys, memory_order_relaxed) >= p.share;
+    p.own_over = own_keys > 0 && (uint64_t)own_keys >= p.share;
     cand best = {SCORE_NONE, {0, 0, 0}};
     for (int w = 0; w < SL_STORE_WINDOWS; w++) {
         if (scan(&p, loc, &best) > 0) {

@@ -339,3 +339,41 @@ policies:
     assert r.returncode == 0, r.stderr
     warn = [l for l in r.stderr.splitlines() if "warning" in l]
     assert len(warn) == 1 and "c.yaml:3:" in warn[0] and "/v1/finish" in warn[0] and "rate" in warn[0], r.stderr
+
+
+SHARE = """
+workers: 1
+store: { type: memory, max_keys: 1000, on_full: evict_lru, shards: 4 }
+policies:
+  - name: daily
+    objective: fairness
+    key: [header.x-k]
+    algorithm: quota
+    limits: [ { quota: 100/day } ]
+  - name: other
+    objective: fairness
+    key: [header.x-u]
+    algorithm: token_bucket
+    limits: [ { rate: 1/min, burst: 5 } ]
+"""
+
+
+def test_a_flood_on_one_policy_leaves_room_for_another():
+    """5,000 keys flood `daily` in a 1,000-key store; then 50 users of `other`, 7
+    requests each, are limited by `other` itself (5 each), never failed open for lack of
+    room (the store gives each policy holding keys a share, newcomers included)."""
+    s = Server(config_text=SHARE, test_clock=True, workers=1)
+    try:
+        pipeline(s.resp_port, [("SL.CHECK", "daily", "d%d" % i) for i in range(5000)])
+        c = s.resp()
+        got = [as_dict(c.command("SL.CHECK", "other", "u%d" % (i // 7)))["allowed"] for i in range(350)]
+        c.close()
+        m = requests.get(s.admin + "/metrics", timeout=5).text
+        fail_open = metric(m, "sluice_decisions_total", policy="other", result="fail_open") or 0
+        refused = metric(m, "sluice_evictions_total", policy="other", kind="refused") or 0
+        print("after the flood: other admitted %d of 350 (limit 250), fail_open %d, refused %d"
+              % (sum(got), fail_open, refused))
+        assert sum(got) == 250 and fail_open == 0 and refused == 0, (sum(got), fail_open, refused)
+    finally:
+        s.stop()
+    s.assert_clean()

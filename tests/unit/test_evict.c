@@ -181,6 +181,36 @@ static void test_shares(void) {
     sluice_limiter_destroy(b);
 }
 
+/* A limiter whose first key comes after a flood of another filled the store gets room:
+ * a newcomer counts among the limiters holding keys (before, its share was 0 and the
+ * flooder's the whole store, so every new key of it was refused). */
+static void test_newcomer_after_flood(void) {
+    sluice_store *st = mkstore(1000, 1);
+    sluice_limiter *a = mk("flood2", 1, 3600 * S, 5), *b = mk("late", 1, 3600 * S, 5);
+    T_EQ_I(sluice_store_register(st, a), SLUICE_OK);
+    T_EQ_I(sluice_store_register(st, b), SLUICE_OK);
+    char key[24];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(key, sizeof(key), "f%d", i);
+        T_EQ_I(take(st, a, key, 1, i * MS, NULL), 1);
+    }
+    int refused = 0;
+    for (int i = 0; i < 50; i++) {
+        snprintf(key, sizeof(key), "l%d", i);
+        if (take(st, b, key, 1, 10 * S + i * MS, NULL) != 1) refused++;
+    }
+    T_EQ_I(refused, 0);
+    sluice_limiter_stats sa, sb;
+    T_EQ_I(sluice_store_limiter_stats(st, a, &sa), SLUICE_OK);
+    T_EQ_I(sluice_store_limiter_stats(st, b, &sb), SLUICE_OK);
+    T_EQ_U(sb.keys, 50);
+    T_EQ_U(sb.refused, 0);
+    T_EQ_U(sa.keys, 950);
+    sluice_store_destroy(st);
+    sluice_limiter_destroy(a);
+    sluice_limiter_destroy(b);
+}
+
 /* A limited key outlasts every cheaper one even when the cheap ones are few: with 7 of 8
  * keys exhausted, new keys keep evicting each other (the one cheap slot), never an
  * exhausted key; refuse mode refuses instead, counted on the limiter. */
@@ -222,6 +252,7 @@ int main(void) {
     T_RUN(test_order_by_cost);
     T_RUN(test_lru_fine);
     T_RUN(test_shares);
+    T_RUN(test_newcomer_after_flood);
     T_RUN(test_limited_last);
     return T_DONE();
 }
