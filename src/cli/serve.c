@@ -245,7 +245,7 @@ int sl_cli_serve(int argc, char **argv) {
         if (apply(&o, ch, optarg, from) != 0) return 2;
     }
     if (optind < argc) return usage_msg("unexpected argument", argv[optind]);
-    if (!have_config && find_config(&o) != 0) return 1;
+    if (!have_config && o.config_path[0] == '\0' && find_config(&o) != 0) return 1; /* compat sets its own */
     if (access(o.config_path, R_OK) != 0) {
         fprintf(stderr, "sluice serve: cannot read config file %s: %s\n", o.config_path, strerror(errno));
         return 1;
