@@ -109,7 +109,7 @@ int sl_cli_explain(int argc, char **argv) {
     r.n_headers = nh;
     r.has_body_bytes = has_bytes;
     r.body_bytes = bytes;
-    if (has_cost) r.hits_addend = cost;
+    if (has_cost) r.hits_addend = r.cost = cost, r.has_cost = true;
 
     static sl_diag_list dl;
     sl_config *cfg = NULL;

@@ -75,7 +75,14 @@ void sl__complete(sl_verdict *v, int rc) {
 
 static void complete(sl_verdict *v, int rc) { sl__complete(v, rc); }
 
-/* A block-list window (Envoy requests_per_unit: 0): rejects, never admits. */
+/* A block-list window: an Envoy rule with requests_per_unit 0, or a descriptor's limit
+ * override of 0 (upstream answers OVER_LIMIT for both): rejects, never admits. */
+static bool denies(const sl_verdict_item *it) {
+    const e_win *w = item_win(it);
+    return (w->cw != NULL && w->cw->deny_all) || (it->override && it->override_limit == 0);
+}
+
+/* A block-list window's answer: rejected, nothing to wait for. */
 static void deny_result(const sl_verdict_item *it, sluice_time now, sluice_result *r) {
     memset(r, 0, sizeof(*r));
     int64_t per = item_win(it)->cw->spec.period_ns;
@@ -125,8 +132,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
     for (size_t i = 0; i < v->n; i++) {
         sl_verdict_item *it = &v->items[i];
         if (it->unlimited) continue;
-        const e_win *w = item_win(it);
-        if (w->cw != NULL && w->cw->deny_all) {
+        if (denies(it)) {
             deny_result(it, now, &it->result);
             it->would_limit = true;
             it->consumed = false;
@@ -229,7 +235,7 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
         sl_verdict_item *it = &v->items[i];
         if (it->unlimited) continue;
         const e_win *w = item_win(it);
-        if (w->cw != NULL && w->cw->deny_all) {
+        if (denies(it)) {
             if (!it->shadow) v->run.deny = true;
             continue;
         }
@@ -277,7 +283,7 @@ static bool batchable(const sl_verdict *v) {
     const sl_verdict_item *it = &v->items[0];
     const e_win *w = item_win(it);
     return !it->shadow && !it->unlimited && !it->charge && !it->override && w->lim != NULL &&
-           !(w->cw != NULL && w->cw->deny_all);
+           !denies(it);
 }
 
 /*

@@ -72,6 +72,10 @@ typedef struct sl_request {
     const sl_descriptor *descriptors;
     size_t n_descriptors;
     uint64_t hits_addend;   /* request-level; 0 = 1 */
+    /* A cost the caller states for the whole request (/v1/check's cost, SL.CHECKREQ's
+     * COST): it replaces what the policies would compute; 0 checks without consuming. */
+    bool has_cost;
+    uint64_t cost;
     /* Optional scratch for normalising a path longer than SL_PATH_NORM_STACK bytes (at
      * least path.len bytes; normalising never lengthens a path). Without it such a path
      * is answered as an error (SL_ERROR, 500), never matched raw. */
@@ -329,6 +333,10 @@ typedef enum sl_desc_code { SL_DESC_NO_LIMIT = 0, SL_DESC_OK = 1, SL_DESC_OVER_L
 sl_desc_code sl_verdict_descriptor(const sl_verdict *v, size_t d, const sl_verdict_item **item);
 
 /* ---- rendering (no I/O) ----------------------------------------------------------- */
+
+/* What an engine error (a verdict's SL_ERROR) means for the caller, in words: keys too
+ * long for one decision, more windows than one decision holds, an unknown policy... */
+const char *sl_engine_error_text(int rc);
 
 #define SL_RENDER_LEGACY 0x1u    /* add X-RateLimit-Limit/Remaining/Reset */
 #define SL_RENDER_NO_POLICY 0x2u /* omit RateLimit-Policy (it rarely changes) */

@@ -536,6 +536,7 @@ static void cost_json(sl_jw *w, const xpol *p) {
         else sl_jw_strf(w, "attribute %s", part_name(&cp->cost_from, b, sizeof(b)));
         break;
     case SL_XC_HITS_ADDEND: sl_jw_str(w, "the descriptor's hits_addend (1 when unset)"); break;
+    case SL_XC_CALLER: sl_jw_str(w, "the cost the caller gave for the request"); break;
     default:
         sl_jw_str(w, cp->cost_from_set ? "default (the attribute was absent or not a number)"
                                        : "default");

@@ -62,7 +62,7 @@ int sl__fail(sl_verdict *v, int rc);
 
 /* prepare.c: explain hooks, the steps of a decision with their reasons (explain.c) */
 enum { SL_XM_OK = 0, SL_XM_METHOD, SL_XM_PATH, SL_XM_HOST, SL_XM_HEADER, SL_XM_DESCRIPTOR };
-enum { SL_XC_DEFAULT = 0, SL_XC_OPERATION, SL_XC_ATTRIBUTE, SL_XC_HITS_ADDEND };
+enum { SL_XC_DEFAULT = 0, SL_XC_OPERATION, SL_XC_ATTRIBUTE, SL_XC_HITS_ADDEND, SL_XC_CALLER };
 int sl__xmatch_http(const sl_cpolicy *cp, const sl_request *r, sl_str path, size_t *which);
 int sl__xmatch_desc(const sl_cpolicy *cp, const sl_descriptor *d, size_t *which);
 /* Per key chain: the index of the first part the request lacks (-1: complete); returns

@@ -250,6 +250,10 @@ static inline uint64_t request_cost_why(const ctxreq *c, const sl_cpolicy *cp, i
         if (c->desc->has_hits_addend) return c->desc->hits_addend;
         return r->hits_addend ? r->hits_addend : 1;
     }
+    if (r->has_cost) { /* the caller's own figure wins; 0 is a check that takes nothing */
+        if (src) *src = SL_XC_CALLER;
+        return r->cost;
+    }
     for (size_t i = 0; i < cp->n_ops; i++) {
         const sl_op_cost *op = &cp->ops[i];
         if (op->method[0] != '*' &&
@@ -541,8 +545,12 @@ static int add_policy(const e_pol *ep, sl_verdict *v, const ctxreq *c, int desc)
         if (rc == SLUICE_OK) compat_mark(v, from, c->compat);
         return rc;
     }
-    int ch = compose_key(&k, c, cp);
-    if (k.overflow) return SLUICE_ERANGE;
+    /* composed aside first: several policies keyed on the same parts (one bearer token
+     * for three policies) share one copy of it in the verdict's key space */
+    unsigned char scratch[SL_VERDICT_KEYS];
+    kbuf ks = {scratch, 0, sizeof(scratch), false};
+    int ch = compose_key(&ks, c, cp);
+    if (ks.overflow) return SLUICE_ERANGE;
     if (ch < 0) {
         if (cp->on_missing == SL_MISSING_SKIP || cp->rollout_pct == 0 ||
             cp->react == SL_REACT_SHADOW)
@@ -550,9 +558,16 @@ static int add_policy(const e_pol *ep, sl_verdict *v, const ctxreq *c, int desc)
         if (v->missing_key_policy == NULL) v->missing_key_policy = cp->name;
         return SLUICE_OK;
     }
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        if (it->key_len == ks.len && memcmp(v->keys + it->key_off, scratch, ks.len) == 0)
+            return add_items(ep, v, it->key_off, ks.len, request_cost(c, cp), desc, c);
+    }
+    if (ks.len > k.cap) return SLUICE_ERANGE;
+    memcpy(k.p, scratch, ks.len);
     size_t koff = v->keys_used;
-    v->keys_used += k.len;
-    return add_items(ep, v, koff, k.len, request_cost(c, cp), desc, c);
+    v->keys_used += ks.len;
+    return add_items(ep, v, koff, ks.len, request_cost(c, cp), desc, c);
 }
 
 static const e_win *item_win(const sl_verdict_item *it) { return sl__item_win(it); }
@@ -586,9 +601,24 @@ static const sl_edomain *find_domain(const sl_config *cfg, sl_str d) {
 
 /* A request the engine could not decide (not a store failure): an error answered 500,
  * never admitted, whatever on_store_error says. */
+const char *sl_engine_error_text(int rc) {
+    switch (rc) {
+    case SLUICE_ERANGE:
+        return "the request's key parts are too long for one decision (at most 4096 bytes of "
+               "keys, each part at most 65535)";
+    case SLUICE_ETOOMANY: return "the request matches more windows than one decision holds (32)";
+    case SLUICE_ENOTFOUND: return "no such policy";
+    default: return sluice_strerror(rc);
+    }
+}
+
 int sl__fail(sl_verdict *v, int rc) {
     v->action = SL_ERROR;
-    v->status = rc == SLUICE_ENOTFOUND ? 404 : 500; /* an unknown policy name */
+    /* the request's fault (an unknown policy name; keys or descriptors beyond what one
+     * decision holds) is a 4xx, the server's a 500 */
+    v->status = rc == SLUICE_ENOTFOUND                                           ? 404
+                : rc == SLUICE_ERANGE || rc == SLUICE_ETOOMANY || rc == SLUICE_EINVAL ? 400
+                                                                             : 500;
     v->store_error = false;
     v->error = rc;
     v->run.prep_rc = rc;

@@ -233,10 +233,11 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
     if (v->action == SL_ERROR || (v->action == SL_FAIL && v->status == 500)) {
         /* not a store failure: the engine could not decide this request (a server that
          * turned SL_ERROR into SL_FAIL keeps status 500, so the body still agrees) */
-        bool nf = v->action == SL_ERROR && v->status == 404;
+        int st = v->action == SL_ERROR && (v->status == 404 || v->status == 400) ? v->status : 500;
+        const char *title = st == 404 ? "Not Found" : st == 400 ? "Bad Request" : "Internal Server Error";
         wf(&w, "{\"type\":\"about:blank\",\"title\":\"%s\",\"status\":%d,"
                "\"detail\":\"The request could not be decided: %s.\"",
-           nf ? "Not Found" : "Internal Server Error", nf ? 404 : 500, sluice_strerror(v->error));
+           title, st, sl_engine_error_text(v->error));
     } else if (v->action == SL_FAIL) {
         for (size_t i = 0; i < v->n; i++) {
             const sl_verdict_item *it = &v->items[i];

@@ -96,7 +96,7 @@ static void finish_http(sl_pending *p, int rc, bool later) {
 
 /* The body of /v1/check: {"policy", "key", "cost"} (the explicit form) or the request's
  * attributes, at the top level or under "request" (method, path, host, client_ip, route,
- * headers, body_bytes; "cost" as Envoy's hits_addend). */
+ * headers, body_bytes; "cost": the request's own cost, 0 a check). */
 void sl_explain_http(sl_conn *c, const sl_http_req *req) {
     sl_worker *w = c->w;
     json_error_t jerr;
@@ -153,7 +153,7 @@ void sl_explain_http(sl_conn *c, const sl_http_req *req) {
             r.has_body_bytes = true;
             r.body_bytes = (uint64_t)json_integer_value(bb);
         }
-        if (jc) r.hits_addend = (uint64_t)json_integer_value(jc);
+        if (jc) r.hits_addend = r.cost = (uint64_t)json_integer_value(jc), r.has_cost = true;
         x = sl_explain_request(e, &r);
     }
     json_decref(j); /* the explanation copied what it needs */

@@ -302,8 +302,9 @@ static void verdict_reply(sl_conn *c, int minor, bool is_head, int rc, sl_verdic
     if (o == NULL || !json_is_object(o)) {
         if (o) json_decref(o);
         o = json_object();
-        json_object_set_new(o, "allowed", json_boolean(!rejected(v)));
-        if (rc != 0) json_object_set_new(o, "error", json_string(sluice_strerror(rc)));
+        /* an engine error decides nothing: never "allowed" */
+        json_object_set_new(o, "allowed", json_boolean(v->action != SL_ERROR && !rejected(v)));
+        if (rc != 0) json_object_set_new(o, "error", json_string(sl_engine_error_text(rc)));
     }
     if (json_object_get(o, "headers") == NULL) {
         json_t *h = json_object();
@@ -447,7 +448,10 @@ static void handle_check(http_ctx *x, int acquire) {
             r.has_body_bytes = true;
             r.body_bytes = bb;
         }
-        if (has_cost) r.hits_addend = cost;
+        if (has_cost) { /* the request's cost (an Envoy request's hits_addend too) */
+            r.has_cost = true;
+            r.cost = r.hits_addend = cost;
+        }
         sl_engine_prepare(e, &r, &p->v);
     }
     json_decref(j); /* the verdict holds what it needs (keys are copied) */

@@ -145,8 +145,8 @@ static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const 
         return;
     }
     if (rc != 0) {
-        char m[160];
-        snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));
+        char m[200];
+        snprintf(m, sizeof(m), "ERR %s", sl_engine_error_text(rc));
         sl_resp_error(wb, m);
         return;
     }
@@ -386,7 +386,8 @@ static int req_args(const sl_resp_cmd *cmd, sl_request *r, sl_header *hdrs) {
                 r->has_body_bytes = true;
                 r->body_bytes = (uint64_t)v;
             } else {
-                r->hits_addend = (uint64_t)v;
+                r->has_cost = true; /* COST 0: a check that takes nothing */
+                r->cost = r->hits_addend = (uint64_t)v;
             }
         } else {
             return -1;

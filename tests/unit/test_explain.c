@@ -452,7 +452,7 @@ static void window_names(void) {
         return;
     const sl_window_info *w[64];
     size_t n = sl_engine_windows(f.e, w, 64);
-    T_EQ_U(n, 5 + 6); /* 5 windows and the 6 Envoy override units */
+    T_EQ_U(n, 5 + 7); /* 5 windows and the 7 Envoy override units (SECOND..YEAR, WEEK) */
     const char *want[] = {"10/s", "100/5min", "1000/min", "50000/day", "10 concurrent"};
     for (size_t i = 0; i < 5; i++) {
         char b[48];

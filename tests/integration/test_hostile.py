@@ -1,0 +1,107 @@
+"""Regressions from an attacker's review (each failed before its fix): long bearer tokens
+as keys of several policies, oversized keys, a zero-limit override, a zero cost in the
+request form, tokens that must not carry the key, release/settle tokens used for the
+other operation."""
+import json
+
+import requests
+
+from conftest import Server, as_dict
+
+JWT = """
+policies:
+  - name: per-token
+    objective: fairness
+    key: [header.authorization]
+    algorithm: gcra
+    limits: [ { rate: 100/s, burst: 100 } ]
+  - name: per-token-day
+    objective: cost
+    key: [header.authorization]
+    algorithm: quota
+    limits: [ { quota: 100000/day } ]
+  - name: per-token-burst
+    objective: protection
+    key: [header.authorization]
+    algorithm: token_bucket
+    limits: [ { rate: 10/s, burst: 50 } ]
+"""
+
+
+def test_a_long_bearer_token_keys_several_policies():
+    """One 1,400-character bearer token is the key of three policies: stored once in the
+    decision, admitted (before: 500 for every such user). Beyond what a decision can hold,
+    the answer is a 400 that says so, never a 500 or an "allowed"."""
+    s = Server(config_text=JWT)
+    try:
+        tok = "Bearer " + "x" * 1400
+        r = requests.get(s.http + "/v1/auth", headers={"Authorization": tok, "X-Original-URI": "/a"}, timeout=5)
+        assert r.status_code == 200, r.text
+        assert r.headers.get("RateLimit-Policy", "").count("per-token") >= 1 or "RateLimit" in r.headers
+        huge = "Bearer " + "y" * 5000
+        r = requests.post(s.http + "/v1/check", json={"request": {"headers": {"authorization": huge}}},
+                          timeout=5)
+        assert r.status_code == 400, r.text
+        body = r.json()
+        assert body.get("allowed") is False and "too long" in body.get("error", ""), body
+        # an explicit key over the limit: 400, not allowed
+        r = requests.post(s.http + "/v1/check", json={"policy": "per-token", "key": "k" * 6000}, timeout=5)
+        assert r.status_code == 400 and r.json().get("allowed") is False, r.text
+        c = s.resp()
+        got = c.command("SL.CHECK", "per-token", "k" * 6000)
+        assert str(got).startswith("ERR") and "too long" in str(got), got
+        c.close()
+    finally:
+        s.stop()
+    s.assert_clean()
+
+
+UPLOADS = """
+policies:
+  - name: uploads
+    objective: cost
+    match: { method: PUT }
+    key: [header.x-api-key]
+    cost: { default: 1000 }
+    algorithm: token_bucket
+    limits: [ { rate: 1000/min, burst: 5000 } ]
+"""
+
+
+def test_a_zero_cost_in_the_request_form_is_a_check():
+    """COST 0 (RESP) or "cost": 0 (/v1/check) with the request's attributes takes nothing,
+    as in the explicit form (before: the policy's default cost, 1000 units, each time);
+    a stated cost replaces the policy's."""
+    s = Server(config_text=UPLOADS)
+    try:
+        c = s.resp()
+        for _ in range(3):
+            d = as_dict(c.command("SL.CHECKREQ", "METHOD", "PUT", "PATH", "/f", "HEADER", "x-api-key", "c0",
+                                  "COST", 0))
+            assert d["allowed"] == 1 and d["remaining"] == 5000, d
+        d = as_dict(c.command("SL.CHECKREQ", "METHOD", "PUT", "PATH", "/f", "HEADER", "x-api-key", "c0",
+                              "COST", 7))
+        assert d["remaining"] == 4993, d
+        c.close()
+        for _ in range(2):
+            r = requests.post(s.http + "/v1/check", json={"request": {"method": "PUT", "path": "/f",
+                              "headers": {"x-api-key": "c0"}}, "cost": 0}, timeout=5)
+            assert r.status_code == 200 and json.loads(r.text)["allowed"] is True, r.text
+        c = s.resp()
+        assert as_dict(c.command("SL.CHECKREQ", "METHOD", "PUT", "PATH", "/f", "HEADER", "x-api-key", "c0",
+                                 "COST", 0))["remaining"] == 4993
+        c.close()
+    finally:
+        s.stop()
+    s.assert_clean()
+
+
+def test_a_zero_limit_override_is_over_limit(make_server, pb):
+    """An Envoy descriptor with its own limit of 0 per unit is always OVER_LIMIT, as
+    envoyproxy/ratelimit answers (before: unlimited, remaining 4294967292)."""
+    from test_grpc_rls import start
+    s, c = start(make_server, pb, "05-unlimited.yaml")
+    for _ in range(3):
+        r = c.check("internal", [{"entries": [("azure", "zero")], "limit": (0, 2)}])
+        assert r.overall_code == 2 and r.statuses[0].code == 2, r  # OVER_LIMIT
+    c.close()
