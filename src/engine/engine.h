@@ -286,6 +286,9 @@ void sl_engine_release_async(const sl_engine *e, void *lane, sl_verdict *v, slui
  * continuation), its single use taken (a claim in the store when tokens are shared), then
  * applied. rc: SLUICE_OK, SLUICE_EINVAL (forged, malformed), SLUICE_ENOTFOUND (used,
  * expired, unknown), or a store error. */
+/* A token used for an operation it holds nothing for (SL.RELEASE on a settle token, or
+ * SL.SETTLE on a lease token): the caller's mistake, said as such (not done). */
+#define SL_ETOKEN_OP (-100)
 #define SL_TOKEN_SETTLE 1u
 #define SL_TOKEN_RELEASE 2u
 void sl_engine_token(const sl_engine *e, void *lane, const char *token, size_t len,

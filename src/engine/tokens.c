@@ -176,20 +176,45 @@ static sl_hash128 token_mac(const char *p, size_t n) {
     return sl_siphash128(&token_key, p, n, 2, 4);
 }
 
-/* Format: "t2,ID,MONO,WALL" (the single-use id and the decision time, decimal), then per
- * item to settle or release ";NAMEHEX,INDEX,KEYHEX,COST,LEASE,S", then ".MAC" (32 hex
- * digits).
+/*
+ * Why a token's keys are encrypted: the token travels through gateways, logs and clients
+ * (X-Sluice-Token), and a key may be an API key or a user's identity. Each key is XORed
+ * with a keystream of SipHash-2-4-128 blocks (a PRF under a key derived from the token
+ * key, domain-separated) over (token id, decision times, item, block): the id and times
+ * make every token's stream its own. The MAC covers the encrypted text, so a changed
+ * byte is refused before anything is decrypted.
+ */
+static void token_crypt(unsigned char *b, size_t n, uint64_t id, sluice_time at, size_t item) {
+    pthread_once(&token_once, token_key_init);
+    static const char label[] = "sluice token keys";
+    sl_hash128 dk = sl_siphash128(&token_key, label, sizeof(label) - 1, 2, 4);
+    sl_hash_key ek = {dk.lo, dk.hi};
+    for (size_t blk = 0, off = 0; off < n; blk++) {
+        uint64_t in[5] = {id, (uint64_t)at.mono_ns, (uint64_t)at.wall_ns, (uint64_t)item, (uint64_t)blk};
+        sl_hash128 ks = sl_siphash128(&ek, in, sizeof(in), 2, 4);
+        unsigned char stream[16];
+        memcpy(stream, &ks.lo, 8);
+        memcpy(stream + 8, &ks.hi, 8);
+        for (size_t k = 0; k < 16 && off < n; k++, off++) b[off] ^= stream[k];
+    }
+}
+
+/* Format: "t3,ID,MONO,WALL" (the single-use id and the decision time, decimal), then per
+ * item to settle or release ";NAMEHEX,INDEX,KEYHEX,COST,LEASE,S" (the key encrypted: see
+ * token_crypt), then ".MAC" (32 hex digits). "t2" tokens (keys in clear, from before)
+ * are still read.
  * Why names rather than indices: a token must stay meaningful across a reload, and the
  * limiter identity (name + index) is exactly what survives one. */
 int sl_verdict_token(const sl_verdict *v, char *buf, size_t len) {
     if (v == NULL || buf == NULL || len < 3) return SLUICE_ERANGE;
     size_t off = 0;
     buf[off++] = 't';
-    buf[off++] = '2';
+    buf[off++] = '3';
     if (!put_fmt(buf, len, &off, ",%llu", v->token_id) ||
         !put_fmt(buf, len, &off, ",%llu", (unsigned long long)(uint64_t)v->decided_at.mono_ns) ||
         !put_fmt(buf, len, &off, ",%llu", (unsigned long long)(uint64_t)v->decided_at.wall_ns))
         return SLUICE_ERANGE;
+    size_t nitem = 0;
     if (sl__admitted(v))
         for (size_t i = 0; i < v->n; i++) {
             const sl_verdict_item *it = &v->items[i];
@@ -200,9 +225,12 @@ int sl_verdict_token(const sl_verdict *v, char *buf, size_t len) {
             const char *name = sluice_limiter_spec(w->lim)->name;
             if (off + 1 >= len) return SLUICE_ERANGE;
             buf[off++] = ';';
+            unsigned char key[SL_VERDICT_KEYS];
+            memcpy(key, v->keys + it->key_off, it->key_len);
+            token_crypt(key, it->key_len, v->token_id, v->decided_at, nitem++);
             if (!put_hex(buf, len, &off, name, strlen(name)) ||
                 !put_fmt(buf, len, &off, ",%llu,", sluice_limiter_spec(w->lim)->index) ||
-                !put_hex(buf, len, &off, v->keys + it->key_off, it->key_len) ||
+                !put_hex(buf, len, &off, key, it->key_len) ||
                 !put_fmt(buf, len, &off, ",%llu", it->cost) ||
                 !put_fmt(buf, len, &off, ",%llu", it->result.lease) ||
                 !put_fmt(buf, len, &off, ",%llu", it->settle ? 1u : 0u))
@@ -280,7 +308,9 @@ static size_t token_head(const char *t, size_t len, uint64_t *id, sluice_time *a
  * malformed token must not burn its single use.
  */
 static int token_load(const sl_engine *e, const char *t, size_t len, sl_verdict *v) {
-    if (e == NULL || t == NULL || len < 2 + 33 || t[0] != 't' || t[1] != '2') return SLUICE_EINVAL;
+    if (e == NULL || t == NULL || len < 2 + 33 || t[0] != 't' || (t[1] != '2' && t[1] != '3'))
+        return SLUICE_EINVAL;
+    bool encrypted = t[1] == '3';
     size_t body = len - 33;
     if (t[body] != '.') return SLUICE_EINVAL;
     sl_hash128 mac = token_mac(t, body);
@@ -298,6 +328,7 @@ static int token_load(const sl_engine *e, const char *t, size_t len, sl_verdict 
     size_t i = token_head(t, len, &v->token_id, &v->decided_at);
     if (i == 0) return SLUICE_EINVAL;
     int missing = SLUICE_OK;
+    size_t nitem = 0;
     while (i < len) {
         if (t[i] != ';') return SLUICE_EINVAL;
         i++;
@@ -326,6 +357,8 @@ static int token_load(const sl_engine *e, const char *t, size_t len, sl_verdict 
             return SLUICE_EINVAL;
         size_t kl = get_hex(f[2], fl[2], v->keys + v->keys_used, SL_VERDICT_KEYS - v->keys_used, &ok);
         if (!ok || kl > 0xffff) return SLUICE_EINVAL;
+        if (encrypted) token_crypt(v->keys + v->keys_used, kl, v->token_id, v->decided_at, nitem);
+        nitem++;
         const sl__ewin *win = NULL;
         for (size_t j = 0; j < e->n_all && win == NULL; j++) {
             const sluice_limit_spec *s = sluice_limiter_spec(e->all[j]->lim);
@@ -452,8 +485,8 @@ void sl_engine_token(const sl_engine *e, void *lane, const char *token, size_t l
         if (l > life) life = l;
     }
     unsigned ops = op & held & (SL_TOK_SETTLE | SL_TOK_RELEASE);
-    if (ops == 0) { /* the token holds nothing for this operation: nothing to do */
-        complete_token(v, SLUICE_OK);
+    if (ops == 0) { /* nothing for this operation: a mistake when it holds something else */
+        complete_token(v, held != 0 ? SL_ETOKEN_OP : SLUICE_OK);
         return;
     }
     v->run.tok_op = (ops & SL_TOK_SETTLE) ? SL_TOK_SETTLE : SL_TOK_RELEASE;

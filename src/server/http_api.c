@@ -472,6 +472,9 @@ static void finish_token(sl_pending *p, int rc, bool later) {
         problem(c, p->minor, 404, "token already used, expired or unknown", 1);
     } else if (rc == SLUICE_EINVAL) {
         problem(c, p->minor, 400, "invalid token", 1);
+    } else if (rc == SL_ETOKEN_OP) {
+        problem(c, p->minor, 400, p->op == SL_TOKEN_SETTLE ? "this token holds no reservation to settle"
+                                                          : "this token holds no lease to release", 1);
     } else {
         problem(c, p->minor, 503, sluice_strerror(rc), 1);
     }

@@ -501,6 +501,9 @@ static void write_token(sl_conn *c, sl_wbuf *wb, void *arg) {
         sl_resp_error(wb, "ERR token already used, expired or unknown");
     else if (rc == SLUICE_EINVAL)
         sl_resp_error(wb, "ERR invalid token");
+    else if (rc == SL_ETOKEN_OP)
+        sl_resp_error(wb, "ERR this token holds nothing for that operation (SL.SETTLE: a reservation, "
+                          "SL.RELEASE: a lease)");
     else {
         char m[128];
         snprintf(m, sizeof(m), "ERR %s", sluice_strerror(rc));

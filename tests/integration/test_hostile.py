@@ -105,3 +105,56 @@ def test_a_zero_limit_override_is_over_limit(make_server, pb):
         r = c.check("internal", [{"entries": [("azure", "zero")], "limit": (0, 2)}])
         assert r.overall_code == 2 and r.statuses[0].code == 2, r  # OVER_LIMIT
     c.close()
+
+
+TOKENS = """
+policies:
+  - name: slots
+    objective: protection
+    match: { path_prefix: /slow }
+    key: [header.x-api-key]
+    algorithm: concurrency
+    limits: [ { max: 3, lease: 30s } ]
+  - name: ai
+    objective: cost
+    match: { path_prefix: /ai }
+    key: [header.x-api-key]
+    cost: { default: 100, settle: true }
+    algorithm: token_bucket
+    limits: [ { rate: 1000/min, burst: 1000 } ]
+"""
+
+
+def test_tokens_carry_no_key_and_refuse_the_wrong_operation():
+    """A settle/release token travels through gateways and logs: it must not carry the
+    API key that keyed the decision (before: the key in hex). A lease token used to
+    settle, or a reservation token used to release, is refused as such (before: OK, and
+    nothing done)."""
+    s = Server(config_text=TOKENS)
+    try:
+        secret = "sk-live-4242-tenant"
+        hexkey = secret.encode().hex()
+        r = requests.get(s.http + "/v1/auth", headers={"X-Api-Key": secret, "X-Original-URI": "/slow/x"},
+                         timeout=5)
+        lease_tok = r.headers["X-Sluice-Token"]
+        r = requests.get(s.http + "/v1/auth", headers={"X-Api-Key": secret, "X-Original-URI": "/ai/x"},
+                         timeout=5)
+        settle_tok = r.headers["X-Sluice-Token"]
+        for t in (lease_tok, settle_tok):
+            assert secret not in t and hexkey not in t, t
+        c = s.resp()
+        got = c.command("SL.SETTLE", lease_tok, 5)
+        assert str(got).startswith("ERR this token holds nothing"), got
+        got = c.command("SL.RELEASE", settle_tok)
+        assert str(got).startswith("ERR this token holds nothing"), got
+        # used as meant, they work: the slot comes back, the cost is settled
+        assert c.command("SL.RELEASE", lease_tok) == "OK"
+        assert c.command("SL.SETTLE", settle_tok, 40) == "OK"
+        d = as_dict(c.command("SL.CHECKREQ", "PATH", "/ai/y", "HEADER", "x-api-key", secret, "COST", 0))
+        assert d["remaining"] == 960, d  # 1000 - 40 actual
+        c.close()
+        r = requests.post(s.http + "/v1/settle", json={"token": lease_tok, "actual": 1}, timeout=5)
+        assert r.status_code in (400, 404), r.text  # used already, or the wrong operation
+    finally:
+        s.stop()
+    s.assert_clean()
