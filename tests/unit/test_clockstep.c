@@ -85,7 +85,7 @@ static int64_t poll_until_admitted(sluice_store *st, const sluice_limiter *lim,
                                    sluice_clock *clk, int64_t *waited) {
     int64_t longest = 0, t0 = sluice_clock_now(clk).mono_ns;
     for (int i = 0; i < 3 * 86400; i++) {
-        sluice_result r;
+        sluice_result r = {0};
         if (decide(st, lim, sluice_clock_now(clk), &r) != SLUICE_OK) break;
         if (r.allowed) {
             *waited = sluice_clock_now(clk).mono_ns - t0;
@@ -105,7 +105,7 @@ static int64_t poll_until_admitted(sluice_store *st, const sluice_limiter *lim,
 static void exhaust(sluice_store *st, const acase *c, const sluice_limiter *lim,
                     sluice_clock *clk) {
     for (uint64_t i = 0; i < c->exhaust; i++) {
-        sluice_result r;
+        sluice_result r = {0};
         T_EQ_I(decide(st, lim, sluice_clock_now(clk), &r), SLUICE_OK);
         T_CHECK(r.allowed);
     }
@@ -171,7 +171,7 @@ static void test_snapshot_from_a_year_ahead(void) {
         T_EQ_I(sluice_store_restore(b, path, sluice_clock_now(right), &skipped, eb, sizeof(eb)),
                SLUICE_OK);
         /* still limited: the state was not lost */
-        sluice_result r;
+        sluice_result r = {0};
         T_EQ_I(decide(b, lim, sluice_clock_now(right), &r), SLUICE_OK);
         T_CHECK(!r.allowed);
         int64_t waited, longest = poll_until_admitted(b, lim, right, &waited);
