@@ -331,16 +331,92 @@ static size_t max_windows(const sl_cpolicy *p) {
  * other are seen, glob overlaps are assumed). Envoy descriptors are bounded per request
  * by the request itself (16 descriptors): a request over the bound gets its own error.
  */
+typedef struct lit_ent {
+    const char *lit; /* a path's literal beginning (the part before any '*') */
+    size_t len;
+    size_t pol;      /* index into cx->pol */
+} lit_ent;
+
+static int lit_cmp(const void *a, const void *b) {
+    const lit_ent *x = a, *y = b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->lit, y->lit, n);
+    return c != 0 ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* The first entry whose literal is >= (lit, len) in sorted order. */
+static size_t lit_lower(const lit_ent *e, size_t n, const char *lit, size_t len) {
+    size_t lo = 0, hi = n;
+    lit_ent key = {lit, len, 0};
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (lit_cmp(&e[mid], &key) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Adds q's windows to p's count when they can meet; false once over the limit. */
+static bool count_meet(sl__ctx *cx, size_t i, size_t j, size_t *total, size_t *others) {
+    const sl_cpolicy *p = cx->pol[i], *q = cx->pol[j];
+    if (j == i || q->envoy || q->domain != NULL || !may_overlap(p, q)) return true;
+    *total += max_windows(q);
+    (*others)++;
+    return *total <= SLUICE_MAX_ITEMS;
+}
+
+/*
+ * One decision holds at most SLUICE_MAX_ITEMS windows: a request matching more is an
+ * error at run time (400). Refused at load instead, for attribute (HTTP) policies: for
+ * each policy, its windows plus those of every policy that can match the same request
+ * (a conservative test: methods, paths, hosts and header conditions that exclude each
+ * other are seen, glob overlaps are assumed). Envoy descriptors are bounded per request
+ * by the request itself (16 descriptors): a request over the bound gets its own error.
+ * Why sorted path literals: two paths can meet only when one's literal beginning starts
+ * the other's, so a policy is compared with the policies without a path, those whose
+ * literal starts with its own (one range of the sorted list) and those whose literal is
+ * one of its own beginnings (one lookup per length): 10,000 policies load in
+ * milliseconds, where comparing every pair took seconds.
+ */
 static void check_overlap(sl__ctx *cx) {
+    lit_ent *e = cx->n_pol ? calloc(cx->n_pol, sizeof(*e)) : NULL;
+    size_t *any = cx->n_pol ? calloc(cx->n_pol, sizeof(*any)) : NULL;
+    if (cx->n_pol && (e == NULL || any == NULL)) {
+        free(e);
+        free(any);
+        cx->cfg->arena.oom = true;
+        return;
+    }
+    size_t ne = 0, nany = 0;
+    for (size_t i = 0; i < cx->n_pol; i++) {
+        const sl_cpolicy *p = cx->pol[i];
+        if (p->envoy || p->domain != NULL) continue;
+        if (p->path_kind == SL_PATH_ANY) any[nany++] = i;
+        else e[ne++] = (lit_ent){p->path, literal_len(p->path, path_glob(p->path_kind)), i};
+    }
+    qsort(e, ne, sizeof(*e), lit_cmp);
     for (size_t i = 0; i < cx->n_pol; i++) {
         const sl_cpolicy *p = cx->pol[i];
         if (p->envoy || p->domain != NULL) continue;
         size_t total = max_windows(p), others = 0;
-        for (size_t j = 0; j < cx->n_pol; j++) {
-            const sl_cpolicy *q = cx->pol[j];
-            if (j == i || q->envoy || q->domain != NULL || !may_overlap(p, q)) continue;
-            total += max_windows(q);
-            others++;
+        bool ok = true;
+        for (size_t k = 0; k < nany && ok; k++) ok = count_meet(cx, i, any[k], &total, &others);
+        if (p->path_kind == SL_PATH_ANY) { /* meets any path */
+            for (size_t k = 0; k < ne && ok; k++) ok = count_meet(cx, i, e[k].pol, &total, &others);
+        } else {
+            const char *lit = p->path;
+            size_t len = literal_len(lit, path_glob(p->path_kind));
+            /* literals that start with this one (itself included) */
+            for (size_t k = lit_lower(e, ne, lit, len); k < ne && ok && e[k].len >= len &&
+                                                        memcmp(e[k].lit, lit, len) == 0;
+                 k++)
+                ok = count_meet(cx, i, e[k].pol, &total, &others);
+            /* literals that are a beginning of this one */
+            for (size_t l = 0; l < len && ok; l++)
+                for (size_t k = lit_lower(e, ne, lit, l); k < ne && ok && e[k].len == l &&
+                                                          memcmp(e[k].lit, lit, l) == 0;
+                     k++)
+                    ok = count_meet(cx, i, e[k].pol, &total, &others);
         }
         if (total > SLUICE_MAX_ITEMS) {
             sl_ynode at = {.kind = SL_YMAP, .line = p->line, .col = p->col};
@@ -348,9 +424,11 @@ static void check_overlap(sl__ctx *cx) {
                     "in one decision, more than the %d it can hold (expected narrower match "
                     "conditions, or fewer windows)", p->name ? p->name : "", others, total,
                     SLUICE_MAX_ITEMS);
-            return; /* one error says it */
+            break; /* one error says it */
         }
     }
+    free(e);
+    free(any);
 }
 
 static void check_totals(sl__ctx *cx) {

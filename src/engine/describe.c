@@ -570,9 +570,35 @@ static char *dupstr(const char *s) {
     return p;
 }
 
-static const sl_cpolicy *find(const sl_config *c, const char *name) {
-    for (size_t i = 0; c != NULL && i < c->n_pol; i++)
-        if (strcmp(c->pol[i].name, name) == 0) return &c->pol[i];
+/* A config's policies sorted by name, for lookups in O(log n): a diff of two configs of
+ * 10,000 policies compared every pair before (a second of a worker's time per reload). */
+typedef struct by_name {
+    const sl_cpolicy **p;
+    size_t n;
+} by_name;
+
+static int cmp_pol(const void *a, const void *b) {
+    return strcmp((*(const sl_cpolicy *const *)a)->name, (*(const sl_cpolicy *const *)b)->name);
+}
+
+static bool index_names(const sl_config *c, by_name *ix) {
+    ix->n = c ? c->n_pol : 0;
+    ix->p = ix->n ? malloc(ix->n * sizeof(*ix->p)) : NULL;
+    if (ix->n && ix->p == NULL) return false;
+    for (size_t i = 0; i < ix->n; i++) ix->p[i] = &c->pol[i];
+    if (ix->n) qsort(ix->p, ix->n, sizeof(*ix->p), cmp_pol);
+    return true;
+}
+
+static const sl_cpolicy *find(const by_name *ix, const char *name) {
+    size_t lo = 0, hi = ix->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(ix->p[mid]->name, name);
+        if (c == 0) return ix->p[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return NULL;
 }
 
@@ -606,10 +632,11 @@ int sl_config_diff_make(const sl_config *old, const sl_config *cur, sl_config_di
         free(a), free(b), free(how);
         goto oom;
     }
-    bool ok = true;
+    by_name oix = {0}, cix = {0};
+    bool ok = index_names(old, &oix) && index_names(cur, &cix);
     for (size_t i = 0; i < nn && ok; i++) {
         const sl_cpolicy *np = &cur->pol[i];
-        const sl_cpolicy *op = find(old, np->name);
+        const sl_cpolicy *op = find(&oix, np->name);
         if (op == NULL) {
             ok = (d->added[d->nadded] = dupstr(np->name)) != NULL;
             d->nadded += ok;
@@ -636,11 +663,12 @@ int sl_config_diff_make(const sl_config *old, const sl_config *cur, sl_config_di
         d->nchanged++;
     }
     for (size_t i = 0; i < no && ok; i++)
-        if (find(cur, old->pol[i].name) == NULL) {
+        if (find(&cix, old->pol[i].name) == NULL) {
             ok = (d->removed[d->nremoved] = dupstr(old->pol[i].name)) != NULL;
             d->nremoved += ok;
         }
     free(a), free(b), free(how);
+    free(oix.p), free(cix.p);
     if (ok) return SLUICE_OK;
 oom:
     sl_config_diff_free(d);

@@ -668,6 +668,7 @@ void sluice_store_destroy(sluice_store *st) {
         m = o;
     }
     pthread_mutex_destroy(&st->reg_lock);
+    free(st->fam_index);
     free(st);
 }
 
@@ -750,14 +751,47 @@ sl_family *sl_store_family_of(sluice_store *st, const sluice_limiter *lim) {
     return NULL;
 }
 
+static size_t fam_slot_of(const char *name, size_t name_len, uint32_t index, size_t mask) {
+    uint64_t h = UINT64_C(14695981039346656037) ^ index;
+    for (size_t i = 0; i < name_len; i++) h = (h ^ (unsigned char)name[i]) * UINT64_C(1099511628211);
+    return (size_t)(h ^ (h >> 29)) & mask;
+}
+
+/* Adds family f to the name index (reg_lock held); false without memory. */
+static bool fam_index_add(sluice_store *st, sl_family *f) {
+    if ((st->nfams + 1) * 2 > st->fam_index_cap) {
+        size_t cap = st->fam_index_cap ? st->fam_index_cap * 2 : 64;
+        uint16_t *ix = calloc(cap, sizeof(*ix));
+        if (ix == NULL) return false;
+        for (size_t i = 0; i < st->fam_index_cap; i++) {
+            uint16_t id = st->fam_index[i];
+            if (id == 0) continue;
+            const sl_family *g = sl_store_family(st, id);
+            size_t s = fam_slot_of(g->name, g->name_len, g->index, cap - 1);
+            while (ix[s] != 0) s = (s + 1) & (cap - 1);
+            ix[s] = id;
+        }
+        free(st->fam_index);
+        st->fam_index = ix;
+        st->fam_index_cap = cap;
+    }
+    size_t s = fam_slot_of(f->name, f->name_len, f->index, st->fam_index_cap - 1);
+    while (st->fam_index[s] != 0) s = (s + 1) & (st->fam_index_cap - 1);
+    st->fam_index[s] = f->id;
+    return true;
+}
+
 sl_family *sl_store_family_by_name(sluice_store *st, const char *name, size_t name_len,
                                    uint32_t index) {
-    for (unsigned i = 1; i <= st->nfams; i++) {
-        sl_family *f = sl_store_family(st, (uint16_t)i);
+    if (st->fam_index_cap == 0) return NULL;
+    size_t mask = st->fam_index_cap - 1;
+    for (size_t s = fam_slot_of(name, name_len, index, mask);; s = (s + 1) & mask) {
+        uint16_t id = st->fam_index[s];
+        if (id == 0) return NULL;
+        sl_family *f = sl_store_family(st, id);
         if (f->index == index && f->name_len == name_len && memcmp(f->name, name, name_len) == 0)
             return f;
     }
-    return NULL;
 }
 
 bool sl_limit_same(const sl_limit *a, const sl_limit *b) {
@@ -923,6 +957,13 @@ int sluice_store_register(sluice_store *st, const sluice_limiter *lim) {
                 atomic_store_explicit(&st->fam_chunks[ci], chunk, memory_order_release);
             }
             atomic_store_explicit(&chunk[f->id % SL_STORE_FAM_CHUNK], f, memory_order_release);
+            if (!fam_index_add(st, f)) { /* before nfams counts it: nothing refers to it yet */
+                atomic_store_explicit(&chunk[f->id % SL_STORE_FAM_CHUNK], NULL, memory_order_release);
+                free(v);
+                free(f);
+                rc = SLUICE_ENOMEM;
+                goto out;
+            }
             st->nfams++;
         } else {
             v->older = cur;

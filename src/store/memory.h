@@ -156,6 +156,10 @@ struct sluice_store {
     unsigned ntables;
     _Atomic(_Atomic(sl_family *) *) fam_chunks[SL_STORE_MAX_FAMILIES / SL_STORE_FAM_CHUNK + 1];
     unsigned nfams;
+    /* families by (name, index), under reg_lock: open addressing of ids, load <= 1/2
+     * (registering 10,000 limiters was quadratic with a scan per name) */
+    uint16_t *fam_index;
+    size_t fam_index_cap;
     _Atomic(sl_regmap *) regmap;
     unsigned nregs;
 };
