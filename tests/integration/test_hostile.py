@@ -158,3 +158,22 @@ def test_tokens_carry_no_key_and_refuse_the_wrong_operation():
     finally:
         s.stop()
     s.assert_clean()
+
+
+def test_the_shipped_login_policy_covers_the_usual_spellings():
+    """examples/sluice.yaml's brute-force policy: /login/, /login;jsessionid=1 and
+    /login%00 count against the same budget as /login (before: an exact path, and those
+    spellings were never limited)."""
+    import os
+    from conftest import SRC
+    s = Server(config_path=os.path.join(SRC, "examples", "sluice.yaml"), test_clock=True)
+    try:
+        codes = []
+        for uri in ["/login", "/login/", "/login;jsessionid=1", "/login%00", "/login/?x=1", "/login", "/login/"]:
+            r = requests.get(s.http + "/v1/auth", headers={"X-Original-Method": "POST", "X-Original-URI": uri,
+                                                           "X-Forwarded-For": "203.0.113.9"}, timeout=5)
+            codes.append(r.status_code)
+        assert codes[:5] == [200] * 5 and codes[5:] == [429, 429], codes
+    finally:
+        s.stop()
+    s.assert_clean()
