@@ -39,12 +39,23 @@ void sl__redis_arm(sl_redis *r, int64_t at) {
 
 /* ---- breaker ---------------------------------------------------------------------- */
 
+/* The breaker's state as sl_redis_health shows it (only at a change: rare). */
+static void publish_open(sl_redis *r, sl_redis_node *nd, bool open) {
+    if (nd->open_pub == open) return;
+    pthread_mutex_lock(&r->hmu);
+    nd->open_pub = open;
+    pthread_mutex_unlock(&r->hmu);
+}
+
 void sl__redis_note_ok(sl_redis *r, sl_redis_node *nd) {
     bool was = nd->open_until != 0;
     nd->fails = 0;
     nd->open_until = 0;
     nd->half_open = false;
-    if (was) update_ready(r);
+    if (was) {
+        publish_open(r, nd, false);
+        update_ready(r);
+    }
 }
 
 void sl__redis_note_fail(sl_redis *r, sl_redis_node *nd) {
@@ -53,6 +64,7 @@ void sl__redis_note_fail(sl_redis *r, sl_redis_node *nd) {
         nd->open_until = mono_now() + r->o.breaker_open_ns;
         nd->half_open = false;
         sl__redis_arm(r, nd->open_until);
+        publish_open(r, nd, true);
         update_ready(r);
     }
 }
@@ -365,6 +377,7 @@ int sl_redis_health(const sl_redis *cr, sl_redis_node_health *out, int cap) {
         else if (nd->host[0] == '\0') snprintf(h->addr, sizeof(h->addr), "primary '%.64s' (not known yet)", r->o.master);
         else snprintf(h->addr, sizeof(h->addr), strchr(nd->host, ':') ? "[%s]:%d" : "%s:%d", nd->host, nd->port);
         h->state = nd->state;
+        h->not_answering = nd->state == 2 && nd->open_pub;
         h->auth_failures = nd->auth_failures;
         h->tls_failures = nd->tls_failures;
         memcpy(h->last_error, nd->err, sizeof(h->last_error));

@@ -75,6 +75,7 @@ struct sl_redis_node {
     int64_t open_until; /* refusing until then (0 = closed) */
     bool half_open;
     /* health, written by the owner thread under r->hmu, read by anyone under it */
+    bool open_pub;        /* the breaker is open (for sl_redis_health) */
     char err[200];
     uint64_t auth_failures, tls_failures;
 };

@@ -53,6 +53,7 @@ static void on_conn_state(void *owner, sl_conn *c, bool up, sl_conn_why why, con
         pthread_mutex_lock(&r->hmu);
         nd->state = 2;
         nd->err[0] = '\0';
+        nd->open_pub = false; /* a fresh connection closes its breaker (below) */
         pthread_mutex_unlock(&r->hmu);
         nd->backoff = 0;
         inc(&r->st.reconnects);

@@ -259,6 +259,7 @@ typedef struct sl_redis_stats {
 typedef struct sl_redis_node_health {
     char addr[SL_REDIS_UNIX_MAX + 8]; /* "host:port", "[v6]:port" or the socket path */
     int state;                 /* 0 down, 1 connecting, 2 up */
+    bool not_answering;        /* connected, but its breaker is open: failures in a row */
     uint64_t auth_failures, tls_failures;
     char last_error[200];      /* "" = none since it was last up; never a credential */
 } sl_redis_node_health;

@@ -234,13 +234,14 @@ static size_t render_nodes(char *buf, size_t cap) {
             }
             all[m].h.auth_failures += one[j].auth_failures;
             all[m].h.tls_failures += one[j].tls_failures;
-            if (one[j].state != 2) all[m].down = true;
+            if (one[j].state != 2 || one[j].not_answering) all[m].down = true;
         }
     }
     size_t off = 0;
     static const char *const head[3] = {
-        ("# HELP sluice_redis_node_up 1 when every worker is connected to this Redis node (role: node, "
-         "primary behind sentinels, or the sentinel in use).\n# TYPE sluice_redis_node_up gauge\n"),
+        ("# HELP sluice_redis_node_up 1 when every worker is connected to this Redis node and it "
+         "answers (its breaker closed) (role: node, primary behind sentinels, or the sentinel in "
+         "use).\n# TYPE sluice_redis_node_up gauge\n"),
         ("# HELP sluice_redis_node_auth_failures_total Connections to this Redis node refused "
          "for their credentials (WRONGPASS, NOAUTH, NOPERM).\n"
          "# TYPE sluice_redis_node_auth_failures_total counter\n"),
@@ -285,10 +286,12 @@ int sl_redis_store_health(char *buf, size_t cap) {
         if (r == NULL) continue;
         int k = sl_redis_health(r, one, BR_NODES);
         for (int j = 0; j < k; j++) {
-            if (one[j].state == 2) continue;
+            if (one[j].state == 2 && !one[j].not_answering) continue;
             int w = snprintf(buf + off, cap - off, "redis %s %s%s%s\n", one[j].addr,
-                             one[j].state == 1 ? "connecting" : "down", one[j].last_error[0] ? ": " : "",
-                             one[j].last_error);
+                             one[j].state == 2 ? "not answering (timeouts or errors in a row: its circuit breaker is open)"
+                             : one[j].state == 1 ? "connecting" : "down",
+                             one[j].last_error[0] && one[j].state != 2 ? ": " : "",
+                             one[j].state != 2 ? one[j].last_error : "");
             if (w < 0 || (size_t)w >= cap - off) break;
             off += (size_t)w;
         }
@@ -375,7 +378,7 @@ void sl_redis_store_totals(sl_redis_totals *t) {
  * the last tick; closed again once ready with no such refusals. */
 static int w_down_ticks;
 static bool w_down, w_breaker;
-static sl_redis_totals w_last;
+static sl_redis_totals w_base, w_last;
 static int64_t w_down_since;
 
 void sl_redis_store_watch(sl_log *log) {
@@ -385,21 +388,34 @@ void sl_redis_store_watch(sl_log *log) {
     sl_redis_store_totals(&t);
     int64_t now = sl_clock_mono_ns();
     if (!ready) {
-        if (++w_down_ticks >= 5 && !w_down) {
+        /* counted from the first tick that saw it (the log comes 5 ticks later) */
+        if (w_down_ticks++ == 0) w_base = w_last;
+        if (w_down_ticks >= 5 && !w_down) {
             w_down = true;
             w_down_since = now;
+            char why[512] = "";
+            sl_redis_store_health(why, sizeof(why));
+            char *nl = strchr(why, '\n');
+            if (nl) *nl = '\0';
             SL_LOG(log, SL_LOG_WARN, "store_down",
                    "redis unreachable, policies follow their failure mode (on_store_error)",
-                   SL_LOG_STR("node", g_opts.seeds), SL_LOG_UINT("timeouts", t.timeouts - w_last.timeouts),
-                   SL_LOG_UINT("errors", t.errors - w_last.errors),
-                   SL_LOG_UINT("node_down", t.node_down - w_last.node_down));
+                   SL_LOG_STR("node", g_opts.seeds), SL_LOG_STR("why", why),
+                   SL_LOG_UINT("timeouts", t.timeouts - w_base.timeouts),
+                   SL_LOG_UINT("errors", t.errors - w_base.errors),
+                   SL_LOG_UINT("node_down", t.node_down - w_base.node_down),
+                   SL_LOG_UINT("breaker_open", t.breaker_open - w_base.breaker_open));
         }
     } else {
         w_down_ticks = 0;
         if (w_down) {
             w_down = false;
+            /* what the outage cost, all of it: decisions answered by the failure mode */
             SL_LOG(log, SL_LOG_INFO, "store_up", "redis reachable again",
-                   SL_LOG_STR("node", g_opts.seeds), SL_LOG_DUR("down_for", now - w_down_since));
+                   SL_LOG_STR("node", g_opts.seeds), SL_LOG_DUR("down_for", now - w_down_since),
+                   SL_LOG_UINT("timeouts", t.timeouts - w_base.timeouts),
+                   SL_LOG_UINT("errors", t.errors - w_base.errors),
+                   SL_LOG_UINT("node_down", t.node_down - w_base.node_down),
+                   SL_LOG_UINT("breaker_open", t.breaker_open - w_base.breaker_open));
         }
     }
     if (t.breaker_open > w_last.breaker_open && !w_breaker) {

@@ -641,3 +641,44 @@ def test_tokens_settle_on_any_instance_once(redis):
         j = s.post(c.http + "/v1/check", json={"policy": "tokens", "key": "t2"}, timeout=5).json()
         assert s.post(d.http + "/v1/settle", json={"token": j["token"], "actual": 1}, timeout=5).status_code == 400
         assert s.post(c.http + "/v1/settle", json={"token": j["token"], "actual": 1}, timeout=5).status_code == 200
+
+
+def test_a_stalled_redis_is_shown_as_not_answering(redis):
+    """Redis stopped (SIGSTOP): the connection stays up but nothing answers. The node's
+    gauge drops to 0 once its breaker opens, /readyz says it is not answering, and the
+    log's store_down and store_up lines count the whole outage (before: the gauge stayed 1
+    and the counts were those of the last 100 ms)."""
+    srv = start(redis.port, test_clock=False, time_local=False, workers=1)
+    s = requests.Session()
+    node = "127.0.0.1:%d" % redis.port
+    try:
+        assert check(s, srv, "stall-ok")["allowed"] is True
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+        try:
+            deadline = time.time() + 10
+            down = False
+            while time.time() < deadline and not down:
+                check(s, srv, "stall-%f" % time.time())
+                m = requests.get(srv.admin + "/metrics", timeout=5).text
+                down = 'sluice_redis_node_up{node="%s",role="node"} 0' % node in m
+            assert down, m
+            r = requests.get(srv.admin + "/readyz", timeout=5)
+            assert "not answering" in r.text and node in r.text, r.text
+            deadline = time.time() + 5
+            while time.time() < deadline and "store_down" not in srv.output():
+                time.sleep(0.1)
+            line = [l for l in srv.output().splitlines() if "store_down" in l][0]
+            assert int(re.search(r"timeouts=(\d+)", line).group(1)) > 0, line
+        finally:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        deadline = time.time() + 10
+        while time.time() < deadline and "store_up" not in srv.output():
+            check(s, srv, "stall-back")
+            time.sleep(0.1)
+        line = [l for l in srv.output().splitlines() if "store_up" in l][0]
+        assert int(re.search(r"timeouts=(\d+)", line).group(1)) > 0, line
+        m = requests.get(srv.admin + "/metrics", timeout=5).text
+        assert 'sluice_redis_node_up{node="%s",role="node"} 1' % node in m
+    finally:
+        srv.stop()
+    srv.assert_clean()
