@@ -32,6 +32,7 @@ typedef struct http_ctx {
     const char *query;
     size_t query_len;
     int is_head;
+    char why[200]; /* parse_body: why there is no body object */
 } http_ctx;
 
 /* Writes one whole response. `hdrs` holds complete header lines (or NULL). */
@@ -269,12 +270,24 @@ static void handle_auth(http_ctx *x) {
 
 /* ---- JSON endpoints ---- */
 
+/* The body as a JSON object, or NULL with why in x->why (the parser's own words and
+ * place: "integer overflow near '9223372036854775808' at line 1 column 42"). */
 static json_t *parse_body(http_ctx *x) {
-    if (x->req->body_len == 0) return NULL;
+    x->why[0] = '\0';
+    if (x->req->body_len == 0) {
+        snprintf(x->why, sizeof(x->why), "the body is empty");
+        return NULL;
+    }
     json_error_t err;
     json_t *j = json_loadb(x->req->body, x->req->body_len, 0, &err);
-    if (j && !json_is_object(j)) {
+    if (j == NULL) {
+        snprintf(x->why, sizeof(x->why), "invalid JSON: %.120s at line %d column %d", err.text, err.line,
+                 err.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
         json_decref(j);
+        snprintf(x->why, sizeof(x->why), "the body is JSON but not an object");
         return NULL;
     }
     return j;
@@ -384,7 +397,9 @@ static void handle_check(http_ctx *x, int acquire) {
     sl_worker *w = c->w;
     json_t *j = parse_body(x);
     if (j == NULL) {
-        problem(c, x->req->minor, 400, "the body must be a JSON object", 1);
+        char d[320];
+        snprintf(d, sizeof(d), "the body must be a JSON object: %s", x->why);
+        problem(c, x->req->minor, 400, d, 1);
         return;
     }
     const char *policy, *key;

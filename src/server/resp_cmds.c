@@ -169,12 +169,19 @@ static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const 
         if (v->recheck) LIT(wb, "$7\r\nrecheck\r\n");
         else LIT(wb, "$5\r\ndelay\r\n");
         break;
-    case SL_REJECT: LIT(wb, "$6\r\nreject\r\n"); break;
+    case SL_REJECT:
+        /* a request without the key a policy needs (on_missing_key: reject) is not a
+         * limit: said apart, with that policy's name */
+        if (v->missing_key_policy != NULL && v->status == 400) LIT(wb, "$11\r\nmissing_key\r\n");
+        else LIT(wb, "$6\r\nreject\r\n");
+        break;
     default: LIT(wb, "$4\r\nfail\r\n"); break;
     }
     LIT(wb, "$6\r\npolicy\r\n");
     if (it && it->info && it->info->policy)
         sl_resp_bulk_str(wb, it->info->policy);
+    else if (v->missing_key_policy != NULL)
+        sl_resp_bulk_str(wb, v->missing_key_policy);
     else
         sl_resp_null(wb, p);
     LIT(wb, "$5\r\nlimit\r\n");
@@ -822,8 +829,16 @@ static void cmd_client(resp_ctx *x) {
         err_arity(x);
         return;
     }
-    if (sl_resp_arg_is(cmd, 1, "SETINFO") || sl_resp_arg_is(cmd, 1, "SETNAME") ||
-        sl_resp_arg_is(cmd, 1, "TRACKING") || sl_resp_arg_is(cmd, 1, "REPLY")) {
+    if (sl_resp_arg_is(cmd, 1, "SETNAME") && cmd->argc >= 3) {
+        /* as Redis: a name would show in CLIENT LIST, one line per client */
+        for (size_t i = 0; i < cmd->argl[2]; i++)
+            if ((unsigned char)cmd->argv[2][i] <= ' ' || (unsigned char)cmd->argv[2][i] >= 0x7f) {
+                sl_resp_error(&x->wb, "ERR Client names cannot contain spaces, newlines or special characters.");
+                return;
+            }
+        sl_resp_simple(&x->wb, "OK");
+    } else if (sl_resp_arg_is(cmd, 1, "SETINFO") || sl_resp_arg_is(cmd, 1, "SETNAME") ||
+               sl_resp_arg_is(cmd, 1, "TRACKING") || sl_resp_arg_is(cmd, 1, "REPLY")) {
         sl_resp_simple(&x->wb, "OK");
     } else if (sl_resp_arg_is(cmd, 1, "GETNAME")) {
         sl_resp_null(&x->wb, x->c->proto);

@@ -177,3 +177,37 @@ def test_the_shipped_login_policy_covers_the_usual_spellings():
     finally:
         s.stop()
     s.assert_clean()
+
+
+MISSING = """
+policies:
+  - name: needs-tenant
+    objective: fairness
+    key: [header.x-tenant]
+    on_missing_key: reject
+    algorithm: gcra
+    limits: [ { rate: 10/s } ]
+"""
+
+
+def test_errors_say_what_is_wrong():
+    """A body that is not JSON says the parser's words and place (before: "the body must
+    be a JSON object" for a too-big integer or a NUL in a string); a request missing the
+    key a policy needs reads action missing_key with that policy on RESP (before: reject
+    and no policy, as if limited); a client name with a newline is refused, as Redis does."""
+    s = Server(config_text=MISSING)
+    try:
+        r = requests.post(s.http + "/v1/check", data='{"policy":"needs-tenant","key":"a","cost":9223372036854775808}',
+                          headers={"Content-Type": "application/json"}, timeout=5)
+        assert r.status_code == 400 and "invalid JSON" in r.json()["detail"], r.text
+        r = requests.post(s.http + "/v1/check", data='{"policy":"needs-tenant","key":"a\\u0000b"}', timeout=5)
+        assert r.status_code == 400 and "invalid JSON" in r.json()["detail"], r.text
+        c = s.resp()
+        d = as_dict(c.command("SL.CHECKREQ", "PATH", "/x"))
+        assert d["allowed"] == 0 and d["action"] == b"missing_key" and d["policy"] == b"needs-tenant", d
+        assert str(c.command("CLIENT", "SETNAME", "evil\r\nname")).startswith("ERR Client names")
+        assert c.command("CLIENT", "SETNAME", "worker-1") == "OK"
+        c.close()
+    finally:
+        s.stop()
+    s.assert_clean()
