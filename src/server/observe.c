@@ -298,13 +298,30 @@ static void w_claim(void *lane, uint64_t id, unsigned op, int64_t ttl_ns, sluice
     else inner()->claim(lane, id, op, ttl_ns, now, lat_done, r);
 }
 
+/* A batch (pipelined RESP checks) is timed as a whole, 1 batch in 16, and each of its
+ * decisions counted at the batch's average: the batch path must survive the wrapping
+ * (without it every pipelined check lost its prefetching, 0.6x the throughput). */
+static int w_decide_batch(void *lane, const sluice_item *items, size_t n, sluice_time now,
+                          sluice_result *out) {
+    bool s = tls_w != NULL && (tls_seq++ & 15) == 0;
+    int64_t t0 = s ? sl_clock_mono_ns() : 0;
+    int k = inner()->decide_batch(lane, items, n, now, out);
+    if (s && k > 0) {
+        int64_t per = (sl_clock_mono_ns() - t0) / k;
+        for (int i = 0; i < k; i++)
+            sl_prom_hist_observe(&tls_w->store_lat[0], sl_obs_lat_bounds, SL_OBS_LAT_BOUNDS, per);
+    }
+    return k;
+}
+
 static sl_store_ops g_wrapped;
 
 const sl_store_ops *sl_obs_wrap_ops(const sl_store_ops *in) {
     g_inner = in;
     g_wrapped = (sl_store_ops){.name = in->name, .immediate = in->immediate, .shared = in->shared,
                                .decide = w_decide, .settle = w_settle, .release = w_release,
-                               .reset = w_reset, .claim = in->claim ? w_claim : NULL};
+                               .reset = w_reset, .claim = in->claim ? w_claim : NULL,
+                               .decide_batch = in->decide_batch ? w_decide_batch : NULL};
     return &g_wrapped;
 }
 
