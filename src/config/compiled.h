@@ -333,6 +333,10 @@ bool sl__parse_windows(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, sluice_alg
 void sl__settings_defaults(sl_settings *st);
 uint64_t sl__window_capacity(const sl_cwindow *w);
 
+/* A whole config file (at most 16 MiB) into a malloc'd buffer; NULL with *why set (a
+ * message for a diagnostic) when it cannot be read. */
+char *sl__read_file(const char *path, size_t *len, const char **why);
+
 #define SL_MAX_DELAY_NS (300 * SLUICE_NS_PER_S) /* the longest delay a caller is held */
 
 #endif /* SL_CONFIG_COMPILED_H */

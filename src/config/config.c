@@ -565,31 +565,16 @@ int sl_config_load_buffer(const char *buf, size_t len, const char *name, sl_conf
 
 #define MAX_CONFIG_BYTES (16u << 20)
 
-int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags) {
-    if (out != NULL) *out = NULL;
-    if (diags != NULL) {
-        diags->n = 0;
-        diags->dropped = 0;
-        snprintf(diags->file, sizeof(diags->file), "%s", path ? path : "<config>");
-    }
-    if (path == NULL || out == NULL) return SLUICE_EINVAL;
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return sl_config_load_dir(path, out, diags);
+char *sl__read_file(const char *path, size_t *len, const char **why) {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        if (diags != NULL) {
-            diags->n = 1;
-            diags->items[0].line = 0;
-            diags->items[0].col = 0;
-            snprintf(diags->items[0].msg, sizeof(diags->items[0].msg),
-                     "cannot open the file (expected a readable YAML file)");
-        }
-        return SLUICE_EIO;
+        *why = "cannot open the file (expected a readable YAML file)";
+        return NULL;
     }
-    size_t cap = 65536, len = 0;
+    size_t cap = 65536, n = 0;
     char *buf = malloc(cap);
     while (buf != NULL) {
-        if (len == cap) {
+        if (n == cap) {
             if (cap >= MAX_CONFIG_BYTES) break;
             char *nb = realloc(buf, cap * 2);
             if (nb == NULL) {
@@ -600,23 +585,46 @@ int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags) {
             buf = nb;
             cap *= 2;
         }
-        size_t r = fread(buf + len, 1, cap - len, f);
+        size_t r = fread(buf + n, 1, cap - n, f);
         if (r == 0) break;
-        len += r;
+        n += r;
     }
     bool err = ferror(f) != 0;
     fclose(f);
-    if (buf == NULL) return SLUICE_ENOMEM;
-    if (err || len >= MAX_CONFIG_BYTES) {
+    if (buf == NULL) {
+        *why = "out of memory";
+        return NULL;
+    }
+    if (err || n >= MAX_CONFIG_BYTES) {
         free(buf);
+        *why = err ? "read error" : "file too large (expected at most 16 MiB)";
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags) {
+    if (out != NULL) *out = NULL;
+    if (diags != NULL) {
+        diags->n = 0;
+        diags->dropped = 0;
+        snprintf(diags->file, sizeof(diags->file), "%s", path ? path : "<config>");
+    }
+    if (path == NULL || out == NULL) return SLUICE_EINVAL;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return sl_config_load_dir(path, out, diags);
+    size_t len = 0;
+    const char *why = NULL;
+    char *buf = sl__read_file(path, &len, &why);
+    if (buf == NULL) {
         if (diags != NULL) {
             diags->n = 1;
             diags->items[0].line = 0;
             diags->items[0].col = 0;
-            snprintf(diags->items[0].msg, sizeof(diags->items[0].msg), "%s",
-                     err ? "read error" : "file too large (expected at most 16 MiB)");
+            snprintf(diags->items[0].msg, sizeof(diags->items[0].msg), "%s", why);
         }
-        return SLUICE_EIO;
+        return strcmp(why, "out of memory") == 0 ? SLUICE_ENOMEM : SLUICE_EIO;
     }
     char name[256];
     snprintf(name, sizeof(name), "%s", path);

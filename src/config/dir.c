@@ -17,7 +17,6 @@
 #include "config/compiled.h"
 
 #define SL_DIR_MAX_FILES 4096
-#define SL_DIR_FILE_MAX (16u << 20)
 
 static bool yaml_name(const char *n) {
     size_t l = strlen(n);
@@ -28,45 +27,6 @@ static int by_name(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* A whole file into a malloc'd buffer; NULL with *why set when it cannot be read. */
-static char *read_all(const char *path, size_t *len, const char **why) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        *why = "cannot open the file (expected a readable YAML file)";
-        return NULL;
-    }
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    while (buf != NULL) {
-        if (n == cap) {
-            if (cap >= SL_DIR_FILE_MAX) break;
-            char *nb = realloc(buf, cap * 2);
-            if (nb == NULL) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        if (r == 0) break;
-        n += r;
-    }
-    bool err = ferror(f) != 0;
-    fclose(f);
-    if (buf == NULL) {
-        *why = "out of memory";
-        return NULL;
-    }
-    if (err || n >= SL_DIR_FILE_MAX) {
-        free(buf);
-        *why = err ? "read error" : "file too large (expected at most 16 MiB)";
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 /* Names the file of diagnostics [from, n): its path, or its end when the path is longer
  * than a diagnostic holds ("...<end>": the file name is the part that tells). */
@@ -187,7 +147,7 @@ int sl_config_load_dir(const char *path, sl_config **out, sl_diag_list *diags) {
             if (stat(full, &sb) == 0) continue; /* a directory named x.yaml: not a file */
             why = "cannot open the file (it disappeared or is a broken link)";
         } else {
-            buf = read_all(full, &len, &why);
+            buf = sl__read_file(full, &len, &why);
         }
         if (buf == NULL) {
             sl_ynode at = {.line = 0, .col = 0};

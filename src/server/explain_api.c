@@ -71,15 +71,7 @@ char *sl_obs_explain_finish(sl_pending *p, int rc, size_t *len) {
 
 /* ---- POST /v1/explain -------------------------------------------------------------------- */
 
-static sl_str jstr(json_t *o, const char *k) {
-    sl_str s = {NULL, 0};
-    json_t *v = json_object_get(o, k);
-    if (v && json_is_string(v)) {
-        s.p = json_string_value(v);
-        s.len = json_string_length(v);
-    }
-    return s;
-}
+#define jstr sl_http_json_str
 
 static void finish_http(sl_pending *p, int rc, bool later) {
     sl_conn *c = p->c;
@@ -125,34 +117,9 @@ void sl_explain_http(sl_conn *c, const sl_http_req *req) {
         x = sl_explain_named(e, pol.p, key.p, key.len, jc != NULL,
                              jc ? (uint64_t)json_integer_value(jc) : 0);
     } else {
-        json_t *a = json_object_get(j, "request");
-        if (!json_is_object(a)) a = j;
         sl_request r;
-        memset(&r, 0, sizeof(r));
-        r.method = jstr(a, "method");
-        r.path = jstr(a, "path");
-        r.host = jstr(a, "host");
-        r.client_ip = jstr(a, "client_ip");
-        if (!r.client_ip.p) r.client_ip = jstr(a, "ip");
-        r.route = jstr(a, "route");
         sl_header hdrs[SL_HTTP_MAX_HEADERS];
-        json_t *hj = json_object_get(a, "headers");
-        if (json_is_object(hj)) {
-            const char *hk;
-            json_t *hv;
-            json_object_foreach(hj, hk, hv) {
-                if (r.n_headers >= SL_HTTP_MAX_HEADERS || !json_is_string(hv)) continue;
-                hdrs[r.n_headers].name = (sl_str){hk, strlen(hk)};
-                hdrs[r.n_headers].value = (sl_str){json_string_value(hv), json_string_length(hv)};
-                r.n_headers++;
-            }
-        }
-        r.headers = hdrs;
-        json_t *bb = json_object_get(a, "body_bytes");
-        if (json_is_integer(bb) && json_integer_value(bb) >= 0) {
-            r.has_body_bytes = true;
-            r.body_bytes = (uint64_t)json_integer_value(bb);
-        }
+        sl_http_json_request(j, &r, hdrs);
         if (jc) r.hits_addend = r.cost = (uint64_t)json_integer_value(jc), r.has_cost = true;
         x = sl_explain_request(e, &r);
     }

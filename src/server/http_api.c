@@ -371,7 +371,7 @@ static int json_str(json_t *o, const char *k, const char **p, size_t *n) {
     return 0;
 }
 
-static sl_str jstr(json_t *o, const char *k) {
+sl_str sl_http_json_str(const json_t *o, const char *k) {
     sl_str s = {NULL, 0};
     json_t *v = json_object_get(o, k);
     if (v && json_is_string(v)) {
@@ -379,6 +379,36 @@ static sl_str jstr(json_t *o, const char *k) {
         s.len = json_string_length(v);
     }
     return s;
+}
+#define jstr sl_http_json_str
+
+void sl_http_json_request(const json_t *body, sl_request *r, sl_header *hdrs) {
+    const json_t *a = json_object_get(body, "request");
+    if (!json_is_object(a)) a = body;
+    memset(r, 0, sizeof(*r));
+    r->method = jstr(a, "method");
+    r->path = jstr(a, "path");
+    r->host = jstr(a, "host");
+    r->client_ip = jstr(a, "client_ip");
+    if (!r->client_ip.p) r->client_ip = jstr(a, "ip");
+    r->route = jstr(a, "route");
+    json_t *hj = json_object_get(a, "headers");
+    if (json_is_object(hj)) {
+        const char *hk;
+        json_t *hv;
+        json_object_foreach(hj, hk, hv) {
+            if (r->n_headers >= SL_HTTP_MAX_HEADERS || !json_is_string(hv)) continue;
+            hdrs[r->n_headers].name = (sl_str){hk, strlen(hk)};
+            hdrs[r->n_headers].value = (sl_str){json_string_value(hv), json_string_length(hv)};
+            r->n_headers++;
+        }
+    }
+    r->headers = hdrs;
+    json_t *bb = json_object_get(a, "body_bytes");
+    if (json_is_integer(bb) && json_integer_value(bb) >= 0) {
+        r->has_body_bytes = true;
+        r->body_bytes = (uint64_t)json_integer_value(bb);
+    }
 }
 
 static void finish_check(sl_pending *p, int rc, bool later) {
@@ -434,35 +464,9 @@ static void handle_check(http_ctx *x, int acquire) {
     if (named) {
         sl_engine_prepare_named(e, policy, key, kl, acquire || has_cost, acquire ? 1 : cost, &p->v);
     } else {
-        json_t *a = json_object_get(j, "request");
-        if (!json_is_object(a)) a = j;
         sl_request r;
-        memset(&r, 0, sizeof(r));
-        r.method = jstr(a, "method");
-        r.path = jstr(a, "path");
-        r.host = jstr(a, "host");
-        r.client_ip = jstr(a, "client_ip");
-        if (!r.client_ip.p) r.client_ip = jstr(a, "ip");
-        r.route = jstr(a, "route");
         sl_header hdrs[SL_HTTP_MAX_HEADERS];
-        json_t *hj = json_object_get(a, "headers");
-        if (json_is_object(hj)) {
-            const char *hk;
-            json_t *hv;
-            json_object_foreach(hj, hk, hv) {
-                if (r.n_headers >= SL_HTTP_MAX_HEADERS || !json_is_string(hv)) continue;
-                hdrs[r.n_headers].name = (sl_str){hk, strlen(hk)};
-                hdrs[r.n_headers].value = (sl_str){json_string_value(hv), json_string_length(hv)};
-                r.n_headers++;
-            }
-        }
-        r.headers = hdrs;
-        uint64_t bb;
-        int hb;
-        if (json_u64(a, "body_bytes", &bb, &hb) == 0 && hb) {
-            r.has_body_bytes = true;
-            r.body_bytes = bb;
-        }
+        sl_http_json_request(j, &r, hdrs);
         if (has_cost) { /* the request's cost (an Envoy request's hits_addend too) */
             r.has_cost = true;
             r.cost = r.hits_addend = cost;

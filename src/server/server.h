@@ -338,6 +338,13 @@ void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const ch
                    const char *body, size_t body_len, int send_body);
 /* An application/problem+json response. */
 void sl_http_problem(sl_conn *c, int minor, int status, const char *detail, int send_body);
+/* /v1/check's and /v1/explain's request form: the attributes of body's "request" object
+ * (or of body itself) into r, its headers into hdrs (SL_HTTP_MAX_HEADERS entries);
+ * strings point into body. A cost is the caller's to add. */
+struct json_t;
+void sl_http_json_request(const struct json_t *body, sl_request *r, sl_header *hdrs);
+/* The string member k of o, or {NULL, 0}. */
+sl_str sl_http_json_str(const struct json_t *o, const char *k);
 
 /* admin_api.c: a request on the admin listener (path without its query). */
 void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_t path_len,
