@@ -394,7 +394,7 @@ static void check_overlap(sl__ctx *cx) {
         if (p->path_kind == SL_PATH_ANY) any[nany++] = i;
         else e[ne++] = (lit_ent){p->path, literal_len(p->path, path_glob(p->path_kind)), i};
     }
-    qsort(e, ne, sizeof(*e), lit_cmp);
+    if (ne > 1) qsort(e, ne, sizeof(*e), lit_cmp);
     for (size_t i = 0; i < cx->n_pol; i++) {
         const sl_cpolicy *p = cx->pol[i];
         if (p->envoy || p->domain != NULL) continue;
@@ -419,6 +419,11 @@ static void check_overlap(sl__ctx *cx) {
                     ok = count_meet(cx, i, e[k].pol, &total, &others);
         }
         if (total > SLUICE_MAX_ITEMS) {
+            /* the search stopped at the first count over the limit: the message gives the
+             * whole count (once, for the one policy named) */
+            total = max_windows(p), others = 0;
+            for (size_t j = 0; j < cx->n_pol; j++)
+                (void)count_meet(cx, i, j, &total, &others);
             sl_ynode at = {.kind = SL_YMAP, .line = p->line, .col = p->col};
             sl__err(cx, &at, "policy '%.60s' and %zu others can match one request: %zu windows "
                     "in one decision, more than the %d it can hold (expected narrower match "

@@ -40,6 +40,7 @@ static sluice_limiter *cell_limiter(const char *name, int64_t max_burst, int64_t
     l->spec.limit = l->lim.limit;
     l->spec.period_ns = l->lim.period_ns;
     l->spec.burst = l->lim.capacity;
+    atomic_init(&l->refs, 1); /* as sluice_limiter_create: destroy drops this reference */
     return l;
 }
 
