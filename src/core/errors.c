@@ -29,6 +29,7 @@ static const struct {
     {SLUICE_SLIDING_LOG, "sliding_log"},     {SLUICE_TOKEN_BUCKET, "token_bucket"},
     {SLUICE_GCRA, "gcra"},                   {SLUICE_LEAKY_BUCKET, "leaky_bucket"},
     {SLUICE_CONCURRENCY, "concurrency"},     {SLUICE_QUOTA, "quota"},
+    {SLUICE_ADAPTIVE_CONCURRENCY, "adaptive_concurrency"},
 };
 
 const char *sluice_algo_name(sluice_algo algo) {

@@ -25,7 +25,8 @@ static void m_settle(void *lane, const sl_sitem *it, uint64_t actual, sluice_tim
 static void m_release(void *lane, const sl_sitem *it, uint64_t lease, sluice_time now,
                       sl_store_cb cb, void *ud) {
     sl_sresult r = {.allowed = 1, .n = 1};
-    int rc = sluice_release(lane, it->lim, it->key, it->key_len, lease, now);
+    int rc = sl_mem_release(lane, it->lim, it->key, it->key_len, lease, (it->cap & SL_SIC_SAMPLE) != 0,
+                            it->latency_ns, it->outcome, now, &r.x[0]);
     if (rc == SLUICE_ENOTFOUND) { /* expired already: an answer, not a failure */
         r.allowed = 0;
         rc = SLUICE_OK;
