@@ -168,7 +168,8 @@ static bool parse_chain(sl__ctx *cx, const sl_ynode *n, sl_chain *c) {
 /* ---- windows ------------------------------------------------------------------------ */
 
 static const char *const window_fields[] = {"name", "rate", "burst", "quota", "tz", "max",
-                                            "lease", "max_delay", "algorithm", NULL};
+                                            "lease", "max_delay", "algorithm", SL_ADAPTIVE_FIELDS,
+                                            NULL};
 
 static const char *algo_str(sluice_algo a) {
     const char *n = sluice_algo_name(a);
@@ -182,7 +183,8 @@ static bool algo_has_burst(sluice_algo a) {
 static bool parse_algo(sl__ctx *cx, const sl_ynode *n, sluice_algo *out) {
     if (!is_scalar(n) || sluice_algo_parse(n->s, out) != SLUICE_OK) {
         sl__err(cx, n, "unknown algorithm '%.40s' (expected fixed_window, sliding_window, "
-                "sliding_log, token_bucket, gcra, leaky_bucket, concurrency or quota)",
+                "sliding_log, token_bucket, gcra, leaky_bucket, concurrency, adaptive_concurrency "
+                "or quota)",
                 is_scalar(n) ? n->s : "");
         return false;
     }
@@ -221,7 +223,7 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
     } else if (quota != NULL) {
         a = SLUICE_QUOTA;
     } else if (max != NULL) {
-        a = SLUICE_CONCURRENCY;
+        a = algo_set && algo == SLUICE_ADAPTIVE_CONCURRENCY ? algo : SLUICE_CONCURRENCY;
     } else if (!algo_set) {
         sl__err(cx, n, "no algorithm for this rate (expected 'algorithm:' on the policy or "
                 "the limit)");
@@ -240,7 +242,7 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
                     "e.g. 50000/day)", is_scalar(quota) ? quota->s : "");
             ok = false;
         }
-    } else if (a == SLUICE_CONCURRENCY) {
+    } else if (a == SLUICE_CONCURRENCY || a == SLUICE_ADAPTIVE_CONCURRENCY) {
         if (max == NULL) {
             sl__err(cx, n, "a concurrency limit counts requests in flight (expected max: N)");
             return false;
@@ -288,8 +290,10 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
             ok &= tz != NULL;
         }
     }
+    if (ok) ok &= a == SLUICE_ADAPTIVE_CONCURRENCY ? sl__parse_adaptive(cx, n, w)
+                                                   : sl__no_adaptive_fields(cx, n, a);
     if ((x = sl__get(n, "lease")) != NULL) {
-        if (a != SLUICE_CONCURRENCY) {
+        if (a != SLUICE_CONCURRENCY && a != SLUICE_ADAPTIVE_CONCURRENCY) {
             sl__err(cx, x, "lease applies to concurrency limits only (expected max: N)");
             ok = false;
         } else {
@@ -366,7 +370,8 @@ bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const cha
 static const char *const policy_fields[] = {
     "name", "description", "objective", "match", "key", "on_missing_key", "cost",
     "algorithm", "limits", "plan_from", "plans", "on_exceed", "mode", "on_store_error",
-    "headers", "count_rejected", "leasing", NULL};
+    "headers", "count_rejected", "leasing", "priority_from", "classes", "on_missing_class",
+    "borrow", NULL};
 static const char *const match_fields[] = {"method", "path", "path_prefix", "host",
                                            "headers", "domain", "descriptor", NULL};
 static const char *const objectives[] = {"protection", "fairness", "security", "cost",
@@ -722,7 +727,8 @@ static uint64_t window_capacity(const sl_cwindow *w) {
 static void check_costs(sl__ctx *cx, const sl_ynode *cost_node, const sl_cpolicy *p,
                         const sl_cwindow *w, size_t nw) {
     for (size_t i = 0; i < nw; i++) {
-        if (w[i].spec.algo == SLUICE_CONCURRENCY) continue;
+        if (w[i].spec.algo == SLUICE_CONCURRENCY || w[i].spec.algo == SLUICE_ADAPTIVE_CONCURRENCY)
+            continue; /* one slot per request, whatever the cost */
         uint64_t cap = window_capacity(&w[i]);
         const char *what = algo_has_burst(w[i].spec.algo) ? "burst" : "limit";
         if (!p->cost_from_set && p->cost_default > cap)
@@ -893,7 +899,8 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
         if (ok) check_costs(cx, cost_node ? cost_node : x, p, p->win, p->nwin);
     }
     for (size_t i = 0; i < p->nwin; i++)
-        if (p->win[i].spec.algo == SLUICE_CONCURRENCY && p->qu == SL_QU_REQUESTS)
+        if ((p->win[i].spec.algo == SLUICE_CONCURRENCY ||
+             p->win[i].spec.algo == SLUICE_ADAPTIVE_CONCURRENCY) && p->qu == SL_QU_REQUESTS)
             p->qu = SL_QU_CONCURRENT;
 
     const sl_ynode *pf = sl__get(n, "plan_from"), *pl = sl__get(n, "plans");
@@ -974,8 +981,12 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
             p->react = SL_REACT_SHADOW;
             p->rollout_pct = 0;
         } else if (x->kind == SL_YMAP) {
-            static const char *const df[] = {"delay", NULL};
-            if (sl__check_fields(cx, x, "on_exceed", df) && sl__get(x, "delay") != NULL) {
+            /* penalty and challenge: capacity.c (with the rest of capacity protection) */
+            static const char *const df[] = {"delay", "penalty", "challenge", NULL};
+            bool fields = sl__check_fields(cx, x, "on_exceed", df);
+            if (fields && sl__get(x, "delay") == NULL && (sl__get(x, "penalty") || sl__get(x, "challenge"))) {
+                p->react = SL_REACT_REJECT;
+            } else if (fields && sl__get(x, "delay") != NULL) {
                 p->react = SL_REACT_DELAY;
                 const sl_ynode *d = sl__get(x, "delay");
                 if (get_duration(cx, d, &p->max_delay_ns) &&
@@ -1091,6 +1102,7 @@ static bool parse_policy(sl__ctx *cx, const sl_ynode *n) {
                     ok = false;
                 }
     }
+    if (ok) ok &= sl__parse_capacity(cx, n, p);
     return ok;
 }
 

@@ -115,11 +115,19 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
         for (size_t s = 0; s < v->run.nsi && s < res->n; s++) {
             sl_verdict_item *it = &v->items[v->run.sidx[s]];
             it->result = res->r[s];
+            it->x = res->x[s];
             bool in_group = it->shadow ? (res->groups_ok >> it->group & 1u) != 0 : true;
             it->consumed = it->shadow ? (allowed && in_group) : (allowed || it->charge);
             if (!allowed && it->charge) it->settle = false; /* charged, not reserved */
             it->would_limit = !it->result.allowed;
         }
+    }
+    if (v->run.pass) { /* a solved challenge: nothing was decided or consumed */
+        for (size_t i = 0; i < v->n; i++) v->items[i].consumed = false;
+        v->action = allowed ? SL_ALLOW : SL_REJECT;
+        v->status = allowed ? 200 : 404;
+        complete(v, SLUICE_OK);
+        return;
     }
     if (v->run.deny) allowed = false;
     for (size_t i = 0; i < v->n; i++) {
@@ -191,6 +199,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
     v->action = SL_REJECT;
     v->status = 429;
     v->retry_after_ns = dec >= 0 ? v->items[dec].result.retry_after_ns : SLUICE_NEVER;
+    sl__cap_answer(v); /* a penalty's challenge answers its own status */
     complete(v, SLUICE_OK);
 }
 
@@ -255,6 +264,14 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
                            .limit = it->override ? it->override_limit : 0,
                            .group = grp,
                            .flags = (uint8_t)(it->charge && grp == 0 ? SL_SI_CHARGE : 0)};
+        if (grp == 0 && (it->cls | it->cap | it->bpath)) {
+            si[n].cls = it->cls;
+            si[n].cap = it->cap;
+            si[n].pgrp = it->pgrp;
+            si[n].bpath = it->bpath;
+            si[n].blevel = it->blevel;
+            si[n].share = it->share;
+        }
         v->run.sidx[n++] = (uint8_t)i;
     }
     v->run.nsi = (uint8_t)n;
@@ -262,7 +279,14 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
         on_decided(v, SLUICE_OK, NULL);
         return;
     }
-    e->ops->decide(lane, si, n, v->run.deny ? SL_SREQ_REJECT : 0, now, on_decided, v);
+    e->ops->decide(lane, si, n, (v->run.deny ? SL_SREQ_REJECT : 0) | (v->run.pass ? SL_SREQ_PASS : 0), now,
+                   on_decided, v);
+}
+
+void sl_engine_pass(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
+                    sl_engine_done done, void *ud) {
+    v->run.pass = true;
+    sl_engine_decide(e, lane, v, now, done, ud);
 }
 
 /* ---- several decisions at once ----------------------------------------------------- */
@@ -276,7 +300,8 @@ static bool batchable(const sl_verdict *v) {
     const sl_verdict_item *it = &v->items[0];
     const e_win *w = item_win(it);
     return !it->shadow && !it->unlimited && !it->charge && !it->override && w->lim != NULL &&
-           !(w->cw != NULL && w->cw->deny_all);
+           !(w->cw != NULL && w->cw->deny_all) && !(it->cls | it->cap | it->bpath) &&
+           w->cw->spec.algo != SLUICE_ADAPTIVE_CONCURRENCY && !v->run.pass;
 }
 
 /*
@@ -387,6 +412,11 @@ void sl__apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now) {
         if (!applies(v, it)) continue;
         sl_sitem si = {.lim = item_win(it)->lim, .key = v->keys + it->key_off,
                        .key_len = it->key_len, .cost = it->cost};
+        if (v->run.tok_op == SL_TOK_RELEASE) { /* a sample for an adaptive limit */
+            si.cap = SL_SIC_SAMPLE;
+            si.outcome = v->run.outcome;
+            si.latency_ns = v->run.has_latency ? v->run.latency_ns : now.mono_ns - v->decided_at.mono_ns;
+        }
         v->run.pending++;
         if (v->run.tok_op == SL_TOK_SETTLE)
             e->ops->settle(lane, &si, v->run.actual, v->decided_at, now, on_applied, v);

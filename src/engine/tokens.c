@@ -429,7 +429,17 @@ void sl__take_and_apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_ti
 void sl_engine_token(const sl_engine *e, void *lane, const char *token, size_t len,
                      unsigned op, uint64_t actual, sluice_time now, sl_verdict *v,
                      sl_engine_done done, void *ud) {
+    sl_engine_token_sample(e, lane, token, len, op, actual, false, 0, SLUICE_OUTCOME_OK, now, v, done, ud);
+}
+
+void sl_engine_token_sample(const sl_engine *e, void *lane, const char *token, size_t len,
+                            unsigned op, uint64_t actual, bool has_latency, int64_t latency_ns,
+                            unsigned outcome, sluice_time now, sl_verdict *v,
+                            sl_engine_done done, void *ud) {
     int rc = token_load(e, token, len, v);
+    v->run.has_latency = has_latency;
+    v->run.latency_ns = latency_ns;
+    v->run.outcome = (uint8_t)outcome;
     v->run.e = e;
     v->run.done = done;
     v->run.ud = ud;

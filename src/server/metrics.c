@@ -12,6 +12,7 @@
 
 #include "core/prom.h"
 #include "redis/store.h"
+#include "server/capacity_metrics.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/server.h"
@@ -233,6 +234,7 @@ char *sl_metrics_render(sl_server *s, size_t *len) {
     sl_prom p;
     sl_prom_init(&p);
     decisions(s, &p);
+    sl_cap_prom(s, &p); /* capacity_metrics.c */
     sl_obs_prom_hot_keys(s, &p);
     store(s, &p);
     server_families(s, &p);

@@ -21,6 +21,7 @@
 #include "clock.h"
 #include "engine/explain.h"
 #include "redis/store.h"
+#include "server/capacity_metrics.h"
 #include "store/famstats.h"
 
 const char *const sl_obs_result_names[SL_MET_RESULTS] = {
@@ -567,9 +568,11 @@ void sl_server_count_verdict_tp(sl_worker *w, int rc, const sl_verdict *v, const
         size_t j = i + 1;
         while (j < v->n && v->items[j].info->policy == v->items[i].info->policy &&
                v->items[j].descriptor == v->items[i].descriptor &&
-               v->items[j].key_off == v->items[i].key_off)
+               (v->items[j].key_off == v->items[i].key_off || v->items[j].extra))
             j++;
         count_run(w, gm, v, i, j, tp);
+        const sl_obs_gen_ent *pe = gen_find(gm, v->items[i].info);
+        if (pe != NULL) sl_cap_count(w, v, i, j, pe->pseries); /* capacity_metrics.c */
         i = j;
     }
 }
