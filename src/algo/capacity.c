@@ -40,11 +40,10 @@ sl_borrow_mark *sl_cap_marks(const sl_limit *lim, void *state) {
  * taken off the lowest classes first (their classes are not known; a later release of
  * a higher class then saturates at zero, so the counts converge back). */
 static void clamp_use(const sl_shed_params *sp, sl_shed_use *u, uint64_t in_flight) {
+    (void)sp; /* classes beyond nclasses hold nothing: the order alone matters */
     uint64_t sum = 0;
     for (int c = 0; c < SL_SHED_MAX_CLASSES; c++) sum += u->by_class[c];
-    int n = sp->nclasses ? (int)sp->nclasses : SL_SHED_MAX_CLASSES;
     for (int c = SL_SHED_MAX_CLASSES - 1; c >= 0 && sum > in_flight; c--) {
-        if (c >= n && u->by_class[c] == 0) continue;
         uint64_t t = sum - in_flight < u->by_class[c] ? sum - in_flight : u->by_class[c];
         u->by_class[c] -= (uint32_t)t;
         sum -= t;
@@ -190,7 +189,10 @@ bool sl_aconc_decide(const sl_limit *lim, const void *state, void *next, sluice_
             r->retry_after_ns = lim->cap.adapt.window_ns; /* when the limit may next move */
     }
     memcpy(next, &s, sizeof(s));
-    return (fits && cost > 0) || changed;
+    /* Like conc.c, a refusal or a peek writes nothing: expired leases are counted (once)
+     * by the next decision that admits, which every store then writes. */
+    (void)changed;
+    return fits && cost > 0;
 }
 
 void sl_aconc_settle(const sl_limit *lim, const void *state, void *next, sluice_time now,
@@ -362,12 +364,20 @@ void sl_cap_view(const sl_limit *lim, const void *state, sluice_time now, sl_cap
     }
 }
 
+static uint64_t share_of(uint64_t capacity, uint32_t ppm) {
+    return (uint64_t)(((unsigned __int128)capacity * ppm) / SL_PPM);
+}
+
 /*
  * Why shedding is decided here, next to the algorithm: the budget's use and the admission
  * must be one step under the state's lock (or script), else two classes could both see
  * room that only one of them has. A concurrency budget counts its slots per class (they
- * come back by release or expiry); a rate budget has no per-class use, so every other
- * class's reserve is a floor the class cannot take (shed.h).
+ * come back by release or expiry): shed.c decides with them. A rate budget has no
+ * per-class use, so every other class's reserve is a floor the class cannot take; its
+ * rule (used + k <= capacity x fill, used + k + others' reserves <= capacity) is asked of
+ * the algorithm itself as peeks of larger costs (a bucket admits k exactly when k units
+ * remain), so no algorithm's "remaining" has to be reproduced by the Redis scripts, which
+ * ask the same peeks.
  */
 bool sl_cap_decide(const sl_limit *lim, const void *state, void *next, void *peek, sluice_time now,
                    uint64_t cost, uint32_t cls, sl_result *r, sl_cap_info *x) {
@@ -377,55 +387,54 @@ bool sl_cap_decide(const sl_limit *lim, const void *state, void *next, void *pee
         if (is_conc(lim)) sl_cap_view(lim, next, now, x);
         return ch;
     }
-    uint32_t c = cls - 1;
-    if (c >= lim->cap.shed.nclasses) c = lim->cap.shed.nclasses - 1;
-    sl_result r0;
-    bool ch0 = sl_algo_decide(lim, state, peek, now, 0, &r0);
-    uint64_t capacity, used;
-    const sl_shed_use *use = NULL;
-    if (is_conc(lim)) {
-        used = sl__conc_in_flight((const sl_conc_state *)peek);
-        capacity = r0.limit;
-        use = sl_cap_use(lim, peek);
-    } else {
-        capacity = lim->capacity;
-        used = r0.remaining >= capacity ? 0 : capacity - r0.remaining;
-    }
-    sl_shed_verdict v;
-    sl_shed_decide(&lim->cap.shed, capacity, used, use, c, cost, &v);
+    const sl_shed_params *sp = &lim->cap.shed;
+    uint32_t c = cls - 1 < sp->nclasses ? cls - 1 : sp->nclasses - 1;
     x->kind |= SL_CAPI_SHED;
-    x->shed_cls = v.cls;
-    if (!v.admit || (is_conc(lim) && cost > SL_LEASE_CLASS_SLOTS)) {
-        x->shed_reason = v.admit ? SL_SHED_FULL : v.reason;
+    x->shed_cls = (uint8_t)c;
+    sl_result r0;
+    bool ch0 = sl_algo_decide(lim, state, next, now, 0, &r0); /* next: the state as it stands */
+    uint8_t reason = SL_SHED_ADMIT;
+    int64_t retry = 0;
+    if (is_conc(lim)) {
+        uint64_t used = sl__conc_in_flight((const sl_conc_state *)next);
+        sl_shed_verdict v;
+        sl_shed_decide(sp, r0.limit, used, sl_cap_use(lim, next), c, cost, &v);
+        if (!v.admit || cost > SL_LEASE_CLASS_SLOTS) {
+            reason = v.admit ? SL_SHED_FULL : v.reason;
+            /* fits once `need` more slots are free (expiry; a release frees them sooner) */
+            uint64_t cmax = lim->algo == SLUICE_ADAPTIVE_CONCURRENCY ? lim->cap.adapt.max : lim->capacity;
+            if (cost > cmax || cost > SL_LEASE_CLASS_SLOTS) retry = SLUICE_NEVER;
+            else retry = sl__conc_retry(lim, (const sl_conc_state *)next, now, cost > v.room ? cost - v.room : 1);
+            if (retry == SLUICE_NEVER && cost <= cmax && cost <= SL_LEASE_CLASS_SLOTS)
+                retry = lim->algo == SLUICE_ADAPTIVE_CONCURRENCY ? lim->cap.adapt.window_ns : SLUICE_NEVER;
+        }
+    } else {
+        uint64_t capacity = lim->capacity, others = 0;
+        for (uint32_t j = 0; j < sp->nclasses; j++)
+            if (j != c) others += share_of(capacity, sp->cls[j].reserve_ppm);
+        uint64_t k_fill = cost + (capacity - share_of(capacity, sp->cls[c].fill_ppm)), k_res = cost + others;
+        sl_result rp;
+        const uint64_t ks[3] = {cost, k_res, k_fill};
+        const uint8_t why[3] = {SL_SHED_FULL, SL_SHED_RESERVED, SL_SHED_PRIORITY};
+        for (int t = 0; t < 3 && reason == SL_SHED_ADMIT; t++) {
+            if (t > 0 && ks[t] == cost) continue;
+            sl_algo_decide(lim, state, peek, now, ks[t], &rp);
+            if (!rp.allowed) reason = why[t], retry = rp.retry_after_ns;
+        }
+    }
+    if (reason != SL_SHED_ADMIT) {
+        x->shed_reason = reason;
         *r = r0;
         r->allowed = false;
         r->lease = 0;
-        /* the same request fits once `need` more units are free (rates refill, slots
-         * expire; a release frees slots sooner) */
-        uint64_t need = cost > v.room ? cost - v.room : 1;
-        uint64_t cmax = lim->algo == SLUICE_ADAPTIVE_CONCURRENCY ? lim->cap.adapt.max : lim->capacity;
-        if (cost > cmax || (is_conc(lim) && cost > SL_LEASE_CLASS_SLOTS)) {
-            r->retry_after_ns = SLUICE_NEVER;
-        } else if (is_conc(lim)) {
-            r->retry_after_ns = sl__conc_retry(lim, (const sl_conc_state *)peek, now, need);
-            if (r->retry_after_ns == SLUICE_NEVER) r->retry_after_ns = lim->algo == SLUICE_ADAPTIVE_CONCURRENCY
-                                                                     ? lim->cap.adapt.window_ns : SLUICE_NEVER;
-        } else if (r0.remaining > lim->capacity - need) {
-            r->retry_after_ns = SLUICE_NEVER;
-        } else {
-            sl_result r2;
-            unsigned char scratch[sizeof(ast)];
-            if (lim->state_size <= sizeof(scratch)) {
-                sl_algo_decide(lim, state, scratch, now, r0.remaining + need, &r2);
-                r->retry_after_ns = r2.allowed ? 0 : r2.retry_after_ns;
-            }
-        }
-        if (r->retry_after_ns == 0) r->retry_after_ns = 1;
-        memcpy(next, peek, lim->state_size);
+        r->retry_after_ns = retry == 0 ? 1 : retry;
         if (is_conc(lim)) sl_cap_view(lim, next, now, x);
         return ch0;
     }
-    bool ch = sl_algo_decide(lim, state, next, now, cost, r);
+    /* A concurrency limit decides from the state just normalised (its class counts
+     * clamped to what is still in flight), so the new slots' class is added on top. */
+    bool ch = lim->algo == SLUICE_CONCURRENCY ? sl_algo_decide(lim, next, next, now, cost, r)
+                                              : sl_algo_decide(lim, state, next, now, cost, r);
     if (r->allowed && cost > 0 && is_conc(lim)) {
         sl_shed_take(sl_cap_use(lim, next), c, (uint32_t)cost);
         r->lease |= (uint64_t)c << SL_LEASE_CLASS_SHIFT;
@@ -444,9 +453,16 @@ bool sl_cap_release(const sl_limit *lim, const void *state, void *next, sluice_t
     if (lim->algo == SLUICE_CONCURRENCY) {
         if (!sl_conc_release(lim, state, next, now, lease)) return false;
         if (lim->cap.tail) {
-            sl__cap_tail(lim, state, next);
+            /* the class gives its slots back first, then the counts are clamped to what
+             * is still in flight (expired leases of unknown classes) */
+            size_t off = lim->cap.base_size;
+            if (next != state)
+                memcpy((unsigned char *)next + off, (const unsigned char *)state + off, lim->state_size - off);
             sl_shed_use *u = sl_cap_use(lim, next);
-            if (u != NULL) sl_shed_give(u, cls, (uint32_t)slots);
+            if (u != NULL) {
+                sl_shed_give(u, cls, (uint32_t)slots);
+                clamp_use(&lim->cap.shed, u, sl__conc_in_flight(next));
+            }
         }
         if (x != NULL) sl_cap_view(lim, next, now, x);
         return true;

@@ -255,6 +255,23 @@ static bool parse_classes(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, sl_ccap
             c->shed.cls[i].reserve_ppm = (uint32_t)v;
         }
         if (!ok) return false;
+        uint64_t reserves = 0;
+        for (size_t i = 0; i < cl->n; i++) {
+            const sl_shed_class *k = &c->shed.cls[i];
+            if (i > 0 && k->fill_ppm > c->shed.cls[i - 1].fill_ppm) {
+                sl__err(cx, sl__get(cl->v[i], "fill") ? sl__get(cl->v[i], "fill") : cl->v[i],
+                        "class '%s' fills to %u.%u%%, more than '%s' above it (expected fill shares that never "
+                        "grow with lower priority: a lower class would be admitted where a higher one is shed)",
+                        c->class_names[i], k->fill_ppm / 10000, k->fill_ppm / 1000 % 10, c->class_names[i - 1]);
+                return false;
+            }
+            reserves += k->reserve_ppm;
+            if (reserves > SL_PPM) {
+                sl__err(cx, sl__get(cl->v[i], "reserve"), "reserves add up to more than 100%% with class '%s' "
+                        "(expected reserves that fit in the budget together)", c->class_names[i]);
+                return false;
+            }
+        }
         char msg[200];
         if (sl_shed_params_check(&c->shed, msg, sizeof(msg)) != SLUICE_OK) {
             sl__err(cx, cl, "%s (expected fill shares that never grow with lower priority and reserves "
@@ -551,7 +568,12 @@ static bool parse_penalty(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, sl_ccap
     if (!ok) return false;
     char msg[200];
     if (sl_penalty_params_check(&c->pen, msg, sizeof(msg)) != SLUICE_OK) {
-        sl__err(cx, pn, "%s (expected first <= max, a factor from 1 to 16, forgive_after above 0)", msg);
+        const sl_ynode *at = pn;
+        if (strstr(msg, "factor") && sl__get(pn, "factor")) at = sl__get(pn, "factor");
+        else if (strstr(msg, "max") && sl__get(pn, "max")) at = sl__get(pn, "max");
+        else if (strstr(msg, "forgive") && sl__get(pn, "forgive_after")) at = sl__get(pn, "forgive_after");
+        else if (strstr(msg, "first") && sl__get(pn, "first")) at = sl__get(pn, "first");
+        sl__err(cx, at, "%s (expected first <= max, a factor from 1 to 16, forgive_after above 0)", msg);
         return false;
     }
     if (p->react == SL_REACT_DELAY) {

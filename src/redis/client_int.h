@@ -46,7 +46,7 @@
 /* An EVALSHA of SLUICE_MAX_ITEMS items: every argument is at most a 63-byte key or a
  * 21-byte number plus 8 bytes of RESP framing, the array header 8 more. */
 #define CMD_ARGS (3 + SLUICE_MAX_ITEMS + SL_REDIS_HEAD_ARGS + SLUICE_MAX_ITEMS * SL_REDIS_ITEM_ARGS)
-#define CMD_MAX (8 + CMD_ARGS * (SL_REDIS_KEY_MAX + 8))
+#define CMD_MAX (8 + CMD_ARGS * (SL_REDIS_KEY_MAX + 8) + SLUICE_MAX_ITEMS * SL_REDIS_X_MAX)
 
 typedef struct sl_redis_node sl_redis_node;
 
@@ -87,6 +87,7 @@ typedef struct rq_item {
     uint64_t limit;      /* a limit override (fixed windows), 0 = the limiter's */
     uint8_t sgroup;      /* store group: 0 enforced, g > 0 shadow group g */
     uint8_t sflags;      /* SL_SI_* */
+    sl_redis_capx cx;    /* capacity protection (its x argument) */
     int64_t p[4];
     char key[SL_REDIS_KEY_MAX];
     uint8_t klen;

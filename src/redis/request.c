@@ -36,8 +36,12 @@ static cache_ent *cache_get(sl_redis *r, uint64_t fp) {
     return e;
 }
 
+static bool capacity(const rq_item *it) {
+    return (it->cx.cls | it->cx.cap | it->cx.pgrp | it->cx.bpath) != 0;
+}
+
 static void cache_put(sl_redis *r, const rq_item *it, const sluice_result *res, sluice_time now) {
-    if (r->cache == NULL || !cacheable(it->lim->spec.algo)) return;
+    if (r->cache == NULL || !cacheable(it->lim->spec.algo) || capacity(it)) return;
     if (res->allowed || res->retry_after_ns <= 0 || res->retry_after_ns == SLUICE_NEVER) return;
     uint64_t fp = sl__redis_fp_of(it);
     cache_ent *e = &r->cache[fp & r->cache_mask];
@@ -163,6 +167,9 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
         p = put_bulk_i(p, it->sgroup);
         p = put_bulk_i(p, it->sflags);
         for (int j = 0; j < 4; j++) p = put_bulk_i(p, it->p[j]);
+        char xb[SL_REDIS_X_MAX]; /* capacity protection's extras ("" for a plain item) */
+        size_t xl = it->lim != NULL ? sl_redis_cap_x(&it->lim->lim, &it->cx, xb, sizeof(xb)) : 0;
+        p = put_bulk(p, xb, xl);
     }
     static const char *const asking_argv[1] = {"ASKING"};
     static const size_t asking_len[1] = {6};
@@ -201,7 +208,9 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
         const rq_item *it = &q->it[gr->idx[k]];
         its[k] = it;
         si[k] = (sl_sitem){.lim = it->lim, .cost = (uint64_t)it->cost, .limit = it->limit,
-                           .group = it->sgroup, .flags = it->sflags};
+                           .group = it->sgroup, .flags = it->sflags, .cls = it->cx.cls, .cap = it->cx.cap,
+                           .pgrp = it->cx.pgrp, .bpath = it->cx.bpath, .blevel = it->cx.blevel,
+                           .share = it->cx.share};
         lims[k] = item_limit(it);
     }
     uint8_t kidx[SLUICE_MAX_ITEMS];
@@ -549,6 +558,10 @@ static int build(sl_redis *r, rq *q, const sl_sitem *items, size_t n, unsigned f
         it->limit = items[i].limit;
         it->sgroup = items[i].group;
         it->sflags = items[i].flags;
+        it->cx = (sl_redis_capx){.cls = items[i].cls, .cap = items[i].cap, .pgrp = items[i].pgrp,
+                                 .bpath = items[i].bpath, .blevel = items[i].blevel,
+                                 .outcome = items[i].outcome, .share = items[i].share,
+                                 .latency_ns = items[i].latency_ns};
         sl_limit l = item_limit(it);
         int rc = sl_redis_params_of(&l, now, it->p);
         if (rc != SLUICE_OK) return rc;
@@ -608,6 +621,7 @@ static void refund_group(sl_redis *r, rq *q, int g, uint32_t mask) {
         f->it[f->n].limit = 0;
         f->it[f->n].sgroup = 0;
         f->it[f->n].sflags = 0;
+        f->it[f->n].cx = (sl_redis_capx){0};
         f->g[0].idx[f->g[0].n++] = f->n;
         f->n++;
     }
@@ -690,6 +704,10 @@ static bool answer_locally(sl_redis *r, const rq *b, sluice_time now, sl_sresult
     int hit = -1;
     int64_t retry = 0, reset = 0;
     if (r->cache == NULL) return false;
+    /* capacity protection decides in Redis: a penalty records its violation there, a
+     * class's or a tier's refusal is no exhausted key */
+    for (int i = 0; i < b->n; i++)
+        if (capacity(&b->it[i])) return false;
     for (int i = 0; i < b->n && hit < 0; i++) {
         const rq_item *it = &b->it[i];
         if (it->sgroup != 0) continue;
@@ -882,7 +900,11 @@ int sl_redis_claim(sl_redis *r, uint64_t id, unsigned op, int64_t ttl_ns, sluice
 
 int sl_redis_release(sl_redis *r, const sl_sitem *item, uint64_t lease, sluice_time now,
                      sl_redis_cb cb, void *ud) {
-    if (item == NULL || item->lim == NULL || item->lim->spec.algo != SLUICE_CONCURRENCY) return SLUICE_EINVAL;
-    sl_sitem it = {.lim = item->lim, .key = item->key, .key_len = item->key_len};
+    if (item == NULL || item->lim == NULL ||
+        (item->lim->spec.algo != SLUICE_CONCURRENCY && item->lim->spec.algo != SLUICE_ADAPTIVE_CONCURRENCY))
+        return SLUICE_EINVAL;
+    /* an adaptive limit's sample travels with the release (the item's x argument) */
+    sl_sitem it = {.lim = item->lim, .key = item->key, .key_len = item->key_len, .cap = item->cap,
+                   .outcome = item->outcome, .latency_ns = item->latency_ns};
     return submit(r, 'l', &it, 1, 0, now, cb, ud, lease);
 }

@@ -117,10 +117,11 @@ static void test_classes_over_a_token_bucket(void) {
     T_EQ_U(fill(l, 3, 80, NULL), 20);
     sl_sresult r;
     T_EQ_I(one(l, "b", 4, T0, &r), 0);
-    /* batch fits again once the bucket is back under half full: 1 token per 10 ms */
+    /* batch fits again once 21 tokens came back (70 used -> 49 + 1): 1 token per 10 ms */
     int64_t retry = r.r[0].retry_after_ns;
-    T_CHECK(retry > 0 && retry <= 201 * SLUICE_NS_PER_MS);
+    T_EQ_I(retry, 21 * 10 * SLUICE_NS_PER_MS);
     T_EQ_I(one(l, "b", 4, at(retry / SLUICE_NS_PER_MS - 1), &r), 0);
+    T_EQ_I(one(l, "b", 4, at(retry / SLUICE_NS_PER_MS), &r), 1);
     sluice_limiter_destroy(l);
 }
 
