@@ -264,7 +264,7 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
                            .limit = it->override ? it->override_limit : 0,
                            .group = grp,
                            .flags = (uint8_t)(it->charge && grp == 0 ? SL_SI_CHARGE : 0)};
-        if (grp == 0 && (it->cls | it->cap | it->bpath)) {
+        if (grp == 0 && (it->cls | it->cap | it->pgrp | it->bpath)) {
             si[n].cls = it->cls;
             si[n].cap = it->cap;
             si[n].pgrp = it->pgrp;
@@ -300,7 +300,7 @@ static bool batchable(const sl_verdict *v) {
     const sl_verdict_item *it = &v->items[0];
     const e_win *w = item_win(it);
     return !it->shadow && !it->unlimited && !it->charge && !it->override && w->lim != NULL &&
-           !(w->cw != NULL && w->cw->deny_all) && !(it->cls | it->cap | it->bpath) &&
+           !(w->cw != NULL && w->cw->deny_all) && !(it->cls | it->cap | it->pgrp | it->bpath) &&
            w->cw->spec.algo != SLUICE_ADAPTIVE_CONCURRENCY && !v->run.pass;
 }
 

@@ -265,13 +265,19 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
     gr->all_ok = run.res.allowed != 0;
     gr->groups_ok = run.res.groups_ok;
     if ((rep->element[0]->integer == 1) != gr->all_ok) inc(&r->st.mismatches);
-    for (int k = 0; k < gr->n; k++) q->res.r[gr->idx[k]] = run.res.r[k];
+    for (int k = 0; k < gr->n; k++) {
+        q->res.r[gr->idx[k]] = run.res.r[k];
+        q->res.x[gr->idx[k]] = run.res.x[k];
+    }
     if (q->ngroups > 1 && gr->all_ok) {
         /* what these items report if another call rejects (their refunds undo them) */
         sl_group_run alt = run;
         alt.flags |= SL_SREQ_REJECT;
         sl_group_decide(&alt);
-        for (int k = 0; k < gr->n; k++) q->alt.r[gr->idx[k]] = alt.res.r[k];
+        for (int k = 0; k < gr->n; k++) {
+            q->alt.r[gr->idx[k]] = alt.res.r[k];
+            q->alt.x[gr->idx[k]] = alt.res.x[k];
+        }
     }
     return true;
 }
@@ -347,6 +353,7 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
             changed[k] = false;
         }
         sluice_result *o = &q->res.r[i];
+        q->res.x[i].kind = 0;
         o->allowed = res.allowed ? 1 : 0;
         o->limit = res.limit;
         o->remaining = res.remaining;
@@ -377,7 +384,10 @@ void sl__redis_finish(sl_redis *r, rq *q, int rc) {
             sl__redis_send_refunds(r, q);
             for (int g = 0; g < q->ngroups && !q->failed; g++)
                 if (q->g[g].done && !q->g[g].failed && q->g[g].all_ok)
-                    for (int k = 0; k < q->g[g].n; k++) q->res.r[q->g[g].idx[k]] = q->alt.r[q->g[g].idx[k]];
+                    for (int k = 0; k < q->g[g].n; k++) {
+                        q->res.r[q->g[g].idx[k]] = q->alt.r[q->g[g].idx[k]];
+                        q->res.x[q->g[g].idx[k]] = q->alt.x[q->g[g].idx[k]];
+                    }
         }
         if (q->leasing) sl__redis_lease_settle(r, q, all);
         if (!q->failed) {

@@ -132,7 +132,7 @@ local function conc_norm(st, lease, w, now)
       sb = base
     elseif shift > 0 then
       for i = 1, shift do expired = expired + st[i + 1] end
-      for i = 1, NB do c[i] = st[i + 1 + shift] or 0 end
+      for i = 1, NB - shift do c[i] = st[i + 1 + shift] end
       sb = sb + shift
     else
       for i = 1, NB do c[i] = st[i + 1] end
@@ -201,7 +201,7 @@ local function isqrt32(v)
     else
       r = math.floor(r / 2)
     end
-    b = b / 4
+    b = math.floor(b / 4)
   end
   return r
 end
