@@ -464,7 +464,6 @@ bool sl_cap_release(const sl_limit *lim, const void *state, void *next, sluice_t
                 clamp_use(&lim->cap.shed, u, sl__conc_in_flight(next));
             }
         }
-        if (x != NULL) sl_cap_view(lim, next, now, x);
         return true;
     }
     if (lim->algo != SLUICE_ADAPTIVE_CONCURRENCY) return false;

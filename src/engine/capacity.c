@@ -272,7 +272,7 @@ void sl__cap_answer(sl_verdict *v) {
 static const char *const reasons[] = {"admitted", "priority", "reserved", "full"};
 
 const char *sl_verdict_shed(const sl_verdict *v, const char **reason) {
-    if (v == NULL) return NULL;
+    if (v == NULL || !v->run.capacity) return NULL;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
         if (!(it->x.kind & SL_CAPI_SHED) || it->x.shed_reason == 0 || it->result.allowed) continue;
@@ -286,7 +286,7 @@ const char *sl_verdict_shed(const sl_verdict *v, const char **reason) {
 
 bool sl_verdict_penalty(const sl_verdict *v, unsigned *level, const char **action,
                         const char **challenge_header) {
-    if (v == NULL) return false;
+    if (v == NULL || !v->run.capacity) return false;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
         if (!is_penalty(it) || !(it->x.kind & SL_CAPI_PENALTY) || it->x.pen_action == SL_PENALTY_NONE) continue;
@@ -301,7 +301,7 @@ bool sl_verdict_penalty(const sl_verdict *v, unsigned *level, const char **actio
 }
 
 bool sl_verdict_adaptive(const sl_verdict *v, sl_cap_info *out, const sl_window_info **win) {
-    if (v == NULL) return false;
+    if (v == NULL || !v->run.capacity) return false;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
         if (!(it->x.kind & SL_CAPI_ADAPT)) continue;

@@ -115,7 +115,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
         for (size_t s = 0; s < v->run.nsi && s < res->n; s++) {
             sl_verdict_item *it = &v->items[v->run.sidx[s]];
             it->result = res->r[s];
-            it->x = res->x[s];
+            if (v->run.capacity) it->x = res->x[s];
             bool in_group = it->shadow ? (res->groups_ok >> it->group & 1u) != 0 : true;
             it->consumed = it->shadow ? (allowed && in_group) : (allowed || it->charge);
             if (!allowed && it->charge) it->settle = false; /* charged, not reserved */
@@ -199,7 +199,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
     v->action = SL_REJECT;
     v->status = 429;
     v->retry_after_ns = dec >= 0 ? v->items[dec].result.retry_after_ns : SLUICE_NEVER;
-    sl__cap_answer(v); /* a penalty's challenge answers its own status */
+    if (v->run.capacity) sl__cap_answer(v); /* a penalty's challenge answers its own status */
     complete(v, SLUICE_OK);
 }
 
@@ -264,7 +264,7 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
                            .limit = it->override ? it->override_limit : 0,
                            .group = grp,
                            .flags = (uint8_t)(it->charge && grp == 0 ? SL_SI_CHARGE : 0)};
-        if (grp == 0 && (it->cls | it->cap | it->pgrp | it->bpath)) {
+        if (v->run.capacity && grp == 0) {
             si[n].cls = it->cls;
             si[n].cap = it->cap;
             si[n].pgrp = it->pgrp;
@@ -300,8 +300,7 @@ static bool batchable(const sl_verdict *v) {
     const sl_verdict_item *it = &v->items[0];
     const e_win *w = item_win(it);
     return !it->shadow && !it->unlimited && !it->charge && !it->override && w->lim != NULL &&
-           !(w->cw != NULL && w->cw->deny_all) && !(it->cls | it->cap | it->pgrp | it->bpath) &&
-           w->cw->spec.algo != SLUICE_ADAPTIVE_CONCURRENCY && !v->run.pass;
+           !(w->cw != NULL && w->cw->deny_all) && !v->run.capacity && !v->run.pass;
 }
 
 /*
@@ -342,8 +341,12 @@ void sl_engine_decide_batch(const sl_engine *e, void *lane, sl_verdict *const *v
             v->run.nsi = 1;
             v->run.sidx[0] = 0;
             v->items[0].group = 0;
-            sl_sresult res = {.allowed = out[j].allowed, .n = 1};
+            sl_sresult res; /* only what on_decided reads (a zeroed one is ~3 KiB) */
+            res.allowed = out[j].allowed;
+            res.groups_ok = 0;
+            res.n = 1;
             res.r[0] = out[j];
+            res.x[0].kind = 0;
             on_decided(v, SLUICE_OK, &res);
         }
         if (done < m) { /* item `done` failed in the batch: the general path says why */

@@ -200,6 +200,8 @@ struct sl_verdict {
         uint8_t outcome;      /* sluice_outcome of a release */
         int64_t latency_ns;
         bool pass;            /* sl_engine_pass: a solved challenge, not a decision */
+        bool capacity;        /* some item has capacity protection (classes, tiers, penalty,
+                                 an adaptive limit): the store's capacity answers are read */
     } run;
 };
 

@@ -8,6 +8,7 @@
  * byte, a 2-byte big-endian length and the bytes, so no two part lists collide.
  */
 #include <arpa/inet.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -364,6 +365,7 @@ void sl__verdict_init(sl_verdict *v) {
     v->missing_key_policy = NULL;
     v->token_id = 0;
     v->decided_at = (sluice_time){0, 0};
+    v->challenge = 0;
     memset(&v->run, 0, sizeof(v->run));
 }
 
@@ -418,20 +420,27 @@ static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, u
     if (v->n + nw > SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
     for (size_t i = 0; i < nw; i++) {
         sl_verdict_item *it = &v->items[v->n++];
-        memset(it, 0, sizeof(*it));
+        /* x (the store's capacity answer) is written before it is read: only
+         * v->run.capacity verdicts read it, and their decisions fill it */
+        memset(it, 0, offsetof(sl_verdict_item, x));
+        it->x.kind = 0;
         it->info = &wins[i].info;
         it->descriptor = desc;
         it->key_off = (uint16_t)koff;
         it->key_len = (uint16_t)klen;
         /* a concurrency window takes one slot whatever the cost; a peek (cost 0) none */
-        bool conc = wins[i].cw->spec.algo == SLUICE_CONCURRENCY ||
-                    wins[i].cw->spec.algo == SLUICE_ADAPTIVE_CONCURRENCY;
+        bool adaptive = wins[i].cw->spec.algo == SLUICE_ADAPTIVE_CONCURRENCY;
+        bool conc = wins[i].cw->spec.algo == SLUICE_CONCURRENCY || adaptive;
+        if (adaptive) v->run.capacity = true;
         it->cost = conc ? (cost > 0 ? 1 : 0) : cost;
         it->shadow = shadow;
         it->settle = cp->settle && !conc;
         it->charge = cp->count_rejected && !shadow;
     }
-    if (cp->cap != NULL) return sl__cap_items(ep, v, v->n - nw, koff, klen, c, cls);
+    if (cp->cap != NULL) {
+        v->run.capacity = true;
+        return sl__cap_items(ep, v, v->n - nw, koff, klen, c, cls);
+    }
     return SLUICE_OK;
 }
 

@@ -196,6 +196,7 @@ struct sl_redis {
     uint64_t held;           /* units held in leases */
     int64_t lease_sweep_at;  /* earliest sweep_at of a held lease (0: none) */
     sl_sresult lease_scratch;
+    sl_sresult group_scratch; /* decode_decide: a call's answer as the group rules give it */
     rq scratch; /* submit(): the items being prepared (not in the pool) */
     /* sliding-log scratch (decode_group): states as stored; states decided plus a peek */
     _Alignas(8) unsigned char big[2][BIG_ARENA + BIG_ARENA / 2];

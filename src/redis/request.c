@@ -203,7 +203,8 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
     rq_group *gr = &q->g[g];
     const rq_item *its[SLUICE_MAX_ITEMS];
     sl_sitem si[SLUICE_MAX_ITEMS];
-    sl_limit lims[SLUICE_MAX_ITEMS];
+    const sl_limit *lims[SLUICE_MAX_ITEMS];
+    sl_limit ovr[SLUICE_MAX_ITEMS]; /* items with a limit override */
     for (int k = 0; k < gr->n; k++) {
         const rq_item *it = &q->it[gr->idx[k]];
         its[k] = it;
@@ -211,7 +212,12 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
                            .group = it->sgroup, .flags = it->sflags, .cls = it->cx.cls, .cap = it->cx.cap,
                            .pgrp = it->cx.pgrp, .bpath = it->cx.bpath, .blevel = it->cx.blevel,
                            .share = it->cx.share};
-        lims[k] = item_limit(it);
+        if (it->limit != 0) {
+            ovr[k] = item_limit(it);
+            lims[k] = &ovr[k];
+        } else {
+            lims[k] = &it->lim->lim;
+        }
     }
     uint8_t kidx[SLUICE_MAX_ITEMS];
     size_t nk = sl_group_keys(gr->n, key_same, its, kidx);
@@ -226,7 +232,7 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
     uint32_t peek_size = 0;
     bool seen[SLUICE_MAX_ITEMS] = {false};
     for (int k = 0; k < gr->n; k++) {
-        size_t ss = lims[k].state_size;
+        size_t ss = lims[k]->state_size;
         if (ss > peek_size) peek_size = (uint32_t)ss;
         size_t a8 = (ss + 7) & ~(size_t)7;
         if (ss <= SMALL_STATE) {
@@ -259,15 +265,17 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
         peek = r->big[1] + used1;
         used1 += a8;
     }
+    sl_sresult *res = &r->group_scratch;
     sl_group_run run = {.items = si, .lims = lims, .n = gr->n, .flags = q->flags, .kidx = kidx,
-                        .nkeys = nk, .stored = stored, .work = work, .peek = peek, .now = now};
+                        .nkeys = nk, .stored = stored, .work = work, .peek = peek, .now = now,
+                        .res = res};
     sl_group_decide(&run);
-    gr->all_ok = run.res.allowed != 0;
-    gr->groups_ok = run.res.groups_ok;
+    gr->all_ok = res->allowed != 0;
+    gr->groups_ok = res->groups_ok;
     if ((rep->element[0]->integer == 1) != gr->all_ok) inc(&r->st.mismatches);
     for (int k = 0; k < gr->n; k++) {
-        q->res.r[gr->idx[k]] = run.res.r[k];
-        q->res.x[gr->idx[k]] = run.res.x[k];
+        q->res.r[gr->idx[k]] = res->r[k];
+        q->res.x[gr->idx[k]] = res->x[k];
     }
     if (q->ngroups > 1 && gr->all_ok) {
         /* what these items report if another call rejects (their refunds undo them) */
@@ -275,8 +283,8 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
         alt.flags |= SL_SREQ_REJECT;
         sl_group_decide(&alt);
         for (int k = 0; k < gr->n; k++) {
-            q->alt.r[gr->idx[k]] = alt.res.r[k];
-            q->alt.x[gr->idx[k]] = alt.res.x[k];
+            q->alt.r[gr->idx[k]] = res->r[k];
+            q->alt.x[gr->idx[k]] = res->x[k];
         }
     }
     return true;

@@ -379,15 +379,20 @@ static int decide_general(sluice_store *st, const sl_sitem *items, size_t n, uns
     size_t m = locate_and_lock(c, n, locked);
     note_time(locked, m, now);
 
-    sl_limit lims[SLUICE_MAX_ITEMS];
+    const sl_limit *lims[SLUICE_MAX_ITEMS];
+    sl_limit ovr[SLUICE_MAX_ITEMS]; /* copies with a limit override (Envoy's, fixed windows) */
     void *work[SLUICE_MAX_ITEMS];
     void *peek = small[SLUICE_MAX_ITEMS];
     uint32_t peek_size = 0;
     size_t big_used = 0;
     for (size_t i = 0; i < n; i++) {
-        lims[i] = c[i].ver->lim;
-        if (items[i].limit != 0) lims[i].limit = lims[i].capacity = items[i].limit;
-        uint32_t ss = lims[i].state_size;
+        lims[i] = &c[i].ver->lim;
+        if (items[i].limit != 0) {
+            ovr[i] = c[i].ver->lim;
+            ovr[i].limit = ovr[i].capacity = items[i].limit;
+            lims[i] = &ovr[i];
+        }
+        uint32_t ss = lims[i]->state_size;
         if (ss > peek_size) peek_size = ss;
         if (ss <= SL_STORE_SMALL_STATE) {
             work[i] = small[i];
@@ -425,9 +430,9 @@ static int decide_general(sluice_store *st, const sl_sitem *items, size_t n, uns
         stored[k] = c[i].entry != NULL ? sl_entry_state(c[i].entry) : NULL;
     }
     sl_group_run g = {.items = items, .lims = lims, .n = n, .flags = flags, .kidx = kidx,
-                      .nkeys = nk, .stored = stored, .work = work, .peek = peek, .now = now};
+                      .nkeys = nk, .stored = stored, .work = work, .peek = peek, .now = now,
+                      .res = out};
     sl_group_decide(&g);
-    *out = g.res;
 
     /* eviction hints, once per key (its first item's answer) */
     for (size_t k = 0; k < nk; k++) {
@@ -472,13 +477,13 @@ static int decide_general(sluice_store *st, const sl_sitem *items, size_t n, uns
     for (size_t k = 0; k < nk; k++) {
         size_t i = first[k];
         if (stored[k] == NULL || g.final[k] == stored[k]) continue;
-        memcpy(sl_entry_state(c[i].entry), g.final[k], lims[i].state_size);
+        memcpy(sl_entry_state(c[i].entry), g.final[k], lims[i]->state_size);
     }
     for (size_t k = 0; k < nk; k++) {
         size_t i = first[k];
         if (stored[k] != NULL || g.final[k] == NULL) continue;
         void *e = sl_table_insert(st, &c[i].loc, now);
-        memcpy(sl_entry_state(e), g.final[k], lims[i].state_size);
+        memcpy(sl_entry_state(e), g.final[k], lims[i]->state_size);
         const sluice_result *ri = &out->r[i];
         sl_entry_touch(e, now.mono_ns, ri->remaining == 0, ri->reset_after_ns);
     }

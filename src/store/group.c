@@ -55,10 +55,10 @@ static bool run_group(sl_group_run *g, unsigned grp, const void **cur, bool *dec
         if (it->group != grp) continue;
         unsigned k = g->kidx[i];
         sl_result r;
-        const sl_limit *l = &g->lims[i];
+        const sl_limit *l = g->lims[i];
         bool ch;
         if (grp == 0 && capacity_item(it, l))
-            ch = sl_cap_decide(l, cur[k], g->work[i], g->peek, g->now, it->cost, it->cls, &r, &g->res.x[i]);
+            ch = sl_cap_decide(l, cur[k], g->work[i], g->peek, g->now, it->cost, it->cls, &r, &g->res->x[i]);
         else
             ch = sl_algo_decide(l, cur[k], g->work[i], g->now, it->cost, &r);
         if (grp == 0 && fz != NULL && fz->on[i] && r.allowed) {
@@ -70,7 +70,7 @@ static bool run_group(sl_group_run *g, unsigned grp, const void **cur, bool *dec
         if (r.allowed && ch && it->cost > 0) cur[k] = g->work[i];
         if (!r.allowed) all = false;
         if (norm != NULL) norm[i] = ch && !r.allowed;
-        to_public(&r, &g->res.r[i]);
+        to_public(&r, &g->res->r[i]);
         decided[i] = true;
     }
     return all;
@@ -85,7 +85,7 @@ static void *writable(sl_group_run *g, const void **cur, unsigned k) {
     size_t i = 0;
     while (i < g->n && g->kidx[i] != k) i++;
     if (cur[k] != g->stored[k]) return (void *)cur[k];
-    const sl_limit *l = &g->lims[i];
+    const sl_limit *l = g->lims[i];
     if (g->stored[k] != NULL) {
         memcpy(g->work[i], g->stored[k], l->state_size);
     } else {
@@ -133,7 +133,7 @@ static size_t borrow_check(sl_group_run *g, const void **cur, forced *fz, mark_o
         for (unsigned lv = 0; lv < SL_BORROW_MAX_DEPTH; lv++) {
             int i = tier_item(g, b, lv);
             if (i < 0) break;
-            const sl_limit *l = &g->lims[i];
+            const sl_limit *l = g->lims[i];
             sl_result r0;
             sl_algo_decide(l, cur[g->kidx[i]], g->peek, g->now, 0, &r0);
             use[depth] = r0.remaining >= r0.limit ? 0 : r0.limit - r0.remaining;
@@ -148,10 +148,10 @@ static size_t borrow_check(sl_group_run *g, const void **cur, forced *fz, mark_o
         tiers[depth - 1].share = tiers[depth - 1].cap; /* the root lends nothing upwards */
         sl_borrow_verdict v;
         sl_borrow_decide(tiers, use, marks, depth, g->now.mono_ns, g->items[leaf].cost, &v);
-        for (unsigned t = 0; t < depth; t++) g->res.x[idx[t]].kind |= SL_CAPI_BORROW;
+        for (unsigned t = 0; t < depth; t++) g->res->x[idx[t]].kind |= SL_CAPI_BORROW;
         if (!v.admit && v.level >= 0 && (unsigned)v.level < depth) {
             int i = idx[v.level];
-            g->res.x[i].borrow_reason = v.reason;
+            g->res->x[i].borrow_reason = v.reason;
             if (v.reason == SL_BORROW_RECLAIM) {
                 fz->on[i] = true;
                 fz->retry[i] = reset[v.level];
@@ -165,7 +165,7 @@ static size_t borrow_check(sl_group_run *g, const void **cur, forced *fz, mark_o
 
 static void apply_marks(sl_group_run *g, const void **cur, const mark_op *ops, size_t nops) {
     for (size_t o = 0; o < nops; o++) {
-        const sl_limit *pl = &g->lims[ops[o].parent], *ol = &g->lims[ops[o].owner];
+        const sl_limit *pl = g->lims[ops[o].parent], *ol = g->lims[ops[o].owner];
         sl_borrow_mark *pm = sl_cap_marks(pl, writable(g, cur, g->kidx[ops[o].parent]));
         sl_borrow_mark *om = sl_cap_marks(ol, writable(g, cur, g->kidx[ops[o].owner]));
         if (pm == NULL || om == NULL) continue;
@@ -175,14 +175,14 @@ static void apply_marks(sl_group_run *g, const void **cur, const mark_op *ops, s
 }
 
 static bool is_penalty(const sl_group_run *g, size_t i) {
-    return (g->items[i].cap & SL_SIC_PENALTY) && g->lims[i].algo == SL_ALGO_PENALTY &&
+    return (g->items[i].cap & SL_SIC_PENALTY) && g->lims[i]->algo == SL_ALGO_PENALTY &&
            g->items[i].group == 0;
 }
 
 static void penalty_info(sl_group_run *g, size_t i, const void *state) {
     sl_penalty_result pr;
-    sl_penalty_check(&g->lims[i].cap.pen, state, g->now.mono_ns, &pr);
-    sl_cap_info *x = &g->res.x[i];
+    sl_penalty_check(&g->lims[i]->cap.pen, state, g->now.mono_ns, &pr);
+    sl_cap_info *x = &g->res->x[i];
     x->kind |= SL_CAPI_PENALTY;
     x->pen_action = pr.action;
     x->pen_level = (uint16_t)(pr.level > UINT16_MAX ? UINT16_MAX : pr.level);
@@ -192,43 +192,43 @@ static void penalty_info(sl_group_run *g, size_t i, const void *state) {
  * while another item of its group refused records a violation. */
 static void penalty_violations(sl_group_run *g, const void **cur) {
     for (size_t i = 0; i < g->n; i++) {
-        if (!is_penalty(g, i) || !g->res.r[i].allowed || g->items[i].pgrp == 0) continue;
+        if (!is_penalty(g, i) || !g->res->r[i].allowed || g->items[i].pgrp == 0) continue;
         bool refused = false;
         for (size_t j = 0; j < g->n && !refused; j++)
             refused = j != i && g->items[j].group == 0 && g->items[j].pgrp == g->items[i].pgrp &&
-                      !is_penalty(g, j) && !g->res.r[j].allowed;
+                      !is_penalty(g, j) && !g->res->r[j].allowed;
         if (!refused) continue;
         unsigned k = g->kidx[i];
         const void *before = g->stored[k];
         sl_penalty_state *next = writable(g, cur, k);
         sl_penalty_result pr;
-        sl_penalty_violation(&g->lims[i].cap.pen, before, next, g->now.mono_ns, &pr);
-        sluice_result *o = &g->res.r[i];
+        sl_penalty_violation(&g->lims[i]->cap.pen, before, next, g->now.mono_ns, &pr);
+        sluice_result *o = &g->res->r[i];
         o->allowed = 0;
         o->remaining = 0;
         o->retry_after_ns = pr.retry_after_ns;
         penalty_info(g, i, next);
-        g->res.x[i].violation = 1;
+        g->res->x[i].violation = 1;
     }
 }
 
 /* SL_SREQ_PASS: a solved challenge ends each penalty item's challenge period; nothing
  * else is decided (the others report their state). */
 static void pass_challenges(sl_group_run *g, const void **cur) {
-    g->res.allowed = 0;
+    g->res->allowed = 0;
     for (size_t i = 0; i < g->n; i++) {
         unsigned k = g->kidx[i];
         sl_result r;
-        sl_algo_decide(&g->lims[i], cur[k], g->peek, g->now, 0, &r);
-        to_public(&r, &g->res.r[i]);
+        sl_algo_decide(g->lims[i], cur[k], g->peek, g->now, 0, &r);
+        to_public(&r, &g->res->r[i]);
         if (!is_penalty(g, i)) continue;
         sl_penalty_state next;
-        bool ok = sl_penalty_pass(&g->lims[i].cap.pen, g->stored[k], &next, g->now.mono_ns);
+        bool ok = sl_penalty_pass(&g->lims[i]->cap.pen, g->stored[k], &next, g->now.mono_ns);
         if (ok) {
             memcpy(writable(g, cur, k), &next, sizeof(next));
-            g->res.allowed = 1;
+            g->res->allowed = 1;
         }
-        g->res.r[i].allowed = ok ? 1 : 0;
+        g->res->r[i].allowed = ok ? 1 : 0;
         penalty_info(g, i, cur[k]);
     }
     for (size_t k = 0; k < g->nkeys; k++) g->final[k] = cur[k];
@@ -242,12 +242,13 @@ void sl_group_decide(sl_group_run *g) {
     for (size_t k = 0; k < g->nkeys; k++) cur[k] = g->stored[k];
     for (size_t i = 0; i < g->n; i++) {
         g->consumed[i] = false;
-        g->res.x[i].kind = 0;
+        g->res->x[i].kind = 0;
         if (g->items[i].group > maxg) maxg = g->items[i].group;
         capacity |= g->items[i].cap != 0 || g->items[i].bpath != 0;
     }
-    g->res.n = g->n;
-    g->res.groups_ok = 0;
+    g->res->n = g->n;
+    g->res->groups_ok = 0;
+    if (capacity || (g->flags & SL_SREQ_PASS)) memset(g->res->x, 0, g->n * sizeof(g->res->x[0]));
     if (g->flags & SL_SREQ_PASS) {
         pass_challenges(g, cur);
         return;
@@ -264,7 +265,7 @@ void sl_group_decide(sl_group_run *g) {
     if (capacity)
         for (size_t i = 0; i < g->n; i++)
             if (is_penalty(g, i)) penalty_info(g, i, cur[g->kidx[i]]);
-    g->res.allowed = all ? 1 : 0;
+    g->res->allowed = all ? 1 : 0;
     if (!all) {
         /* nothing of group 0 stands; charges are counted on the stored states. A refused
          * item whose algorithm normalised its key's state (a state from the future, after
@@ -284,7 +285,7 @@ void sl_group_decide(sl_group_run *g) {
             if (it->group != 0 || !(it->flags & SL_SI_CHARGE) || it->cost == 0) continue;
             unsigned k = g->kidx[i];
             sl_result r;
-            sl_algo_settle(&g->lims[i], cur[k], g->work[i], g->now,
+            sl_algo_settle(g->lims[i], cur[k], g->work[i], g->now,
                            it->cost > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)it->cost, &r);
             cur[k] = g->work[i];
             g->consumed[i] = true;
@@ -299,7 +300,7 @@ void sl_group_decide(sl_group_run *g) {
         const void *save[SLUICE_MAX_ITEMS];
         memcpy(save, cur, g->nkeys * sizeof(cur[0]));
         bool ok = run_group(g, grp, cur, decided, NULL, NULL);
-        if (ok) g->res.groups_ok |= 1u << grp;
+        if (ok) g->res->groups_ok |= 1u << grp;
         if (ok && all) {
             for (size_t i = 0; i < g->n; i++)
                 if (g->items[i].group == grp) g->consumed[i] = true;
@@ -315,23 +316,23 @@ void sl_group_decide(sl_group_run *g) {
     /* what was not consumed reports the true state after the call */
     for (size_t i = 0; i < g->n; i++) {
         const sl_sitem *it = &g->items[i];
-        sluice_result *o = &g->res.r[i];
+        sluice_result *o = &g->res->r[i];
         const void *st = cur[g->kidx[i]];
         sl_result r;
         if (!decided[i]) { /* a group beyond SL_SGROUPS: reported, never decided */
-            sl_algo_decide(&g->lims[i], st, g->peek, g->now, 0, &r);
+            sl_algo_decide(g->lims[i], st, g->peek, g->now, 0, &r);
             to_public(&r, o);
             continue;
         }
         if (g->consumed[i] && !(it->group == 0 && !all)) continue;
         if (g->consumed[i]) { /* a charge: can the same cost pass now? */
-            sl_algo_decide(&g->lims[i], st, g->peek, g->now, it->cost, &r);
+            sl_algo_decide(g->lims[i], st, g->peek, g->now, it->cost, &r);
             to_public(&r, o);
             if (!r.allowed) continue;
         }
         /* a rejecting item keeps its verdict and retry-after (from its chained decision);
          * every item reports the state as the call left it */
-        sl_algo_decide(&g->lims[i], st, g->peek, g->now, 0, &r);
+        sl_algo_decide(g->lims[i], st, g->peek, g->now, 0, &r);
         o->remaining = r.remaining;
         o->reset_after_ns = r.reset_after_ns;
         o->lease = 0;
