@@ -9,4 +9,13 @@ int sl_cli_serve(int argc, char **argv);  /* serve.c */
 int sl_cli_config(int argc, char **argv); /* config_cmd.c: "config check FILE" */
 int sl_cli_explain(int argc, char **argv); /* explain.c */
 
+/* simulate_cap.c: the capacity protection patterns of `sluice simulate` (adaptive, shed,
+ * borrow, penalty; "all" runs each), on the engine with built-in configs. */
+#include <stdbool.h>
+#include <stdio.h>
+struct sl_buf;
+void sl_sim_cap_usage(FILE *f);
+bool sl_sim_cap_known(const char *name);
+int sl_sim_cap_run(const char *name, const char *svg_dir, struct sl_buf *html, int *ran);
+
 #endif

@@ -738,3 +738,31 @@ def test_grpc_sheds_by_class(make_server, pb):
     codes = [c.check("edge", crit).overall_code for _ in range(6)]
     assert codes == [1] * 5 + [2], codes      # critical: the rest
     c.close()
+
+
+# ---- sluice simulate: the capacity patterns ---------------------------------------------------------
+
+def test_simulate_capacity_patterns(tmp_path):
+    import subprocess
+    from conftest import BIN
+    out = {}
+    for p in ("adaptive", "shed", "borrow", "penalty"):
+        r = subprocess.run([BIN, "simulate", p, "--svg", str(tmp_path)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / ("simulate-%s.svg" % p)).read_text().startswith("<svg") or \
+            "<svg" in (tmp_path / ("simulate-%s.svg" % p)).read_text()
+        out[p] = r.stdout
+    # each controller: settled, steady within 25 % of the knee (20), swinging at most 20 %
+    for ctl in ("gradient2", "vegas", "aimd"):
+        m = re.search(r"^%s\s+([\d.]+) s\s+([\d.]+) \(\s*(\d+) %%\)\s+([\d.]+) s\s+([\d.]+) \(\s*(\d+) %%\)" % ctl,
+                      out["adaptive"], re.M)
+        assert m, out["adaptive"]
+        settle, mean, p2p, track, hmean, hp2p = (float(x) for x in m.groups())
+        assert settle <= 10 and abs(mean - 20) <= 5 and p2p <= 20 and track <= 5 and abs(hmean - 10) <= 2.5
+    shares = dict(re.findall(r"^(critical|default|sheddable|batch)\s.*?([\d.]+) %$", out["shed"], re.M))
+    assert float(shares["critical"]) >= 99 and float(shares["sheddable"]) < 5, shares
+    a = [int(x) for x in re.search(r"^A\s+(.*)$", out["borrow"], re.M).group(1).split()]
+    b = [int(x) for x in re.search(r"^B\s+(.*)$", out["borrow"], re.M).group(1).split()]
+    assert a[6:] == [50] * 6 and max(b) == 80 and b[6:] == [50] * 6, (a, b)
+    total = re.search(r"^all\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", out["penalty"], re.M).groups()
+    assert int(total[4]) == 0 and int(total[2]) + int(total[3]) == 60, total
