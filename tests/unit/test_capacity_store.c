@@ -11,6 +11,8 @@
 #include "store/store.h"
 #include "t.h"
 
+#include <unistd.h>
+
 static sluice_store *st;
 static sluice_time T0 = {INT64_C(1000) * SLUICE_NS_PER_S, INT64_C(1700000000) * SLUICE_NS_PER_S};
 
@@ -48,12 +50,12 @@ static int one(const sluice_limiter *l, const char *key, uint32_t cls, sluice_ti
     return r->allowed;
 }
 
-/* How many of `n` requests of class cls are admitted in a row. */
-static unsigned fill(const sluice_limiter *l, uint32_t cls, unsigned n, uint64_t *leases) {
+/* How many of `n` requests of class cls are admitted in a row (on key "b"). */
+static unsigned fill_key(const sluice_limiter *l, const char *key, uint32_t cls, unsigned n, uint64_t *leases) {
     unsigned ok = 0;
     for (unsigned i = 0; i < n; i++) {
         sl_sresult r;
-        if (one(l, "b", cls, T0, &r)) {
+        if (one(l, key, cls, T0, &r)) {
             if (leases) leases[ok] = r.r[0].lease;
             ok++;
         } else {
@@ -64,6 +66,10 @@ static unsigned fill(const sluice_limiter *l, uint32_t cls, unsigned n, uint64_t
         }
     }
     return ok;
+}
+
+static unsigned fill(const sluice_limiter *l, uint32_t cls, unsigned n, uint64_t *leases) {
+    return fill_key(l, "b", cls, n, leases);
 }
 
 static void test_classes_shed_lowest_first(void) {
@@ -297,6 +303,74 @@ static void test_borrowing_returns_within_a_window(void) {
     sluice_limiter_destroy(prod);
 }
 
+/* ---- reload and snapshots -------------------------------------------------------------------- */
+
+static uint64_t in_flight(const sluice_limiter *l, const char *key, sluice_time now) {
+    sl_sitem it = {.lim = l, .key = key, .key_len = strlen(key), .cost = 0};
+    sl_sresult r;
+    sl_mem_decide(st, &it, 1, 0, now, &r);
+    return r.r[0].limit - r.r[0].remaining;
+}
+
+/* A concurrency limit that gains classes on reload keeps its slots in flight (their
+ * classes unknown: none reserved for them) and releases of the old leases still work;
+ * penalties, class counts and borrowing marks survive a snapshot. */
+static void test_reload_and_snapshot(void) {
+    sluice_limiter *plain = make((sluice_limit_spec){.algo = SLUICE_CONCURRENCY, .name = "grow", .limit = 10,
+                                                     .lease_ns = 60 * SLUICE_NS_PER_S},
+                                 NULL);
+    uint64_t leases[4];
+    for (int i = 0; i < 4; i++) {
+        sl_sresult r;
+        T_EQ_I(one(plain, "k", 0, T0, &r), 1);
+        leases[i] = r.r[0].lease;
+    }
+    sl_cap c = classes(500000); /* critical reserves half */
+    sluice_limiter *cls = make((sluice_limit_spec){.algo = SLUICE_CONCURRENCY, .name = "grow", .limit = 10,
+                                                   .lease_ns = 60 * SLUICE_NS_PER_S},
+                               &c);
+    T_EQ_U(in_flight(cls, "k", at(1)), 4);
+    /* 4 in flight of unknown classes, critical's 5 reserved: batch (50 % fill) gets 1 */
+    T_EQ_U(fill_key(cls, "k", 4, 10, NULL), 1);
+    /* an old lease (no class in it) is released */
+    T_EQ_I(sl_mem_release(st, cls, "k", 1, leases[0], false, -1, 0, at(2), NULL), SLUICE_OK);
+    T_EQ_U(in_flight(cls, "k", at(2)), 4);
+    /* a penalty, a class count and a tier's marks through a snapshot */
+    sluice_limiter *pen = pen_lim("pen-s", 0);
+    sluice_limiter *lim = make((sluice_limit_spec){.algo = SLUICE_FIXED_WINDOW, .name = "acct-s", .limit = 1,
+                                                   .period_ns = 3600 * SLUICE_NS_PER_S},
+                               NULL);
+    sl_sresult r;
+    attempt(pen, lim, "x", "x", at(3), &r);
+    T_EQ_I(attempt(pen, lim, "x", "x", at(3), &r), 0);
+    T_EQ_U(r.x[0].pen_level, 1);
+    char path[] = "/tmp/sluice-capsXXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    T_EQ_I(sluice_store_snapshot(st, path, at(4)), SLUICE_OK);
+    int err;
+    sluice_store *saved = st;
+    st = sluice_store_create(NULL, &err);
+    sluice_store_register(st, cls);
+    sluice_store_register(st, pen);
+    sluice_store_register(st, lim);
+    char msg[200] = "";
+    T_EQ_I(sluice_store_restore(st, path, at(5), NULL, msg, sizeof(msg)), SLUICE_OK);
+    if (msg[0]) printf("restore: %s\n", msg);
+    unlink(path);
+    T_EQ_U(in_flight(cls, "k", at(5)), 4);
+    T_EQ_U(fill_key(cls, "k", 4, 10, NULL), 1); /* as before the snapshot: batch's 50 % less the 4 held */
+    T_EQ_I(attempt(pen, lim, "x", "x", at(6), &r), 0);
+    T_EQ_U(r.x[0].pen_action, SL_PENALTY_BLOCK);
+    T_EQ_U(r.x[0].violation, 0); /* refused by the restored block, no new violation */
+    sluice_store_destroy(st);
+    st = saved;
+    sluice_limiter_destroy(plain);
+    sluice_limiter_destroy(cls);
+    sluice_limiter_destroy(pen);
+    sluice_limiter_destroy(lim);
+}
+
 int main(void) {
     int err;
     st = sluice_store_create(NULL, &err);
@@ -307,6 +381,7 @@ int main(void) {
     T_RUN(test_penalty_escalates_and_decays);
     T_RUN(test_challenge_pass);
     T_RUN(test_borrowing_returns_within_a_window);
+    T_RUN(test_reload_and_snapshot);
     sluice_store_destroy(st);
     return T_DONE();
 }
