@@ -37,7 +37,7 @@ static void gauges(cap_series *cs, const sl_cap_info *x) {
 
 void sl_cap_count(sl_worker *w, const sl_verdict *v, size_t i, size_t j, unsigned pseries) {
     (void)w;
-    if (pseries >= SL_OBS_SERIES) return;
+    if (!v->run.capacity || pseries >= SL_OBS_SERIES) return;
     cap_series *cs = &g_series[pseries];
     for (size_t k = i; k < j; k++) {
         const sl_verdict_item *it = &v->items[k];
