@@ -766,3 +766,28 @@ def test_simulate_capacity_patterns(tmp_path):
     assert a[6:] == [50] * 6 and max(b) == 80 and b[6:] == [50] * 6, (a, b)
     total = re.search(r"^all\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", out["penalty"], re.M).groups()
     assert int(total[4]) == 0 and int(total[2]) + int(total[3]) == 60, total
+
+
+def test_class_by_operation_and_missing_class(make_server):
+    srv = make_server(config_text="""
+workers: 1
+policies:
+  - name: api
+    key: []
+    algorithm: token_bucket
+    limits: [ { rate: 1/h, burst: 10 } ]
+    priority_from: { "POST /reindex": batch, "GET /search*": critical, from: header.x-priority }
+    classes: [ { name: critical }, { name: default, fill: 80% }, { name: batch, fill: 30% } ]
+""")
+    def cls(method, path, prio=None):
+        req = {"method": method, "path": path, "headers": {"x-priority": prio} if prio else {}}
+        r = requests.post(srv.http + "/v1/check", json={"request": req}, timeout=5)
+        return r.json()["limits"][0]["class"], r.status_code
+    assert cls("POST", "/reindex", "critical") == ("batch", 200)   # the operation wins
+    assert cls("GET", "/search/q") == ("critical", 200)
+    assert cls("GET", "/other", "batch") == ("batch", 200)         # the attribute
+    assert cls("GET", "/other", "vip") == ("default", 200)         # unknown: on_missing_class
+    assert cls("GET", "/other") == ("default", 200)                # missing
+    # 4 of 10 taken: batch (30 %) is shed, default (80 %) still admitted
+    assert cls("POST", "/reindex") == ("batch", 429)
+    assert cls("GET", "/x", "default") == ("default", 200)
