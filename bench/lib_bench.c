@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lib_bench.c -- libsluice decision cost over the memory store, shaped like the naive
  * table's "str+hash" case (bench/naive_tb.c) so the two compare: keys "user:<n>" drawn

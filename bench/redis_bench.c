@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_bench.c -- decisions/s of the Redis store client (one connection, one loop, the
  * way one server worker drives it): `inflight` decisions kept outstanding, so each loop

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run.sh BUILD_DIR -- `make bench`: every benchmark, each printing sluice beside the peers
 # measured in the same run (the machine's cores are shared, so only same-run ratios
 # mean anything). Output is also kept in bench/run/results-<timestamp>.txt.

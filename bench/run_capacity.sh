@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run_capacity.sh BUILD_DIR [OUT_TXT] [SVG_DIR] -- the capacity simulations (adaptive
 # concurrency, priority shedding, borrowing, penalties): builds tests/sim/capacity_sim.c
 # against BUILD_DIR/libsluice.a, prints the figures (and writes them to OUT_TXT when given)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run_grpc.sh BUILD_DIR -- Envoy RLS (gRPC ShouldRateLimit) decisions/s and server CPU per
 # decision with h2load (C connections x M concurrent streams, one 16-byte request repeated),
 # beside nginx limit_req's CPU per request (wrk -t2 -c64, 100k keys) in the same run.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run_lib.sh BUILD_DIR -- libsluice's memory store against the naive unlocked C table
 # (bench/naive_tb.c, a copy of ../shared/peers/bench_c_tb.c), both built here and run one
 # after the other in the same run, then a table of ns/decision with ratios sluice/naive.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run_observe.sh BUILD_DIR -- what observability costs a decision, end to end: `sluice serve`
 # (1 worker, memory store) answering RESP SL.CHECK over 100 000 keys, with hot-key tracking
 # on (observe.hot_keys: 64 counters) and off, per-policy counting always on:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run_redis.sh BUILD_DIR -- the Redis backend: decisions/s of sluice's client (one
 # connection, the way one server worker drives it) against, on the same redis-server and
 # with the same script and arguments, redis-benchmark sending EVALSHA on one connection

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run_replay.sh BUILD_DIR -- `sluice replay` speed, measured beside the library benchmark in
 # the same run: lines/s for each log format (read, parse, reorder) and the replay's
 # decisions/s (engine + its per-window and per-key statistics) against lib_bench's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run_server.sh BUILD_DIR -- `sluice serve` against its peers, in one run, same tools:
 #   RESP: redis-benchmark -c 50 -r 100000 at -P 1 and -P 32: SL.CHECK and CL.THROTTLE on
 #         sluice vs INCR and the Lua token bucket (peers/tb.lua, EVALSHA) on redis-server;

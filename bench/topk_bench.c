@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * topk_bench.c -- the cost of hot-key tracking on the decision path: ns per sl_topk_add
  * for sketches of 64, 256 and 1024 counters under three traffics over 100 000 keys (one

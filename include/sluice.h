@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sluice.h -- libsluice, the embeddable rate limiting, quota and throttling engine.
  *
@@ -84,7 +85,9 @@ typedef enum sluice_algo {
     SLUICE_GCRA = 5,           /* token bucket admissions in one timestamp (redis-cell) */
     SLUICE_LEAKY_BUCKET = 6,   /* shaper: returns a delay; rejects beyond queue/delay bound */
     SLUICE_CONCURRENCY = 7,    /* in-flight count with expiring leases */
-    SLUICE_QUOTA = 8           /* budget per calendar period in an IANA time zone */
+    SLUICE_QUOTA = 8,          /* budget per calendar period in an IANA time zone */
+    SLUICE_ADAPTIVE_CONCURRENCY = 9 /* concurrency whose limit moves with latency and drops
+                                       (issue 17: see sluice_limiter_create_adaptive) */
 } sluice_algo;
 
 /* "gcra", "token_bucket", ...; NULL for an unknown value. */
@@ -297,6 +300,73 @@ int sluice_snapshot_move_aside(const char *path, int64_t unix_s, char *aside,
  * SLUICE_OK, or SLUICE_EIO with *sys_errno and a message in errbuf. */
 int sluice_snapshot_check_dir(const char *path, int *sys_errno, char *errbuf,
                               size_t errbuf_len);
+
+
+/* ---- additions (issue 17): adaptive concurrency ----------------------------------- */
+
+/* How a request that held a concurrency slot ended, for the adaptive controller. */
+typedef enum sluice_outcome {
+    SLUICE_OUTCOME_OK = 0,      /* the backend answered: its latency is a sample */
+    SLUICE_OUTCOME_ERROR = 1,   /* an application error: counted, not timed */
+    SLUICE_OUTCOME_DROPPED = 2  /* overload: timeout, 503, refused connection */
+} sluice_outcome;
+
+typedef enum sluice_controller {
+    SLUICE_GRADIENT2 = 1, /* latency gradient against the no-load latency (the default) */
+    SLUICE_VEGAS = 2,     /* estimated queue kept inside a band */
+    SLUICE_AIMD = 3       /* +increase per window, x backoff on drops; needs timeout_ns */
+} sluice_controller;
+
+/* The parameters of an adaptive concurrency limit (docs/capacity.md). Zero-initialise it
+ * and set min, max and initial; every other field left 0 takes its default. */
+typedef struct sluice_adaptive_spec {
+    sluice_controller controller; /* 0 = SLUICE_GRADIENT2 */
+    uint32_t min, max, initial;   /* slots: 1 <= min <= initial <= max <= 2^24 - 1 */
+    int64_t window_ns;            /* the limit moves at most once per window (100 ms) */
+    uint32_t min_samples;         /* samples a window needs (10) */
+    uint32_t smoothing_ppm;       /* share of a step taken per window (gradient2 0.2, vegas 0.5) */
+    uint32_t tolerance_ppm;       /* gradient2: latency up to noload x this is no queue (1.1) */
+    uint32_t queue;               /* gradient2: growth per window without queueing (sqrt(limit)) */
+    uint32_t alpha_min, alpha_pct, beta_min, beta_pct; /* vegas band (1, 5 %; 2, 10 %) */
+    uint32_t increase;            /* aimd: slots per window (1) */
+    uint32_t backoff_ppm;         /* every controller, on drops (0.9) */
+    int64_t timeout_ns;           /* an ok sample slower than this is a drop (none; aimd: required) */
+    uint32_t probe_after;         /* windows stuck before a no-load probe (5); SLUICE_NO_PROBE: never */
+    int64_t probe_every_ns;       /* periodic probe (off; vegas 60 s); -1: off */
+} sluice_adaptive_spec;
+
+#define SLUICE_NO_PROBE UINT32_MAX
+
+/* An adaptive concurrency limiter: spec->algo must be SLUICE_ADAPTIVE_CONCURRENCY and
+ * spec->lease_ns set (spec->limit is ignored: the limit moves within [min, max]). A plain
+ * sluice_limiter_create of that algorithm uses gradient2 with min 1, max spec->limit and
+ * initial max/4 (at least 1). Errors as sluice_limiter_create. */
+sluice_limiter *sluice_limiter_create_adaptive(const sluice_limit_spec *spec,
+                                               const sluice_adaptive_spec *adaptive, int *err,
+                                               char *errbuf, size_t errbuf_len);
+
+/* Releases a lease of a concurrency limit with what happened to the request: for an
+ * adaptive limit, its latency (negative: unknown, the outcome still counts) and outcome
+ * are a sample for the controller; for a fixed one, the same as sluice_release.
+ * SLUICE_ENOTFOUND when the lease had expired (an expired lease already counted as a
+ * drop) or the key is unknown. */
+int sluice_release_sample(sluice_store *st, const sluice_limiter *lim, const void *key,
+                          size_t key_len, uint64_t lease, int64_t latency_ns,
+                          sluice_outcome outcome, sluice_time now);
+
+/* What an adaptive limit stands at for one key (nothing changes). */
+typedef struct sluice_adaptive_state {
+    uint32_t limit;        /* the concurrency enforced now (min while probing) */
+    uint32_t in_flight;    /* slots held now */
+    int64_t noload_ns;     /* estimated no-load latency (0: not measured yet) */
+    int64_t last_avg_ns;   /* average latency of the last closed window */
+    int probing;           /* 1 while the no-load latency is being measured at min */
+} sluice_adaptive_state;
+
+/* SLUICE_EINVAL for a limiter that is not adaptive or not registered; a key never seen
+ * reports the fresh state (initial, nothing in flight). */
+int sluice_adaptive_get(sluice_store *st, const sluice_limiter *lim, const void *key,
+                        size_t key_len, sluice_time now, sluice_adaptive_state *out);
 
 #ifdef __cplusplus
 }

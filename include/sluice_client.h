@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sluice_client.h -- libsluice's helpers for HTTP clients of a rate-limited API: read the
  * limits a server publishes (RateLimit-Policy and RateLimit of

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """check_layers.py -- the include graph between the folders of src/, and a check that it
 has no cycle (each folder only includes folders below it: the pipeline's arrows point
 down). Usage: check_layers.py [SRC_DIR] [--graph]. Exit 1 on a cycle, naming the files

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- keys.lua -- wrk script for bench/run_server.sh: every request carries X-Api-Key
 -- "user:<n>" for n cycling through NKEYS keys (from a per-thread random start), with the
 -- requests pre-formatted in init so the per-request cost in wrk is one table index.

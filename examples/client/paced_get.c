@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * paced_get.c -- a well-behaved client of an API behind sluice, with libcurl: it reads the
  * RateLimit-Policy / RateLimit / Retry-After fields of every answer, waits as long as the

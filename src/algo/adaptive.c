@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * adaptive.c -- the adaptive concurrency controllers (see adaptive.h for the contract).
  * Invariants: min <= limit <= max after every call; the window's sums never overflow
@@ -245,7 +246,9 @@ static void start_probe(sl_adapt_state *s, int64_t now_ns) {
 /* Closes the window when it is due and holds enough samples, moving the limit. */
 static bool close_window(const sl_adapt_params *p, sl_adapt_state *s, int64_t now_ns) {
     int64_t w = window_len(p, s);
-    bool full = s->ok >= MAX_WINDOW_SAMPLES;
+    /* Full also when the latency sum reaches 2^52 ns (52 days of summed latency: only
+     * pathological samples), so the Redis script's sums stay exact in doubles. */
+    bool full = s->ok >= MAX_WINDOW_SAMPLES || s->sum_ns >= (UINT64_C(1) << 52);
     if (now_ns - s->window_start_ns < w && !full) return false;
     int64_t avg = s->ok ? (int64_t)(s->sum_ns / s->ok) : 0;
     if (avg < 1 && s->ok) avg = 1;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * adaptive.h -- adaptive concurrency: controllers that move a concurrency limit within
  * [min, max] from the latency and outcome of finished requests (gradient2, vegas, aimd).

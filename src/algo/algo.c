@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * algo.c -- the dispatcher: validates what every limit shares, then hands each call to
  * the algorithm named by lim->algo (one file per algorithm, contracts in algo_impl.h).
@@ -32,12 +33,17 @@ static const algo_ops ops_table[] = {
     [SLUICE_LEAKY_BUCKET] = SL_OPS(leaky, true),
     [SLUICE_CONCURRENCY] = SL_OPS(conc, false),
     [SLUICE_QUOTA] = SL_OPS(quota, false),
+    [SLUICE_ADAPTIVE_CONCURRENCY] = SL_OPS(aconc, false),
 };
+
+/* An internal algorithm, outside the public numbering. */
+static const algo_ops penalty_ops = SL_OPS(pen, false);
 
 /* The operations of `algo`, or NULL for an unknown algorithm. (The references are strong
  * on purpose: a weak one would not pull conc.o or quota.o out of the static archive.) */
 static const algo_ops *ops_of(sluice_algo algo) {
-    if ((unsigned)algo >= sizeof(ops_table) / sizeof(ops_table[0])) return NULL;
+    if ((unsigned)algo >= sizeof(ops_table) / sizeof(ops_table[0]))
+        return algo == SL_ALGO_PENALTY ? &penalty_ops : NULL;
     const algo_ops *o = &ops_table[algo];
     return o->init != NULL ? o : NULL;
 }
@@ -68,7 +74,7 @@ int sl_limit_init(sl_limit *out, const sluice_limit_spec *spec, const struct sl_
     if (name_len > 255)
         return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL,
                              "limit name is longer than 255 bytes");
-    const char *algo_name = sluice_algo_name(spec->algo);
+    const char *algo_name = spec->algo == SL_ALGO_PENALTY ? "penalty" : sluice_algo_name(spec->algo);
     if (algo_name == NULL)
         return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL,
                              "limit '%s': unknown algorithm %d", spec->name, (int)spec->algo);
@@ -124,7 +130,9 @@ bool sl_algo_decide(const sl_limit *lim, const void *state, void *next, sluice_t
                     uint64_t cost, sl_result *r) {
     const algo_ops *o = ops_of(lim->algo);
     if (o == NULL) return unavailable(lim, r);
-    return o->decide(lim, state, next, now, cost, r);
+    bool ch = o->decide(lim, state, next, now, cost, r);
+    if (lim->cap.tail) sl__cap_tail(lim, state, next);
+    return ch;
 }
 
 void sl_algo_settle(const sl_limit *lim, const void *state, void *next, sluice_time now,
@@ -135,6 +143,7 @@ void sl_algo_settle(const sl_limit *lim, const void *state, void *next, sluice_t
         return;
     }
     o->settle(lim, state, next, now, delta, r);
+    if (lim->cap.tail) sl__cap_tail(lim, state, next);
 }
 
 /* Whether a reservation made at `reserved_at` may still be refunded at `now`: only while
@@ -162,12 +171,17 @@ bool sl_algo_refundable(const sl_limit *lim, sluice_time reserved_at, sluice_tim
 int64_t sl_algo_fresh_at(const sl_limit *lim, const void *state, sluice_time now) {
     const algo_ops *o = ops_of(lim->algo);
     if (o == NULL) return now.mono_ns;
-    return o->fresh_at(lim, state, now);
+    int64_t at = o->fresh_at(lim, state, now);
+    if (lim->cap.tail && state != NULL) at = sl__cap_tail_fresh_at(lim, state, at);
+    return at;
 }
 
 void sl_algo_rebase(const sl_limit *lim, void *state, int64_t delta_ns) {
     const algo_ops *o = ops_of(lim->algo);
-    if (o != NULL && state != NULL) o->rebase(lim, state, delta_ns);
+    if (o != NULL && state != NULL) {
+        o->rebase(lim, state, delta_ns);
+        if (lim->cap.tail) sl__cap_tail_rebase(lim, state, delta_ns);
+    }
 }
 
 /* Big enough for any rate algorithm's state (the sliding log is the largest). */
@@ -192,7 +206,11 @@ void sl_algo_carry(const sl_limit *old, const void *state, const sl_limit *lim, 
     sl_result r;
     if (oo == o && state != NULL) {
         o->carry(old, state, lim, next, now);
+        if (lim->cap.tail || old->cap.tail) sl__cap_tail_carry(old, state, lim, next, now);
         return;
+    }
+    if (lim->cap.tail) { /* a fresh state of the new limit, tails included */
+        sl__cap_tail_carry(old, NULL, lim, next, now);
     }
     o->decide(lim, NULL, next, now, 0, &r); /* writes the fresh state */
     if (oo == NULL || !oo->rate || !o->rate || state == NULL) return;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * algo.h -- the algorithms as pure state transitions:
  *   (limit parameters, state, now, cost) -> (new state, result)
@@ -12,6 +13,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "adaptive.h"
+#include "borrow.h"
+#include "penalty.h"
+#include "shed.h"
 #include "sluice.h"
 
 struct sl_tz; /* src/core/tz.h */
@@ -70,6 +75,53 @@ typedef struct sl_quota_state {
     uint64_t used;
 } sl_quota_state;
 
+/* Adaptive concurrency (capacity.c): the concurrency algorithm's leases, the controller,
+ * and the slots in flight per priority class (128 bytes). */
+typedef struct sl_aconc_state {
+    sl_conc_state conc;
+    sl_adapt_state ad;
+    sl_shed_use use;
+} sl_aconc_state;
+
+/* ---- capacity protection (issue 17; capacity.c) ----------------------------------------- */
+
+/* An internal algorithm (not in sluice.h): the progressive penalty of one offender key
+ * (state sl_penalty_state). Its decision admits unless the key is blocked or challenged;
+ * violations and passes are applied by the store's decision rules (store/group.c). */
+#define SL_ALGO_PENALTY ((sluice_algo)100)
+
+/* Extra state some limits keep after their algorithm's own, in this order: */
+#define SL_TAIL_SHED 0x1u  /* sl_shed_use: slots in flight per class (concurrency + classes) */
+#define SL_TAIL_MARKS 0x2u /* sl_borrow_mark: a borrowing tier's reclaim marks */
+
+/* What a limit adds for capacity protection; all zero for a plain limit. */
+typedef struct sl_cap {
+    uint8_t tail;          /* SL_TAIL_* */
+    uint16_t base_size;    /* the algorithm's own state bytes (state_size without tails) */
+    int64_t reclaim_ns;    /* borrowing tiers: how long a reclaim lasts */
+    sl_shed_params shed;   /* classes sharing this budget (nclasses 0: none) */
+    sl_adapt_params adapt; /* SLUICE_ADAPTIVE_CONCURRENCY */
+    sl_penalty_params pen; /* SL_ALGO_PENALTY */
+} sl_cap;
+
+/* What a decision tells about the capacity mechanisms of one item (store results). */
+#define SL_CAPI_SHED 0x1u    /* shed_* are set (the item has a class) */
+#define SL_CAPI_ADAPT 0x2u   /* limit/noload/in_flight of an adaptive limit */
+#define SL_CAPI_PENALTY 0x4u /* pen_* are set */
+#define SL_CAPI_BORROW 0x8u  /* borrow_* are set */
+typedef struct sl_cap_info {
+    uint8_t kind;          /* SL_CAPI_* */
+    uint8_t shed_cls;      /* the item's class (index) */
+    uint8_t shed_reason;   /* sl_shed_reason: 0 admitted, else why its class was shed */
+    uint8_t pen_action;    /* sl_penalty_action after this decision */
+    uint8_t borrow_reason; /* sl_borrow_reason: 0, or why this tier refused */
+    uint8_t violation;     /* penalty: this decision recorded a violation */
+    uint16_t pen_level;
+    uint32_t in_flight;    /* concurrency: slots held after this decision */
+    uint32_t limit;        /* adaptive: the limit enforced now */
+    int64_t noload_ns;     /* adaptive: the estimated no-load latency */
+} sl_cap_info;
+
 /* ---- compiled parameters --------------------------------------------------------- */
 
 typedef struct sl_limit {
@@ -85,6 +137,8 @@ typedef struct sl_limit {
     /* derived by sl_limit_init: */
     int64_t emission_ns;    /* GCRA: period/limit, truncated (redis-cell) */
     bool cell;              /* GCRA for CL.THROTTLE: redis-cell's integer results (gcra.c) */
+    /* last, so the fields every decision reads share the first cache line */
+    sl_cap cap;             /* capacity protection (zero for a plain limit) */
 } sl_limit;
 
 typedef struct sl_result {
@@ -130,6 +184,60 @@ bool sl_algo_refundable(const sl_limit *lim, sluice_time reserved_at, sluice_tim
  * already expired (nothing changed). */
 bool sl_conc_release(const sl_limit *lim, const void *state, void *next, sluice_time now,
                      uint64_t lease);
+
+/* ---- capacity protection (capacity.c) ---------------------------------------------------- */
+
+/* Validates `cap` for `spec` and fills out->cap (after sl_limit_init's own checks): an
+ * adaptive limit's controller, a penalty's parameters, classes and tails; state_size
+ * grows by the tails. SLUICE_OK or an error with a message. */
+int sl_cap_init(sl_limit *out, const sluice_limit_spec *spec, const sl_cap *cap, char *errbuf,
+                size_t errbuf_len);
+
+/* The per-class use of a limit's state (adaptive: its own; concurrency: its tail), NULL
+ * when it has none. The borrowing marks of a tier's state, NULL when it has none. */
+sl_shed_use *sl_cap_use(const sl_limit *lim, void *state);
+sl_borrow_mark *sl_cap_marks(const sl_limit *lim, void *state);
+
+/* A decision of `cost` for class `cls` (0: no class, else the class index + 1): priority
+ * shedding over the limit's budget (concurrency: the limit and the slots in flight; a
+ * rate: its capacity and capacity - remaining, from a cost-0 peek into `peek`), then the
+ * algorithm's decision; an admitted class's slots are counted in the state and its lease
+ * carries the class. x receives the class, the reason and the adaptive view. Same
+ * contract as sl_algo_decide otherwise. */
+bool sl_cap_decide(const sl_limit *lim, const void *state, void *next, void *peek, sluice_time now,
+                   uint64_t cost, uint32_t cls, sl_result *r, sl_cap_info *x);
+
+/* Releases `lease` of a concurrency or adaptive limit (sl_conc_release's contract); with a
+ * sample (has_sample) an adaptive limit's controller learns from its latency (negative:
+ * unknown) and outcome (sl_adapt_outcome). x (may be NULL) receives the view after. */
+bool sl_cap_release(const sl_limit *lim, const void *state, void *next, sluice_time now,
+                    uint64_t lease, bool has_sample, int64_t latency_ns, unsigned outcome,
+                    sl_cap_info *x);
+
+/* Capacity parameters in a snapshot (store/snapshot.c): whether a limit has any, and
+ * SL_CAP_WORDS integers that rebuild them (sl_cap_init checks what decode returns). */
+#define SL_CAP_WORDS 42
+bool sl_cap_present(const sl_limit *lim);
+size_t sl_cap_encode(const sl_limit *lim, uint64_t w[SL_CAP_WORDS]);
+int sl_cap_decode(const uint64_t *w, size_t n, sl_cap *out);
+
+/* The adaptive view of a state (limit, no-load latency, slots in flight) at now. */
+void sl_cap_view(const sl_limit *lim, const void *state, sluice_time now, sl_cap_info *x);
+
+/* Concurrency internals shared with the adaptive algorithm (conc.c): the state normalised
+ * at now, returning the slots its expired leases held; the slots in flight; the lease of
+ * `cost` slots just added to the newest bucket of a normalised state. */
+uint32_t sl__conc_norm(const sl_limit *lim, const void *state, sluice_time now, sl_conc_state *s);
+uint64_t sl__conc_in_flight(const sl_conc_state *s);
+uint64_t sl__conc_lease(const sl_limit *lim, const sl_conc_state *s, uint64_t cost);
+/* Retry-after for `need` more free slots (the oldest buckets expire first), or SLUICE_NEVER. */
+int64_t sl__conc_retry(const sl_limit *lim, const sl_conc_state *s, sluice_time now, uint64_t need);
+int64_t sl__conc_until_empty(const sl_limit *lim, const sl_conc_state *s, sluice_time now);
+/* A lease's slots and class bits: limits with classes keep the class in the top 3 bits of
+ * the 24-bit slot field (so slots <= SL_LEASE_CLASS_SLOTS). */
+#define SL_LEASE_CLASS_SHIFT 21
+#define SL_LEASE_CLASS_SLOTS ((UINT64_C(1) << SL_LEASE_CLASS_SHIFT) - 1)
+bool sl__conc_classes(const sl_limit *lim);
 
 /* The monotonic time from which `state` is equivalent to a fresh one (the store may
  * drop it then). Quotas answer in monotonic time too, computed from `now`. */

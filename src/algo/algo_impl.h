@@ -1,7 +1,8 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * algo_impl.h -- what each algorithm file provides to the dispatcher in algo.c.
  * Same contracts as the sl_algo_* functions in algo.h, one set per algorithm:
- *   fixed.c sliding.c log.c tb.c gcra.c leaky.c conc.c quota.c
+ *   fixed.c sliding.c log.c tb.c gcra.c leaky.c conc.c quota.c, capacity.c (aconc, pen)
  * sl_X_init validates the algorithm-specific fields of `spec` and fills `out`
  * (algo, limit, capacity, period_ns, state_size, ...); tz is resolved by the caller.
  */
@@ -32,6 +33,19 @@ SL_ALGO_DECLARE(gcra)
 SL_ALGO_DECLARE(leaky)
 SL_ALGO_DECLARE(conc)
 SL_ALGO_DECLARE(quota)
+SL_ALGO_DECLARE(aconc)   /* capacity.c: adaptive concurrency */
+SL_ALGO_DECLARE(pen)     /* capacity.c: SL_ALGO_PENALTY */
+
+/* capacity.c: the tails after an algorithm's state (SL_TAIL_*), kept by the dispatcher:
+ * after a decision or settle wrote next's own part, its tails are copied from `state`
+ * (fresh when state is NULL) and a class count clamped to the slots in flight. */
+void sl__cap_tail(const sl_limit *lim, const void *state, void *next);
+int64_t sl__cap_tail_fresh_at(const sl_limit *lim, const void *state, int64_t at);
+void sl__cap_tail_rebase(const sl_limit *lim, void *state, int64_t delta_ns);
+/* After a carry wrote next's own part: tails from the old state when it had them (NULL
+ * state: fresh tails; also writes a fresh own part when the algorithm changed). */
+void sl__cap_tail_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
+                        sluice_time now);
 
 /* The start of the wall-clock-aligned window of `period` ns holding `wall`:
  * floor(wall / period) * period, also before 1970. Fixed and sliding windows use it so

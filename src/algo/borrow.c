@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * borrow.c -- borrowing between tiers (see borrow.h for the contract).
  * Invariants after every apply/release: use <= cap at every tier, the root's use <= its

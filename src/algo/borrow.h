@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * borrow.h -- borrowing between tiers of a hierarchy (platform > product > tenant): each tier
  * has a guaranteed share of its parent and a cap; a tier may use its siblings' idle shares up

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conc.c -- concurrency: at most `limit` slots in flight, each held by a lease that
  * expires, so a release that never comes cannot leak a slot.
@@ -47,35 +48,44 @@ static int64_t bucket_expiry(const sl_limit *lim, const sl_conc_state *s, int i)
 }
 
 /* The state as seen at `now`: the window slid so that its newest bucket holds `now`,
- * and expired buckets zeroed. Within a process the monotonic clock never goes back, so
+ * and expired buckets zeroed; returns the slots the expired buckets held (leases never
+ * released: an adaptive limit counts each as a drop). A bucket slid out of the window is
+ * expired too: its expiry (k+1)w + lease <= (b-N+1)w + (N-1)w = bw <= now. Within a process the monotonic clock never goes back, so
  * a state is never ahead of now by more than the one bucket a rebase's rounding adds
  * (acquisitions then go to its newest bucket and live up to w longer). A state further
  * ahead (a damaged snapshot) is from the future: it is pulled back to that bound, counts
  * kept, so its slots expire within lease + 2w of now instead of whenever it says. */
-static void normalise(const sl_limit *lim, const void *state, sluice_time now, sl_conc_state *s) {
+static uint32_t normalise(const sl_limit *lim, const void *state, sluice_time now, sl_conc_state *s) {
     int64_t w = bucket_width(lim);
     int64_t b = floor_div(now.mono_ns, w);
+    uint64_t dropped = 0;
     if (state == NULL) {
         memset(s, 0, sizeof(*s));
         s->base_ns = (b - (N - 1)) * w;
-        return;
+        return 0;
     }
     memcpy(s, state, sizeof(*s));
     int64_t base_b = floor_div(s->base_ns, w);
     if (base_b <= b - (2 * N - 1)) { /* every bucket is older than the window */
+        for (int i = 0; i < N; i++) dropped += s->counts[i];
         memset(s->counts, 0, sizeof(s->counts));
         base_b = b - (N - 1);
     } else if (base_b > b - (N - 1) + 1) { /* from the future: bounded, see above */
         base_b = b - (N - 1) + 1;
     } else if (b - (N - 1) > base_b) {
         int64_t shift = b - (N - 1) - base_b;
+        for (int64_t i = 0; i < shift; i++) dropped += s->counts[i];
         memmove(s->counts, s->counts + shift, (size_t)(N - shift) * sizeof(s->counts[0]));
         memset(s->counts + (N - shift), 0, (size_t)shift * sizeof(s->counts[0]));
         base_b += shift;
     }
     s->base_ns = base_b * w;
     for (int i = 0; i < N; i++)
-        if (now.mono_ns >= bucket_expiry(lim, s, i)) s->counts[i] = 0;
+        if (now.mono_ns >= bucket_expiry(lim, s, i)) {
+            dropped += s->counts[i];
+            s->counts[i] = 0;
+        }
+    return dropped > UINT32_MAX ? UINT32_MAX : (uint32_t)dropped;
 }
 
 static uint64_t in_flight(const sl_conc_state *s) {
@@ -121,6 +131,38 @@ int sl_conc_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf, siz
     out->lease_ns = spec->lease_ns;
     out->state_size = sizeof(sl_conc_state);
     return SLUICE_OK;
+}
+
+/* ---- shared with the adaptive algorithm (capacity.c) ---- */
+
+uint32_t sl__conc_norm(const sl_limit *lim, const void *state, sluice_time now, sl_conc_state *s) {
+    return normalise(lim, state, now, s);
+}
+
+uint64_t sl__conc_in_flight(const sl_conc_state *s) { return in_flight(s); }
+
+int64_t sl__conc_until_empty(const sl_limit *lim, const sl_conc_state *s, sluice_time now) {
+    return until_empty(lim, s, now);
+}
+
+uint64_t sl__conc_lease(const sl_limit *lim, const sl_conc_state *s, uint64_t cost) {
+    int64_t bucket = floor_div(s->base_ns, bucket_width(lim)) + (N - 1);
+    return ((uint64_t)bucket & LEASE_BUCKET_MASK) << LEASE_SLOT_BITS | (cost & LEASE_SLOT_MASK);
+}
+
+int64_t sl__conc_retry(const sl_limit *lim, const sl_conc_state *s, sluice_time now, uint64_t need) {
+    uint64_t freed = 0;
+    if (need == 0) return 0;
+    for (int i = 0; i < N; i++) {
+        freed += s->counts[i];
+        if (freed >= need) return bucket_expiry(lim, s, i) - now.mono_ns;
+    }
+    return SLUICE_NEVER;
+}
+
+/* Limits with priority classes keep the class in the lease (capacity.c). */
+bool sl__conc_classes(const sl_limit *lim) {
+    return lim->algo == SLUICE_ADAPTIVE_CONCURRENCY || (lim->cap.tail & SL_TAIL_SHED) != 0;
 }
 
 bool sl_conc_decide(const sl_limit *lim, const void *state, void *next, sluice_time now,
@@ -175,9 +217,12 @@ void sl_conc_settle(const sl_limit *lim, const void *state, void *next, sluice_t
     memcpy(next, &s, sizeof(s));
 }
 
+/* With classes (a shed tail) the class rides in the lease and its count goes down with
+ * the slots; the tail itself is kept by the caller's copy (sl_cap_release). */
 bool sl_conc_release(const sl_limit *lim, const void *state, void *next, sluice_time now,
                      uint64_t lease) {
     uint64_t slots = lease & LEASE_SLOT_MASK, bucket = lease >> LEASE_SLOT_BITS;
+    if (sl__conc_classes(lim)) slots &= SL_LEASE_CLASS_SLOTS;
     if (state == NULL || slots == 0) return false;
     sl_conc_state s;
     normalise(lim, state, now, &s);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fixed.c -- fixed window: a count per window of period_ns, windows aligned on wall-clock
  * multiples of period_ns since the Unix epoch (as envoyproxy/ratelimit does), so every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gcra.c -- the generic cell rate algorithm, as redis-cell and go-redis/redis_rate run it
  * (SPECS.md §5, §6.2). State: one monotonic timestamp, the TAT. T = period_ns / limit

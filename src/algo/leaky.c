@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * leaky.c -- leaky bucket as a shaper: nginx limit_req's arithmetic (SPECS.md §7.4) in
  * micro-units and ns. The bucket drains at limit units per period_ns; its capacity,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * limiter.h -- the layout of sluice_limiter (opaque in the public API). Immutable after
  * sluice_limiter_create, so any number of threads may share one. Reference-counted:
@@ -24,6 +25,12 @@ struct sluice_limiter {
     int64_t lease_hold_ns;
     _Atomic uint32_t refs; /* 1 from create; freed when the last reference goes */
 };
+
+/* sluice_limiter_create with capacity parameters (NULL: none), for the policy engine:
+ * an adaptive controller, priority classes, a borrowing tier's marks, or the internal
+ * penalty algorithm (SL_ALGO_PENALTY). */
+sluice_limiter *sl_limiter_create_cap(const sluice_limit_spec *spec, const sl_cap *cap, int *err,
+                                      char *errbuf, size_t errbuf_len);
 
 /* Takes / drops a reference (NULL is ignored). */
 void sl_limiter_ref(const sluice_limiter *lim);

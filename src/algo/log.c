@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.c -- sliding log: one monotonic timestamp per admitted unit in a ring of `limit`
  * slots, oldest first (timestamps never decrease). Exact: admits iff the units logged in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * penalty.c -- progressive penalties (see penalty.h for the contract).
  * Invariants: level <= the first level whose period reaches max (more would only make

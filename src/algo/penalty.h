@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * penalty.h -- progressive penalties: each violation by the same key (the limit refused it)
  * starts a block that grows geometrically with repeats (first, first x factor, ... up to max)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * quota.c -- a budget of `limit` units per calendar period (hour, day, ISO week, month)
  * in the limit's time zone (lim->tz, NULL = UTC), counted on the wall clock.

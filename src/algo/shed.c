@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shed.c -- priority shedding over one budget (see shed.h for the contract).
  * Class c may take k units when both hold:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shed.h -- priority shedding: classes of requests (critical, default, sheddable, batch, in
  * a configurable order) share one budget; as it fills, lower classes are rejected first, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sliding.c -- sliding window counter (Cloudflare's approximation, SPECS.md §7.2) in
  * integers: counts of the current and the previous fixed window (wall-aligned as in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tb.c -- token bucket: refilled at limit units per period_ns up to a capacity of burst
  * units (limit when burst is 0). State: tokens in micro-units at last_ns (monotonic); a

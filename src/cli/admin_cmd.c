@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin_cmd.c -- `sluice reload` and `sluice status`: the running server's admin API from
  * the command line (POST /v1/reload, GET /readyz and /v1/policies). The address comes

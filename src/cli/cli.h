@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli.h -- the subcommands of the `sluice` program; each returns the exit status. */
 #ifndef SL_CLI_H
 #define SL_CLI_H
@@ -15,5 +16,14 @@ int sl_cli_explain(int argc, char **argv); /* explain.c */
  * -1 after an error line on stderr. */
 struct sl_server_opts;
 int sl_cli_compat_envoy(struct sl_server_opts *o);
+
+/* simulate_cap.c: the capacity protection patterns of `sluice simulate` (adaptive, shed,
+ * borrow, penalty; "all" runs each), on the engine with built-in configs. */
+#include <stdbool.h>
+#include <stdio.h>
+struct sl_buf;
+void sl_sim_cap_usage(FILE *f);
+bool sl_sim_cap_known(const char *name);
+int sl_sim_cap_run(const char *name, const char *svg_dir, struct sl_buf *html, int *ran);
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config_cmd.c -- `sluice config check FILE`: loads the file exactly as the server would,
  * prints every error as file:line:col: message (expected ...) on stderr and exits 1, or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * explain.c -- `sluice explain -c FILE [attributes]`: the server's explanation of a request
  * (src/engine/explain.c), offline: the config loaded as the server would, a memory store

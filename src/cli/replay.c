@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay.c -- `sluice replay -c CONFIG TRACE...`: the user's config over recorded traffic
  * on a virtual clock (the trace's own times), through the same engine as `sluice serve`
@@ -428,7 +429,8 @@ static uint32_t win_of(rp_run *r, const sl_window_info *info) {
             w->peak_kind = RP_PEAK_SLIDING;
             if (sp->period_ns > 0) w->w_ns = sp->period_ns;
             break;
-        case SLUICE_CONCURRENCY: w->peak_kind = RP_PEAK_INFLIGHT; break;
+        case SLUICE_CONCURRENCY:
+        case SLUICE_ADAPTIVE_CONCURRENCY: w->peak_kind = RP_PEAK_INFLIGHT; break;
         }
     }
     uint32_t id = (uint32_t)r->nwin;

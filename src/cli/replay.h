@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay.h -- what `sluice replay` measures while it runs a config over a trace, shared by
  * the run (replay.c) and the reports (replay_report.c: text, JSON, SVG, HTML).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay_report.c -- what `sluice replay` prints: a text report (per policy and window:
  * outcomes, per-key peak distribution, suggested limits, most affected keys), the same as

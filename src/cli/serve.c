@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * serve.c -- `sluice serve`: the command line (getopt_long: --opt value and --opt=value,
  * short forms for the common flags), an environment variable for every flag (SLUICE_HTTP,

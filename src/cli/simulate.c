@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * simulate.c -- `sluice simulate [PATTERN|FILE] [-c CONFIG] [--svg DIR] [--html FILE]`:
  * replays a traffic pattern on a manual clock, side by side, against every algorithm
@@ -600,6 +601,7 @@ static void usage(FILE *f) {
                "patterns:\n");
     for (size_t i = 0; i < NPATTERNS; i++)
         fprintf(f, "  %-11s %s (%d s)\n", patterns[i].name, patterns[i].what, patterns[i].seconds);
+    sl_sim_cap_usage(f); /* capacity protection: simulate_cap.c */
     fprintf(f, "  %-11s steady, burst and identities (the validation plan)\n", "validation");
     fprintf(f, "  %-11s every pattern\n", "all");
 }
@@ -666,7 +668,7 @@ int sl_cli_simulate(int argc, char **argv) {
     struct stat stt;
     bool is_file = strchr(which, '/') != NULL || strchr(which, '.') != NULL ||
                    (stat(which, &stt) == 0 && S_ISREG(stt.st_mode));
-    bool known = false;
+    bool known = sl_sim_cap_known(which);
     for (size_t i = 0; i < NPATTERNS; i++) known |= strcmp(which, patterns[i].name) == 0;
     if (is_file && !known && strcmp(which, "all") != 0 && strcmp(which, "validation") != 0) {
         file_pattern fp;
@@ -687,6 +689,8 @@ int sl_cli_simulate(int argc, char **argv) {
                 ran++;
             }
         }
+        if (rc == 0 && (sl_sim_cap_known(which) || strcmp(which, "all") == 0))
+            rc = sl_sim_cap_run(which, o.svg_dir, o.html, &ran);
         if (!ran) {
             fprintf(stderr, "simulate: unknown pattern '%s'\n", which);
             usage(stderr);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * svg.c -- the SVG plotting behind `replay --svg` and `simulate --svg`: nice tick values
  * (1-2-5 steps, decades on log axes, clock times for traces), stacked bars and areas,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * svg.h -- plots drawn by sluice itself as self-contained SVG (no scripts, no fonts, no
  * external references): one or more panels over a shared x axis, each with its own y axis,

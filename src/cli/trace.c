@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace.c -- reading traces as streams: files (gzip or plain, through zlib, which reads
  * both) in 1 MiB chunks split into lines, each line parsed and copied into one allocation,

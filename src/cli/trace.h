@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace.h -- recorded traffic for `sluice replay`: access logs (nginx log_format, nginx or
  * Envoy JSON, CSV), plain or gzip, read as streams, mapped to request attributes,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace_parse.c -- one access-log line into one request: the nginx log_format matcher,
  * a flat JSON object reader (nginx escape=json formats, Envoy JSON access logs), CSV with

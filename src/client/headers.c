@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * headers.c -- reading what a server publishes about its limits: RateLimit-Policy and
  * RateLimit (draft-11 Lists of named items), the draft-03 RateLimit-Limit/-Remaining/-Reset

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pacer.c -- a client's model of the server's limits, to send no request the server would
  * refuse: per published policy a token bucket (q units, refilled at q per w s) in

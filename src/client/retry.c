@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * retry.c -- when and whether to send a failed request again: exponential backoff with
  * full jitter (a uniform draw from [0, min(cap, base * 2^n)], AWS's "full jitter"), after

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sf.c -- the structured-field List reader (RFC 9651 4.2): lists, inner lists, parameters
  * and every bare item (integer, decimal, string, token, byte sequence, boolean, date,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sf.h -- a structured-field List reader (RFC 9651 4.2.1) for the client helpers: one
  * member at a time, every bare-item type recognised so unknown parameters are skipped

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * compiled.h -- the compiled form of a config: what src/config produces and src/engine
  * reads. Everything a config owns lives in its arena and is freed at once by
@@ -11,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "algo/algo.h"
 #include "config/config.h"
 
 /* ---- arena ------------------------------------------------------------------------ */
@@ -127,8 +129,11 @@ typedef enum { SL_PATH_ANY = 0, SL_PATH_EXACT, SL_PATH_GLOB, SL_PATH_PREFIX } sl
 
 typedef enum { SL_REACT_REJECT = 0, SL_REACT_DELAY, SL_REACT_SHADOW } sl_react;
 
+struct sl_adapt_params;
+
 typedef struct sl_cwindow {
     sluice_limit_spec spec;     /* spec.name/index filled per plan by the engine */
+    const struct sl_adapt_params *adapt; /* adaptive_concurrency: its controller (capacity.c) */
     const char *label;          /* RateLimit item name */
     bool named;                 /* the label was written (`name:`): the identity follows it */
     int line, col;              /* where the window's name (or the window) is written */
@@ -142,6 +147,58 @@ typedef struct sl_cplan {
     size_t nwin;
     sl_cwindow *win;
 } sl_cplan;
+
+/* ---- capacity protection (capacity.c; docs/capacity.md) ----------------------------------- */
+
+/* Fields of a limit only adaptive_concurrency accepts. */
+#define SL_ADAPTIVE_FIELDS "min", "initial", "controller", "window", "min_samples", "smoothing", \
+    "tolerance", "queue", "alpha", "beta", "increase", "backoff", "timeout", "probe_after", "probe_every"
+
+typedef struct sl_cprio_op {
+    const char *method; /* uppercase, "*" = any */
+    const char *path;   /* glob */
+    uint8_t cls;        /* class index */
+} sl_cprio_op;
+
+/* A borrowing tier below the root: its key part, its caps and its guaranteed shares (per
+ * value of the part, else the default), in the unit of the root's limit. */
+typedef struct sl_ctier {
+    const char *name;
+    sl_part from;
+    uint64_t cap;
+    bool has_default;
+    uint64_t share_default;
+    size_t n_shares;
+    const char **share_key;
+    uint64_t *share_val;
+    int line, col, cap_node_line, cap_node_col;
+} sl_ctier;
+
+typedef struct sl_ccap {
+    /* priority shedding: classes in priority order; a request's class from an attribute
+     * (its value names the class) or its operation, else missing_class */
+    bool classes;
+    sl_shed_params shed;
+    const char *class_names[SL_SHED_MAX_CLASSES];
+    bool prio_part_set;
+    sl_part prio_part;
+    size_t n_prio_ops;
+    sl_cprio_op *prio_ops;
+    uint8_t missing_class;
+    /* borrowing: the policy's own limit is the root's budget; tiers below it, parent first */
+    bool borrow;
+    const char *root_name;
+    size_t n_tiers;
+    sl_ctier tiers[SL_BORROW_MAX_DEPTH - 1];
+    int64_t reclaim_ns;
+    /* progressive penalty, keyed on pen_key (else the policy's key) */
+    bool penalty;
+    sl_penalty_params pen;
+    bool pen_key_set;
+    sl_chain pen_key;
+    int challenge_status;         /* 401 unless configured */
+    const char *challenge_header; /* "Name: value", or NULL */
+} sl_ccap;
 
 typedef struct sl_cpolicy {
     const char *name;
@@ -200,6 +257,7 @@ typedef struct sl_cpolicy {
     const struct sl_mdnode *metadata; /* envoy metadata (a map), NULL when none */
     const char *stat_key;       /* envoy: its statistics path (domain.key_value.key...) */
     bool fail_mode_set;         /* on_store_error written (else the compat default: error) */
+    sl_ccap *cap;               /* capacity protection, NULL for none */
 } sl_cpolicy;
 
 /* One level of an Envoy descriptor tree. Exact key/value entries are found through a
@@ -312,6 +370,13 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
  * every window must be a rate (gcra, token_bucket, fixed_window, sliding_window) whose
  * capacity holds a slice. */
 bool sl__parse_leasing(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p);
+/* capacity.c: an adaptive limit's controller fields into w->adapt; the adaptive-only
+ * fields refused on any other algorithm; the capacity sections of a policy (classes,
+ * borrow, on_exceed's penalty and challenge), after its limits, mode and reaction. */
+bool sl__parse_adaptive(sl__ctx *cx, const sl_ynode *n, sl_cwindow *w);
+bool sl__no_adaptive_fields(sl__ctx *cx, const sl_ynode *n, sluice_algo a);
+bool sl__parse_capacity(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p);
+
 /* Validates w->spec through sluice_limiter_create (reports its message at `at`). */
 bool sl__validate_spec(sl__ctx *cx, const sl_ynode *at, sl_cwindow *w, const char *name);
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config.c -- loads the sluice config format: server settings and policies, each
  * validated field by field so that a config that loads is fully valid (unknown fields,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config.h -- loading and validating a config file (sluice format and envoyproxy/ratelimit
  * format) into an immutable sl_config: the server's settings and the compiled policies the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * envoy.c -- the envoyproxy/ratelimit config format (domain + nested descriptors) and its
  * matching rules: a descriptor of N entries only reaches rules at depth N; at each level

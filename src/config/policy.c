@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * policy.c -- one policy of the sluice format, a parser per section: identity (name,
  * description, objective), match, key and on_missing_key, cost, algorithm and limits,
@@ -17,7 +18,8 @@
 static const char *const policy_fields[] = {
     "name", "description", "objective", "match", "key", "on_missing_key", "cost",
     "algorithm", "limits", "plan_from", "plans", "on_exceed", "mode", "on_store_error",
-    "headers", "count_rejected", "leasing", NULL};
+    "headers", "count_rejected", "leasing", "priority_from", "classes", "on_missing_class",
+    "borrow", NULL};
 static const char *const match_fields[] = {"method", "path", "path_prefix", "host",
                                            "headers", "domain", "descriptor", NULL};
 static const char *const objectives[] = {"protection", "fairness", "security", "cost",
@@ -461,7 +463,8 @@ static bool parse_limits(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, const sl
         if (ok) sl__check_costs(cx, cost_node ? cost_node : x, p, p->win, p->nwin);
     }
     for (size_t i = 0; i < p->nwin; i++)
-        if (p->win[i].spec.algo == SLUICE_CONCURRENCY && p->qu == SL_QU_REQUESTS)
+        if ((p->win[i].spec.algo == SLUICE_CONCURRENCY ||
+             p->win[i].spec.algo == SLUICE_ADAPTIVE_CONCURRENCY) && p->qu == SL_QU_REQUESTS)
             p->qu = SL_QU_CONCURRENT;
     *algo_set_out = algo_set;
     *algo_bad_out = algo_bad;
@@ -556,8 +559,13 @@ static bool parse_on_exceed(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p) {
             p->react = SL_REACT_SHADOW;
             p->rollout_pct = 0;
         } else if (x->kind == SL_YMAP) {
-            static const char *const df[] = {"delay", NULL};
-            if (sl__check_fields(cx, x, "on_exceed", df) && sl__get(x, "delay") != NULL) {
+            /* penalty and challenge: capacity.c (with the rest of capacity protection) */
+            static const char *const df[] = {"delay", "penalty", "challenge", NULL};
+            bool fields = sl__check_fields(cx, x, "on_exceed", df);
+            if (fields && sl__get(x, "delay") == NULL &&
+                (sl__get(x, "penalty") || sl__get(x, "challenge"))) {
+                p->react = SL_REACT_REJECT;
+            } else if (fields && sl__get(x, "delay") != NULL) {
                 p->react = SL_REACT_DELAY;
                 const sl_ynode *d = sl__get(x, "delay");
                 if (sl__get_duration(cx, d, &p->max_delay_ns) &&
@@ -716,6 +724,7 @@ bool sl__parse_policy(sl__ctx *cx, const sl_ynode *n) {
     ok &= parse_mode(cx, n, p);
     ok &= parse_options(cx, n, p, ok);
     ok &= check_descriptor_parts(cx, n, p);
+    if (ok) ok &= sl__parse_capacity(cx, n, p);
     return ok;
 }
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * settings.c -- the server's settings of the sluice format: listeners, workers, admin
  * tokens, forward-auth status, headers, log, observe, audit and the store (memory:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store_redis.c -- the Redis store's connection settings in the config file's `store:`
  * section: username, password | password_file | password_env, db, tls: {...},

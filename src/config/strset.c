@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * strset.c -- a small open-addressing hash set of byte strings for the config loader's
  * duplicate checks (map keys, policy names, limit names), so a file with n entries is

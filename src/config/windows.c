@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * windows.c -- a policy's windows (`limits:` and each plan's): algorithms, rates, bursts,
  * quotas and their time zones, concurrency maxima and leases, delays; each window's spec
@@ -17,7 +18,8 @@
 #define MAX_WINDOWS 16
 
 static const char *const window_fields[] = {"name", "rate", "burst", "quota", "tz", "max",
-                                            "lease", "max_delay", "algorithm", NULL};
+                                            "lease", "max_delay", "algorithm", SL_ADAPTIVE_FIELDS,
+                                            NULL};
 
 const char *sl__algo_str(sluice_algo a) {
     const char *n = sluice_algo_name(a);
@@ -31,7 +33,8 @@ static bool algo_has_burst(sluice_algo a) {
 bool sl__parse_algo(sl__ctx *cx, const sl_ynode *n, sluice_algo *out) {
     if (!sl__is_scalar(n) || sluice_algo_parse(n->s, out) != SLUICE_OK) {
         sl__err(cx, n, "unknown algorithm '%.40s' (expected fixed_window, sliding_window, "
-                "sliding_log, token_bucket, gcra, leaky_bucket, concurrency or quota)",
+                "sliding_log, token_bucket, gcra, leaky_bucket, concurrency, adaptive_concurrency "
+                "or quota)",
                 sl__is_scalar(n) ? n->s : "");
         return false;
     }
@@ -69,7 +72,7 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
     } else if (quota != NULL) {
         a = SLUICE_QUOTA;
     } else if (max != NULL) {
-        a = SLUICE_CONCURRENCY;
+        a = algo_set && algo == SLUICE_ADAPTIVE_CONCURRENCY ? algo : SLUICE_CONCURRENCY;
     } else if (!algo_set) {
         sl__err(cx, n, "no algorithm for this rate (expected 'algorithm:' on the policy or "
                 "the limit)");
@@ -88,7 +91,7 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
                     "e.g. 50000/day)", sl__is_scalar(quota) ? quota->s : "");
             ok = false;
         }
-    } else if (a == SLUICE_CONCURRENCY) {
+    } else if (a == SLUICE_CONCURRENCY || a == SLUICE_ADAPTIVE_CONCURRENCY) {
         if (max == NULL) {
             sl__err(cx, n, "a concurrency limit counts requests in flight (expected max: N)");
             return false;
@@ -136,8 +139,10 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
             ok &= tz != NULL;
         }
     }
+    if (ok) ok &= a == SLUICE_ADAPTIVE_CONCURRENCY ? sl__parse_adaptive(cx, n, w)
+                                                   : sl__no_adaptive_fields(cx, n, a);
     if ((x = sl__get(n, "lease")) != NULL) {
-        if (a != SLUICE_CONCURRENCY) {
+        if (a != SLUICE_CONCURRENCY && a != SLUICE_ADAPTIVE_CONCURRENCY) {
             sl__err(cx, x, "lease applies to concurrency limits only (expected max: N)");
             ok = false;
         } else {
@@ -290,7 +295,8 @@ uint64_t sl__window_capacity(const sl_cwindow *w) {
 void sl__check_costs(sl__ctx *cx, const sl_ynode *cost_node, const sl_cpolicy *p,
                         const sl_cwindow *w, size_t nw) {
     for (size_t i = 0; i < nw; i++) {
-        if (w[i].spec.algo == SLUICE_CONCURRENCY) continue;
+        if (w[i].spec.algo == SLUICE_CONCURRENCY || w[i].spec.algo == SLUICE_ADAPTIVE_CONCURRENCY)
+            continue; /* one slot per request, whatever the cost */
         uint64_t cap = sl__window_capacity(&w[i]);
         const char *what = algo_has_burst(w[i].spec.algo) ? "burst" : "limit";
         if (!p->cost_from_set && p->cost_default > cap)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * yaml.c -- the loader's plumbing: an arena for everything a config owns, a YAML tree
  * built from libyaml events (with marks for file:line:col), diagnostics, and the value

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * audit.c -- the audit trail (see audit.h). An entry is rendered once into one line of
  * JSON (strings escaped by the logger's escaper, so invalid UTF-8 cannot break the

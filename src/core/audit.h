@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * audit.h -- the audit trail of configuration changes: one JSON object per line appended to
  * a file (time, source, admin caller's token NAME, config checksum, what changed, outcome),

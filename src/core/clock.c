@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * clock.c -- the system clock and the manual clock that tests (and `serve --test-clock`)
  * move by hand. A manual clock's monotonic reading starts at 1 s and only moves forward;

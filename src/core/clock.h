@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * clock.h -- monotonic and wall clocks. The decision path reads the clock at most once
  * (sluice_clock_now) and passes the reading down; nothing below reads it again.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * errors.c -- messages for SLUICE_E* codes and the names of the algorithms.
  */
@@ -29,6 +30,7 @@ static const struct {
     {SLUICE_SLIDING_LOG, "sliding_log"},     {SLUICE_TOKEN_BUCKET, "token_bucket"},
     {SLUICE_GCRA, "gcra"},                   {SLUICE_LEAKY_BUCKET, "leaky_bucket"},
     {SLUICE_CONCURRENCY, "concurrency"},     {SLUICE_QUOTA, "quota"},
+    {SLUICE_ADAPTIVE_CONCURRENCY, "adaptive_concurrency"},
 };
 
 const char *sluice_algo_name(sluice_algo algo) {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hash.c -- SipHash-c-d with 128-bit output (Aumasson & Bernstein; the "-128" variant:
  * v1 ^= 0xee at init, v2 ^= 0xee before the first finalisation, v1 ^= 0xdd before the

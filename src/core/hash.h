@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hash.h -- keyed 128-bit hashing (SipHash-c-d with the 128-bit output variant) for the
  * memory store, plus the per-process random seed. Invariants: the same 16-byte key and

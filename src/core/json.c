@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * json.c -- JSON string escaping (see json.h). No allocation, no locale: byte rules only.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * json.h -- the one JSON string escaper (RFC 8259), used by the log, the audit trail, the
  * admin and explain JSON, rendered verdicts and problem details, and replay reports.

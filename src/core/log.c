@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.c -- the structured logger (see log.h). Callers format a line on their stack and copy
  * it into a bounded multi-producer ring (per-slot sequence numbers, one CAS to claim a slot,

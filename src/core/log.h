@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.h -- the server's structured logger. Levels error/warn/info/debug; one line per event,
  * text or JSON; stderr or a file reopened on request (logrotate). A caller never blocks: it

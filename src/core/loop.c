@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * loop.c -- epoll and deadline lists (see loop.h). Level-triggered on purpose: a callback
  * that stops early (output backpressure, a batch limit) is simply called again, so no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * loop.h -- the per-worker event loop: an epoll set (level-triggered) whose entries carry
  * a callback, and deadline lists for timeouts. Each list holds nodes whose timeout has one

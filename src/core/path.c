@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * path.c -- path normalisation (see path.h). Why it exists: a limit on /login must also
  * hold for //login, /./login, /x/../login and /%6Cogin, which the backend treats as the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * path.h -- request paths as policies see them (RFC 3986 section 6.2.2 normalisation,
  * query and fragment removed). Shared by the config loader (paths in the config) and the

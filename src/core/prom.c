@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * prom.c -- the Prometheus text exposition writer (see prom.h). Output grows in one
  * buffer (doubling); every check that fails records its reason once and stops all output,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * prom.h -- a writer for the Prometheus text exposition format (0.0.4) that cannot emit a
  * sample without its family's HELP and TYPE, escapes label values (and repairs invalid

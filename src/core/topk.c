@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * topk.c -- the hot-key sketch (see topk.h): weighted space-saving over k fixed counters,
  * a min-heap of counters by weight (the one to replace is at the root) and an open-addressed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * topk.h -- hot keys: the heaviest keys of one policy over a recent interval, from a
  * weighted space-saving sketch of k counters (memory fixed at creation, whatever the keys).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tz.c -- IANA time zones read from TZif files (RFC 8536, v1-v4) and calendar periods.
  * Invariants: every zone is immutable once parsed; transition times are strictly

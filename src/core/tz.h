@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tz.h -- IANA time zones from the system's TZif files (tzdata) and calendar periods.
  * All instants are UTC seconds since the Unix epoch; offsets are seconds east of UTC.

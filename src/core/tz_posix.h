@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tz_posix.h -- POSIX TZ rule strings ("CET-1CEST,M3.5.0,M10.5.0/3"), as found in the
  * footer of TZif v2+ files (RFC 8536 3.3, including its extension of rule times to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * decide.c -- the second half of a decision: the prepared verdict becomes ONE request to
  * the store (enforced windows in group 0, each shadow policy and key its own group,
@@ -122,11 +123,19 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
         for (size_t s = 0; s < v->run.nsi && s < res->n; s++) {
             sl_verdict_item *it = &v->items[v->run.sidx[s]];
             it->result = res->r[s];
+            if (v->run.capacity) it->x = res->x[s];
             bool in_group = it->shadow ? (res->groups_ok >> it->group & 1u) != 0 : true;
             it->consumed = it->shadow ? (allowed && in_group) : (allowed || it->charge);
             if (!allowed && it->charge) it->settle = false; /* charged, not reserved */
             it->would_limit = !it->result.allowed;
         }
+    }
+    if (v->run.pass) { /* a solved challenge: nothing was decided or consumed */
+        for (size_t i = 0; i < v->n; i++) v->items[i].consumed = false;
+        v->action = allowed ? SL_ALLOW : SL_REJECT;
+        v->status = allowed ? 200 : 404;
+        complete(v, SLUICE_OK);
+        return;
     }
     if (v->run.deny) allowed = false;
     for (size_t i = 0; i < v->n; i++) {
@@ -197,6 +206,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
     v->action = SL_REJECT;
     v->status = 429;
     v->retry_after_ns = dec >= 0 ? v->items[dec].result.retry_after_ns : SLUICE_NEVER;
+    if (v->run.capacity) sl__cap_answer(v); /* a penalty's challenge answers its own status */
     complete(v, SLUICE_OK);
 }
 
@@ -262,6 +272,14 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
                                     : it->override ? it->override_limit : 0,
                            .group = grp,
                            .flags = (uint8_t)(it->charge && grp == 0 ? SL_SI_CHARGE : 0)};
+        if (v->run.capacity && grp == 0) {
+            si[n].cls = it->cls;
+            si[n].cap = it->cap;
+            si[n].pgrp = it->pgrp;
+            si[n].bpath = it->bpath;
+            si[n].blevel = it->blevel;
+            si[n].share = it->share;
+        }
         v->run.sidx[n++] = (uint8_t)i;
     }
     v->run.nsi = (uint8_t)n;
@@ -269,7 +287,14 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
         on_decided(v, SLUICE_OK, NULL);
         return;
     }
-    e->ops->decide(lane, si, n, v->run.deny ? SL_SREQ_REJECT : 0, now, on_decided, v);
+    e->ops->decide(lane, si, n, (v->run.deny ? SL_SREQ_REJECT : 0) | (v->run.pass ? SL_SREQ_PASS : 0), now,
+                   on_decided, v);
+}
+
+void sl_engine_pass(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
+                    sl_engine_done done, void *ud) {
+    v->run.pass = true;
+    sl_engine_decide(e, lane, v, now, done, ud);
 }
 
 /* ---- several decisions at once ----------------------------------------------------- */
@@ -283,7 +308,7 @@ static bool batchable(const sl_verdict *v) {
     const sl_verdict_item *it = &v->items[0];
     const e_win *w = item_win(it);
     return !it->shadow && !it->unlimited && !it->charge && !it->override && w->lim != NULL &&
-           !denies(it);
+           !denies(it) && !v->run.capacity && !v->run.pass;
 }
 
 /*
@@ -324,8 +349,12 @@ void sl_engine_decide_batch(const sl_engine *e, void *lane, sl_verdict *const *v
             v->run.nsi = 1;
             v->run.sidx[0] = 0;
             v->items[0].group = 0;
-            sl_sresult res = {.allowed = out[j].allowed, .n = 1};
+            sl_sresult res; /* only what on_decided reads (a zeroed one is ~3 KiB) */
+            res.allowed = out[j].allowed;
+            res.groups_ok = 0;
+            res.n = 1;
             res.r[0] = out[j];
+            res.x[0].kind = 0;
             on_decided(v, SLUICE_OK, &res);
         }
         if (done < m) { /* item `done` failed in the batch: the general path says why */
@@ -394,6 +423,11 @@ void sl__apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now) {
         if (!applies(v, it)) continue;
         sl_sitem si = {.lim = item_win(it)->lim, .key = v->keys + it->key_off,
                        .key_len = it->key_len, .cost = it->cost};
+        if (v->run.tok_op == SL_TOK_RELEASE) { /* a sample for an adaptive limit */
+            si.cap = SL_SIC_SAMPLE;
+            si.outcome = v->run.outcome;
+            si.latency_ns = v->run.has_latency ? v->run.latency_ns : now.mono_ns - v->decided_at.mono_ns;
+        }
         v->run.pending++;
         if (v->run.tok_op == SL_TOK_SETTLE)
             e->ops->settle(lane, &si, v->run.actual, v->decided_at, now, on_applied, v);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * describe.c -- the engine's compiled policies in words: the effective configuration as
  * JSON (GET /v1/policies), the difference between two configs (the audit trail's
@@ -61,6 +62,9 @@ static size_t spec_short(const sluice_limit_spec *s, char *buf, size_t len) {
     case SLUICE_CONCURRENCY:
         n = snprintf(buf, len, "%llu concurrent", (unsigned long long)s->limit);
         break;
+    case SLUICE_ADAPTIVE_CONCURRENCY:
+        n = snprintf(buf, len, "adaptive up to %llu concurrent", (unsigned long long)s->limit);
+        break;
     default:
         period_text(s->period_ns, true, per, sizeof(per));
         n = snprintf(buf, len, "%llu/%s", (unsigned long long)s->limit, per);
@@ -84,7 +88,7 @@ static void spec_long(const sl_cwindow *cw, char *buf, size_t len) {
         off += (size_t)snprintf(buf + off, len - off, " burst %llu", (unsigned long long)s->burst);
     if (s->algo == SLUICE_QUOTA && s->tz && off < len)
         off += (size_t)snprintf(buf + off, len - off, " tz %s", s->tz);
-    if (s->algo == SLUICE_CONCURRENCY && off < len) {
+    if ((s->algo == SLUICE_CONCURRENCY || s->algo == SLUICE_ADAPTIVE_CONCURRENCY) && off < len) {
         period_text(s->lease_ns, false, d, sizeof(d));
         off += (size_t)snprintf(buf + off, len - off, " lease %s", d);
     }
@@ -170,6 +174,7 @@ size_t sl_engine_windows(const sl_engine *e, const sl_window_info **out, size_t 
         for (size_t j = 0; j < ep->nwin; j++) ADD(&ep->win[j].info);
         for (size_t k = 0; ep->plan_win != NULL && k < ep->cp->n_plans; k++)
             for (size_t j = 0; j < ep->cp->plans[k].nwin; j++) ADD(&ep->plan_win[k][j].info);
+        for (size_t j = 0; j < ep->n_tier_win; j++) ADD(&ep->cap_win[j].info); /* borrowing tiers */
     }
     for (int u = 1; u < SL__OVR_UNITS; u++) ADD(&e->ovr[u].info);
 #undef ADD
@@ -203,9 +208,16 @@ static void window_json(sl_jw *w, const sl_cwindow *cw, const char *file) {
         sl_jw_kstr(w, "tz", s->tz ? s->tz : "UTC");
         break;
     case SLUICE_CONCURRENCY:
+    case SLUICE_ADAPTIVE_CONCURRENCY:
         sl_jw_ku64(w, "max", s->limit);
         sl_jw_key(w, "lease_ms");
         sl_jw_ms(w, s->lease_ns);
+        if (cw->adapt != NULL) {
+            static const char *const ctl[4] = {"?", "gradient2", "vegas", "aimd"};
+            sl_jw_ku64(w, "min", cw->adapt->min);
+            sl_jw_ku64(w, "initial", cw->adapt->initial);
+            sl_jw_kstr(w, "controller", ctl[cw->adapt->ctl <= 3 ? cw->adapt->ctl : 0]);
+        }
         break;
     default:
         period_text(s->period_ns, true, b, sizeof(b));

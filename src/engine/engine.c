@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine.c -- compiling a config into an engine: one window per limit of every policy and
  * plan (its limiter registered with the store under the identity that survives reloads:
@@ -20,6 +21,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b :
  * windows their length, for calendar quotas the nominal period (none for months). */
 static int64_t window_seconds(const sl_cwindow *cw, uint64_t capacity) {
     const sluice_limit_spec *s = &cw->spec;
+    if (s->algo == SL_ALGO_PENALTY) return 0; /* internal: no window a client counts in */
     switch (s->algo) {
     case SLUICE_TOKEN_BUCKET:
     case SLUICE_GCRA:
@@ -37,7 +39,8 @@ static int64_t window_seconds(const sl_cwindow *cw, uint64_t capacity) {
         case SLUICE_PERIOD_WEEK: return 604800;
         default: return 0;
         }
-    case SLUICE_CONCURRENCY: return 0;
+    case SLUICE_CONCURRENCY:
+    case SLUICE_ADAPTIVE_CONCURRENCY: return 0;
     default: {
         int64_t r = ceil_div(s->period_ns, SLUICE_NS_PER_S);
         return r < 1 ? 1 : r;
@@ -47,6 +50,12 @@ static int64_t window_seconds(const sl_cwindow *cw, uint64_t capacity) {
 
 static int maksl__ewin(sl_engine *e, sl__epol *ep, sl__ewin *w, const sl_cwindow *cw, const char *limname,
                     const char *plan, char *errbuf, size_t errlen) {
+    sl_cap buf;
+    return sl__make_win(e, ep, w, cw, limname, plan, sl__cap_window(ep->cp, cw, &buf), errbuf, errlen);
+}
+
+int sl__make_win(sl_engine *e, sl__epol *ep, sl__ewin *w, const sl_cwindow *cw, const char *limname,
+                 const char *plan, const sl_cap *cap, char *errbuf, size_t errlen) {
     const sl_cpolicy *cp = ep->cp;
     w->cw = cw;
     w->cp = cp;
@@ -61,7 +70,8 @@ static int maksl__ewin(sl_engine *e, sl__epol *ep, sl__ewin *w, const sl_cwindow
     w->info.requests_per_unit = cw->requests_per_unit;
     w->info.objective = cp->objective;
     w->info.detailed_metric = cp->detailed_metric || cp->value_to_metric;
-    if (cw->spec.algo == SLUICE_CONCURRENCY) w->info.qu = SL_QU_CONCURRENT;
+    if (cw->spec.algo == SLUICE_CONCURRENCY || cw->spec.algo == SLUICE_ADAPTIVE_CONCURRENCY)
+        w->info.qu = SL_QU_CONCURRENT;
     if (cw->deny_all) {
         w->info.quota = 0;
         w->info.window_s = window_seconds(cw, 0);
@@ -70,7 +80,7 @@ static int maksl__ewin(sl_engine *e, sl__epol *ep, sl__ewin *w, const sl_cwindow
     sluice_limit_spec s = cw->spec;
     s.name = limname;
     int err = 0;
-    w->lim = sluice_limiter_create(&s, &err, errbuf, errlen);
+    w->lim = sl_limiter_create_cap(&s, cap, &err, errbuf, errlen);
     if (w->lim == NULL) return err ? err : SLUICE_EINVAL;
     w->lim->lease_slice = cp->lease_slice;
     w->lim->lease_hold_ns = cp->lease_hold_ns;
@@ -142,6 +152,7 @@ void sl_engine_destroy(sl_engine *e) {
     for (size_t i = 0; i < e->n_all; i++)
         if (e->all[i] != NULL) sluice_limiter_destroy(e->all[i]->lim);
     for (size_t i = 0; i < e->n_pol; i++) {
+        sl__cap_windows_free(&e->pol[i]);
         free(e->pol[i].win);
         if (e->pol[i].plan_win != NULL)
             for (size_t j = 0; j < e->pol[i].cp->n_plans; j++) free(e->pol[i].plan_win[j]);
@@ -206,7 +217,8 @@ static sl_engine *create(const sl_config *cfg, sluice_store *store, const sl_sto
     e->ops = ops != NULL ? ops : &sl_memory_ops;
     e->tokens = tokens;
     e->pol = calloc(cfg->n_pol ? cfg->n_pol : 1, sizeof(*e->pol));
-    e->all = calloc(cfg->n_limiters + cfg->n_pol + 1, sizeof(*e->all));
+    /* every window, capacity tiers and penalties (at most SL_BORROW_MAX_DEPTH per policy) too */
+    e->all = calloc(cfg->n_limiters + cfg->n_pol * (SL_BORROW_MAX_DEPTH + 1) + 1, sizeof(*e->all));
     if (e->pol == NULL || e->all == NULL) goto fail;
     e->n_pol = cfg->n_pol;
     /* override windows: registered whether or not the config has envoy domains, since an
@@ -271,6 +283,7 @@ static sl_engine *create(const sl_config *cfg, sluice_store *store, const sl_sto
                 }
             }
         }
+        if (cp->cap != NULL && (rc = sl__cap_windows(e, ep, errbuf, errbuf_len)) != SLUICE_OK) goto fail;
         rc = SLUICE_ENOMEM;
     }
     if (err) *err = SLUICE_OK;

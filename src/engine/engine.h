@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine.h -- the decision pipeline over a loaded config, shared by every protocol:
  *   sl_engine_prepare   match -> key -> cost (no I/O: the verdict holds composed keys)
@@ -145,6 +146,13 @@ typedef struct sl_verdict_item {
     uint8_t group;              /* shadow items: their store group (policy and key), 1.. */
     uint32_t override_limit;    /* that requests_per_unit */
     sluice_result result;
+    /* capacity protection (capacity.c): as the store item's fields (store.h), and what the
+     * store said about them */
+    uint8_t cls, cap, pgrp, bpath, blevel;
+    bool extra;                 /* added by capacity protection (a tier, a penalty): part of
+                                   its policy's application, under another key */
+    uint64_t share;
+    sl_cap_info x;
 } sl_verdict_item;
 
 typedef struct sl_engine sl_engine;
@@ -171,6 +179,8 @@ struct sl_verdict {
     int deciding;             /* index into items, -1 when no enforced window matched */
     const char *missing_key_policy; /* SL_REJECT with status 400: this policy's key is
                                        missing and it says on_missing_key: reject */
+    int challenge;            /* SL_REJECT by a penalty's challenge: the item's index + 1 (the
+                                 status is the policy's challenge status); 0 otherwise */
     size_t n;
     sl_verdict_item items[SLUICE_MAX_ITEMS];
     size_t keys_used;
@@ -200,6 +210,12 @@ struct sl_verdict {
         int64_t tok_life;     /* its token's life */
         int64_t actual_now;   /* shared tokens: the wall time the operation applies at */
         void *lane;
+        bool has_latency;     /* a release's sample: its latency (else now - decided_at) */
+        uint8_t outcome;      /* sluice_outcome of a release */
+        int64_t latency_ns;
+        bool pass;            /* sl_engine_pass: a solved challenge, not a decision */
+        bool capacity;        /* some item has capacity protection (classes, tiers, penalty,
+                                 an adaptive limit): the store's capacity answers are read */
     } run;
 };
 
@@ -257,6 +273,17 @@ int sl_engine_prepare(const sl_engine *e, const sl_request *req, sl_verdict *v);
  * SLUICE_ENOTFOUND (v->status 404) for an unknown policy. */
 int sl_engine_prepare_named(const sl_engine *e, const char *policy, const void *key,
                             size_t key_len, bool has_cost, uint64_t cost, sl_verdict *v);
+/* The explicit form with a priority class by name (NULL: the policy's on_missing_class);
+ * a class the policy does not have is its on_missing_class too. */
+int sl_engine_prepare_named_class(const sl_engine *e, const char *policy, const void *key,
+                                  size_t key_len, bool has_cost, uint64_t cost, const char *cls,
+                                  sl_verdict *v);
+/* A solved challenge (POST /v1/challenge/pass, SL.PASS) for a verdict prepared like a
+ * check: each penalty in a challenge period ends it. v->action is SL_ALLOW when one did,
+ * SL_REJECT (status 404) when no penalty was in a challenge (nothing to pass: a block
+ * cannot be solved away). */
+void sl_engine_pass(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
+                    sl_engine_done done, void *ud);
 /* Decides a prepared verdict with one request to the store through `lane` (the store's
  * per-thread handle: the sluice_store for memory, a worker's client for Redis). A store
  * failure is not an error: see v->store_error and the policies' on_store_error. done is
@@ -294,6 +321,12 @@ void sl_engine_release_async(const sl_engine *e, void *lane, sl_verdict *v, slui
 void sl_engine_token(const sl_engine *e, void *lane, const char *token, size_t len,
                      unsigned op, uint64_t actual, sluice_time now, sl_verdict *v,
                      sl_engine_done done, void *ud);
+/* sl_engine_token with a release's sample for adaptive limits: its latency (has_latency
+ * false: the time since the decision, from the token) and outcome (sluice_outcome). */
+void sl_engine_token_sample(const sl_engine *e, void *lane, const char *token, size_t len,
+                            unsigned op, uint64_t actual, bool has_latency, int64_t latency_ns,
+                            unsigned outcome, sluice_time now, sl_verdict *v,
+                            sl_engine_done done, void *ud);
 /* Forgets the state of every window of a verdict prepared with sl_engine_prepare_named
  * (SL.RESET); v->n tells how many windows. */
 void sl_engine_reset(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,
@@ -334,6 +367,23 @@ bool sl_verdict_needs_token(const sl_verdict *v);
  * window reports OK, an `unlimited` rule OK with remaining UINT32_MAX. */
 typedef enum sl_desc_code { SL_DESC_NO_LIMIT = 0, SL_DESC_OK = 1, SL_DESC_OVER_LIMIT = 2 } sl_desc_code;
 sl_desc_code sl_verdict_descriptor(const sl_verdict *v, size_t d, const sl_verdict_item **item);
+
+/* ---- capacity protection: what a verdict says (capacity.c) ------------------------------- */
+
+/* The class shed by a refusal: its name and why ("priority", "reserved", "full"); NULL
+ * when no class was shed. */
+const char *sl_verdict_shed(const sl_verdict *v, const char **reason);
+/* A penalty that refused (or was recorded by) this decision: its level, "block" or
+ * "challenge", and the challenge header line ("Name: value", NULL for none); false when
+ * no penalty applies. */
+bool sl_verdict_penalty(const sl_verdict *v, unsigned *level, const char **action,
+                        const char **challenge_header);
+/* The first adaptive limit of the verdict: its limit, no-load latency and slots in flight
+ * (the window's info in *win); false when it has none. */
+bool sl_verdict_adaptive(const sl_verdict *v, sl_cap_info *out, const sl_window_info **win);
+
+/* The name of class `cls` (an index) of policy `policy`, NULL when it has no such class. */
+const char *sl_engine_class_name(const sl_engine *e, const char *policy, unsigned cls);
 
 /* ---- rendering (no I/O) ----------------------------------------------------------- */
 

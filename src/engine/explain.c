@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * explain.c -- why a request gets its answer (see explain.h). The analysis runs the real
  * pipeline (sl_engine_prepare, so the keys, costs and windows are exactly the decision's)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * explain.h -- what the engine can say about itself, off the decision path: why a request
  * gets its answer (explain: every policy considered, matched or not and which condition

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * internal.h -- what the files of src/engine share: the compiled engine (windows, policies,
  * the override windows) and the steps of the pipeline each file implements.
@@ -27,7 +28,34 @@ typedef struct sl__epol {
     sl__ewin *win;   /* default windows (nwin), or the one `unlimited` pseudo-window */
     size_t nwin;
     sl__ewin **plan_win; /* per plan */
+    /* capacity protection (capacity.c): the borrowing tiers below the root (parent first),
+     * then the penalty window; their compiled windows live in cap_cw */
+    sl__ewin *cap_win;
+    size_t n_tier_win;
+    bool has_pen_win;
+    sl_cwindow *cap_cw;
+    void *cap_names;     /* their labels and limiter names */
 } sl__epol;
+
+/* prepare.c's key composition, shared with capacity.c */
+typedef struct sl__kbuf {
+    unsigned char *p;
+    size_t len, cap;
+    bool overflow;
+} sl__kbuf;
+
+typedef struct sl__ctxreq {
+    const sl_request *req;
+    const sl_descriptor *desc;
+    const struct sl_enode **epath; /* envoy: node per level */
+    sl_str path;                   /* normalised path (path_norm) */
+    const struct sl_envoy_settings *compat; /* envoy compat mode, else NULL */
+} sl__ctxreq;
+
+/* Appends part `pt` of the request (false: the request does not carry it); appends one
+ * tagged, length-prefixed value. */
+bool sl__put_part(sl__kbuf *k, const sl__ctxreq *c, const sl_cpolicy *cp, const sl_part *pt);
+void sl__kput(sl__kbuf *k, unsigned char tag, const void *b, size_t n);
 
 static inline const sl__ewin *sl__item_win(const sl_verdict_item *it) {
     return (const sl__ewin *)(const void *)it->info;
@@ -84,6 +112,22 @@ int64_t sl__item_life(const sl__ewin *w, bool settle, bool lease);
 /* Settles/releases the items of v (a verdict, or a token loaded into one) through the
  * store, then calls v's completion with the first error. */
 void sl__apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now);
+
+/* capacity.c */
+/* The capacity parameters a window of cp is created with (NULL: none). */
+const sl_cap *sl__cap_window(const sl_cpolicy *cp, const sl_cwindow *cw, sl_cap *buf);
+/* Creates and registers ep's tier and penalty windows (appended to e->all). */
+int sl__cap_windows(sl_engine *e, sl__epol *ep, char *errbuf, size_t errlen);
+void sl__cap_windows_free(sl__epol *ep);
+/* After add_items placed the policy's nw windows at v->items[first..]: their class, the
+ * borrowing tiers and the penalty item (capacity protection). */
+int sl__cap_items(const sl__epol *ep, sl_verdict *v, size_t first, size_t koff, size_t klen,
+                  const sl__ctxreq *c, const char *cls);
+/* The store answered: the reaction of a refusal by a penalty (challenge status). */
+void sl__cap_answer(sl_verdict *v);
+/* engine.c: a window of ep created with capacity parameters (NULL: none). */
+int sl__make_win(sl_engine *e, sl__epol *ep, sl__ewin *w, const sl_cwindow *cw, const char *limname,
+                 const char *plan, const sl_cap *cap, char *errbuf, size_t errlen);
 
 /* tokens.c */
 #define SL_TOK_SETTLE 1u

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * jw.c -- the engine's JSON writer (see jw.h). Commas are placed by the writer: every
  * value and every container start sets `comma`, every container start clears it for its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * jw.h -- a small JSON writer for the engine's reports (explain, effective config): a
  * growing heap buffer, strings always escaped to valid JSON and valid UTF-8 (a byte that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * prepare.c -- the first half of a decision, with no I/O: which policies a request
  * matches (method, path, host, headers; Envoy descriptors through the domain's tree),
@@ -8,6 +9,7 @@
  * byte, a 2-byte big-endian length and the bytes, so no two part lists collide.
  */
 #include <arpa/inet.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -113,11 +115,7 @@ static size_t client_ip(sl_str ip, unsigned prefix, unsigned char out[16]) {
 
 /* ---- key composition ---------------------------------------------------------------- */
 
-typedef struct kbuf {
-    unsigned char *p;
-    size_t len, cap;
-    bool overflow;
-} kbuf;
+typedef sl__kbuf kbuf; /* internal.h: shared with capacity.c */
 
 static void kput(kbuf *k, unsigned char tag, const void *b, size_t n) {
     if (n > 0xffff || k->len + 3 + n > k->cap) {
@@ -131,13 +129,7 @@ static void kput(kbuf *k, unsigned char tag, const void *b, size_t n) {
     k->len += n;
 }
 
-typedef struct sl_ctxreq {
-    const sl_request *req;
-    const sl_descriptor *desc;
-    const sl_enode **epath; /* envoy: node per level */
-    sl_str path;            /* normalised path (path_norm) */
-    const sl_envoy_settings *compat; /* envoy compat mode, else NULL */
-} ctxreq;
+typedef sl__ctxreq ctxreq;
 
 /* Appends part `pt` of the request; false when the request does not carry it. An empty
  * value counts as missing: "" must not become one bucket shared by every such client. */
@@ -207,6 +199,12 @@ static bool put_part(kbuf *k, const ctxreq *c, const sl_cpolicy *cp, const sl_pa
     }
     return false;
 }
+
+bool sl__put_part(sl__kbuf *k, const sl__ctxreq *c, const sl_cpolicy *cp, const sl_part *pt) {
+    return put_part(k, c, cp, pt);
+}
+
+void sl__kput(sl__kbuf *k, unsigned char tag, const void *b, size_t n) { kput(k, tag, b, n); }
 
 /* Tries each chain in order; returns the chain used, -1 when none is complete. */
 static int compose_key(kbuf *k, const ctxreq *c, const sl_cpolicy *cp) {
@@ -372,6 +370,7 @@ void sl__verdict_init(sl_verdict *v) {
     v->missing_key_policy = NULL;
     v->token_id = 0;
     v->decided_at = (sluice_time){0, 0};
+    v->challenge = 0;
     memset(&v->run, 0, sizeof(v->run));
 }
 
@@ -492,8 +491,11 @@ static void compat_mark(sl_verdict *v, size_t from, const sl_envoy_settings *cs)
 }
 
 /* Adds the windows of `ep` for the key already at v->keys[koff..koff+klen). */
+/* Adds the windows of `ep` for the key already at v->keys[koff..koff+klen) (and, for a
+ * policy with capacity protection, its class, tiers and penalty: capacity.c); `cls` names
+ * the class of an explicit request (NULL: from the request's attributes). */
 static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, uint64_t cost,
-                     int desc, const ctxreq *c) {
+                     int desc, const ctxreq *c, const char *cls) {
     const sl_cpolicy *cp = ep->cp;
     bool shadow = cp->react == SL_REACT_SHADOW || !in_rollout(cp, v->keys + koff, klen);
     e_win *wins = ep->win;
@@ -519,17 +521,26 @@ static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, u
     if (v->n + nw > SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
     for (size_t i = 0; i < nw; i++) {
         sl_verdict_item *it = &v->items[v->n++];
-        memset(it, 0, sizeof(*it));
+        /* x (the store's capacity answer) is written before it is read: only
+         * v->run.capacity verdicts read it, and their decisions fill it */
+        memset(it, 0, offsetof(sl_verdict_item, x));
+        it->x.kind = 0;
         it->info = &wins[i].info;
         it->descriptor = desc;
         it->key_off = (uint16_t)koff;
         it->key_len = (uint16_t)klen;
         /* a concurrency window takes one slot whatever the cost; a peek (cost 0) none */
-        bool conc = wins[i].cw->spec.algo == SLUICE_CONCURRENCY;
+        bool adaptive = wins[i].cw->spec.algo == SLUICE_ADAPTIVE_CONCURRENCY;
+        bool conc = wins[i].cw->spec.algo == SLUICE_CONCURRENCY || adaptive;
+        if (adaptive) v->run.capacity = true;
         it->cost = conc ? (cost > 0 ? 1 : 0) : cost;
         it->shadow = shadow;
         it->settle = cp->settle && !conc;
         it->charge = cp->count_rejected && !shadow;
+    }
+    if (cp->cap != NULL) {
+        v->run.capacity = true;
+        return sl__cap_items(ep, v, v->n - nw, koff, klen, c, cls);
     }
     return SLUICE_OK;
 }
@@ -541,7 +552,7 @@ static int add_policy(const e_pol *ep, sl_verdict *v, const ctxreq *c, int desc)
         if (!envoy_compat_key(&k, c, cp)) return SLUICE_ERANGE;
         size_t koff = v->keys_used, from = v->n;
         v->keys_used += k.len;
-        int rc = add_items(ep, v, koff, k.len, request_cost(c, cp), desc, c);
+        int rc = add_items(ep, v, koff, k.len, request_cost(c, cp), desc, c, NULL);
         if (rc == SLUICE_OK) compat_mark(v, from, c->compat);
         return rc;
     }
@@ -561,13 +572,13 @@ static int add_policy(const e_pol *ep, sl_verdict *v, const ctxreq *c, int desc)
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
         if (it->key_len == ks.len && memcmp(v->keys + it->key_off, scratch, ks.len) == 0)
-            return add_items(ep, v, it->key_off, ks.len, request_cost(c, cp), desc, c);
+            return add_items(ep, v, it->key_off, ks.len, request_cost(c, cp), desc, c, NULL);
     }
     if (ks.len > k.cap) return SLUICE_ERANGE;
     memcpy(k.p, scratch, ks.len);
     size_t koff = v->keys_used;
     v->keys_used += ks.len;
-    return add_items(ep, v, koff, ks.len, request_cost(c, cp), desc, c);
+    return add_items(ep, v, koff, ks.len, request_cost(c, cp), desc, c, NULL);
 }
 
 static const e_win *item_win(const sl_verdict_item *it) { return sl__item_win(it); }
@@ -758,6 +769,12 @@ static const e_pol *find_policy(const sl_engine *e, const char *name) {
 
 int sl_engine_prepare_named(const sl_engine *e, const char *policy, const void *key,
                             size_t key_len, bool has_cost, uint64_t cost, sl_verdict *out) {
+    return sl_engine_prepare_named_class(e, policy, key, key_len, has_cost, cost, NULL, out);
+}
+
+int sl_engine_prepare_named_class(const sl_engine *e, const char *policy, const void *key,
+                                  size_t key_len, bool has_cost, uint64_t cost, const char *cls,
+                                  sl_verdict *out) {
     if (out == NULL) return SLUICE_EINVAL;
     sl__verdict_init(out);
     if (e == NULL || (key == NULL && key_len > 0)) return sl__fail(out, SLUICE_EINVAL);
@@ -771,7 +788,7 @@ int sl_engine_prepare_named(const sl_engine *e, const char *policy, const void *
     if (k.overflow) return sl__fail(out, SLUICE_ERANGE);
     out->keys_used = k.len;
     uint64_t c = has_cost ? cost : ep->cp->cost_default;
-    int rc = add_items(ep, out, 0, k.len, c, -1, NULL);
+    int rc = add_items(ep, out, 0, k.len, c, -1, NULL, cls);
     if (rc != SLUICE_OK) return sl__fail(out, rc);
     return SLUICE_OK;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * render.c -- a verdict as HTTP sees it, with no I/O: RateLimit-Policy / RateLimit in the
  * draft-11 structured-field syntax, Retry-After in delay-seconds, legacy X-RateLimit-*,
@@ -106,7 +107,8 @@ static size_t visible(const sl_verdict *v, size_t *out) {
     size_t n = 0;
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
-        if (it->shadow || it->unlimited || it->info == NULL || !item_policy(it)->headers)
+        if (it->shadow || it->unlimited || it->info == NULL || !item_policy(it)->headers ||
+            (it->cap & SL_SIC_PENALTY)) /* a penalty is no window a client counts in */
             continue;
         bool dup = false;
         for (size_t j = 0; j < n && !it->override; j++)
@@ -174,6 +176,14 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
         wf(&w, "Retry-After: %lld\r\n", (long long)sl_ceil_s(v->delay_ns, 1));
     else if (v->action == SL_FAIL && v->store_error) /* the shared store is down: try again soon */
         ws(&w, "Retry-After: 1\r\n");
+    if (v->action == SL_REJECT && !v->missing_key_policy) {
+        /* capacity protection: the class shed, a penalty's challenge */
+        const char *reason, *cls = sl_verdict_shed(v, &reason);
+        if (cls != NULL) wf(&w, "X-Sluice-Shed: %s\r\n", cls);
+        const char *hdr = NULL, *act;
+        unsigned lvl;
+        if (v->challenge && sl_verdict_penalty(v, &lvl, &act, &hdr) && hdr != NULL) wf(&w, "%s\r\n", hdr);
+    }
     if ((flags & SL_RENDER_LEGACY) && n > 0) {
         const sl_verdict_item *it = &v->items[vis[0]];
         for (size_t i = 0; i < n; i++)
@@ -220,6 +230,32 @@ static bool trace_id(const char *tp, char out[33]) {
     return true;
 }
 
+/* What capacity protection adds to a refusal's problem+json: the class shed and why, the
+ * penalty's level and action. */
+static void cap_fields(wr *w, const sl_verdict *v) {
+    const char *reason, *cls = sl_verdict_shed(v, &reason);
+    if (cls != NULL) {
+        ws(w, ",\"shed_class\":");
+        wjson_str(w, cls);
+        ws(w, ",\"reason\":");
+        wjson_str(w, reason);
+    }
+    unsigned lvl;
+    const char *act;
+    if (sl_verdict_penalty(v, &lvl, &act, NULL)) {
+        wf(w, ",\"penalty\":{\"level\":%u,\"action\":", lvl);
+        wjson_str(w, act);
+        ws(w, "}");
+    }
+}
+
+/* nanoseconds as milliseconds with three decimals (integers only) */
+static void wms3(wr *w, const char *name, int64_t ns) {
+    if (ns < 0) ns = 0;
+    int64_t us = ns / 1000;
+    wf(w, ",\"%s\":%lld.%03lld", name, (long long)(us / 1000), (long long)(us % 1000));
+}
+
 int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, size_t len) {
     wr w = {buf, len, 0, false};
     if (buf == NULL || len == 0) return SLUICE_ERANGE;
@@ -263,6 +299,20 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
                  v->missing_key_policy);
         wjson_str(&w, d);
         names[nn++] = v->missing_key_policy;
+    } else if (v->challenge) {
+        /* a penalty's challenge: the policy's status, its reason phrase as the title */
+        int st = v->status >= 400 && v->status <= 599 ? v->status : 401;
+        const char *title = st == 401 ? "Unauthorized" : st == 403 ? "Forbidden"
+                          : st == 429 ? "Too Many Requests" : "Challenge Required";
+        unsigned lvl = 0;
+        const char *act;
+        sl_verdict_penalty(v, &lvl, &act, NULL);
+        wf(&w, "{\"type\":\"about:blank\",\"title\":\"%s\",\"status\":%d,\"detail\":", title, st);
+        char d[200];
+        snprintf(d, sizeof(d), "Repeated violations: solve the challenge to go on (penalty level %u).", lvl);
+        wjson_str(&w, d);
+        const sl_verdict_item *it = &v->items[v->challenge - 1];
+        names[nn++] = it->info->policy;
     } else {
         for (size_t i = 0; i < v->n; i++) {
             const sl_verdict_item *it = &v->items[i];
@@ -276,7 +326,17 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
         char d[400];
         const char *who = v->deciding >= 0 ? v->items[v->deciding].info->name
                                            : (nn ? names[0] : "?");
-        if (v->retry_after_ns == SLUICE_NEVER)
+        const char *why, *shed = sl_verdict_shed(v, &why);
+        unsigned plvl;
+        const char *pact;
+        if (shed != NULL)
+            snprintf(d, sizeof(d), "Requests of class '%s' are shed: limit '%s' is %s%s.", shed, who,
+                     strcmp(why, "full") == 0 ? "full" : "filled beyond that class's share",
+                     strcmp(why, "reserved") == 0 ? " (what is left is reserved for other classes)" : "");
+        else if (sl_verdict_penalty(v, &plvl, &pact, NULL) && v->retry_after_ns != SLUICE_NEVER)
+            snprintf(d, sizeof(d), "Repeated violations: blocked for %lld s (penalty level %u).",
+                     (long long)sl_ceil_s(v->retry_after_ns, 1), plvl);
+        else if (v->retry_after_ns == SLUICE_NEVER)
             snprintf(d, sizeof(d), "The request costs more than limit '%s' can ever admit.", who);
         else
             snprintf(d, sizeof(d), "Limit '%s' is exhausted; retry after %lld s.", who,
@@ -289,6 +349,7 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
         wjson_str(&w, names[i]);
     }
     ws(&w, "]");
+    if (v->action == SL_REJECT && !v->missing_key_policy) cap_fields(&w, v);
     if (has_tid) wf(&w, ",\"trace_id\":\"%s\"", tid);
     ws(&w, "}");
     return finish(&w);
@@ -333,6 +394,14 @@ int sl_render_json(const sl_verdict *v, bool with_keys, char *buf, size_t len) {
         ws(&w, ",\"missing_key_policy\":");
         wjson_str(&w, v->missing_key_policy);
     }
+    sl_cap_info ax;
+    if (sl_verdict_adaptive(v, &ax, NULL)) {
+        wf(&w, ",\"adaptive\":{\"limit\":%u", ax.limit);
+        wms3(&w, "noload_ms", ax.noload_ns);
+        wf(&w, ",\"in_flight\":%u}", ax.in_flight);
+    }
+    if (v->action == SL_REJECT && !v->missing_key_policy) cap_fields(&w, v);
+    if (v->challenge) ws(&w, ",\"challenge\":true");
     ws(&w, ",\"limits\":[");
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
@@ -351,6 +420,15 @@ int sl_render_json(const sl_verdict *v, bool with_keys, char *buf, size_t len) {
            r->allowed ? "true" : "false", it->shadow ? "true" : "false",
            it->would_limit ? "true" : "false");
         if (it->unlimited) ws(&w, ",\"unlimited\":true");
+        if (it->cls) {
+            const sl_cpolicy *cp = sl__item_win(it)->cp;
+            if (cp->cap != NULL && it->cls - 1u < cp->cap->shed.nclasses) {
+                ws(&w, ",\"class\":");
+                wjson_str(&w, cp->cap->class_names[it->cls - 1]);
+            }
+        }
+        if (it->cap & SL_SIC_PENALTY) ws(&w, ",\"penalty\":true");
+        if (it->bpath) wf(&w, ",\"tier_level\":%u,\"share\":%llu", it->blevel, (unsigned long long)it->share);
         wf(&w, ",\"cost\":%llu,\"limit\":%llu,\"remaining\":%llu", (unsigned long long)it->cost,
            (unsigned long long)r->limit, (unsigned long long)r->remaining);
         wms(&w, "reset_after_ms", r->reset_after_ns);

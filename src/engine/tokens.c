@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tokens.c -- the table of outstanding settle/release tokens: what makes a token single
  * use. A bounded, sharded, thread-safe set of 64-bit ids, each with the operations still
@@ -462,7 +463,17 @@ void sl__take_and_apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_ti
 void sl_engine_token(const sl_engine *e, void *lane, const char *token, size_t len,
                      unsigned op, uint64_t actual, sluice_time now, sl_verdict *v,
                      sl_engine_done done, void *ud) {
+    sl_engine_token_sample(e, lane, token, len, op, actual, false, 0, SLUICE_OUTCOME_OK, now, v, done, ud);
+}
+
+void sl_engine_token_sample(const sl_engine *e, void *lane, const char *token, size_t len,
+                            unsigned op, uint64_t actual, bool has_latency, int64_t latency_ns,
+                            unsigned outcome, sluice_time now, sl_verdict *v,
+                            sl_engine_done done, void *ud) {
     int rc = token_load(e, token, len, v);
+    v->run.has_latency = has_latency;
+    v->run.latency_ns = latency_ns;
+    v->run.outcome = (uint8_t)outcome;
     v->run.e = e;
     v->run.done = done;
     v->run.ud = ud;

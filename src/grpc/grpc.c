@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * grpc.c -- the methods this gRPC server offers and their dispatch: ShouldRateLimit
  * (envoy.service.ratelimit.v3) and grpc.health.v1.Health/Check. Request messages are

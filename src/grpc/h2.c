@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * h2.c -- the HTTP/2 side of the gRPC server: an nghttp2 server session driven through
  * memory buffers (mem_recv/mem_send, no I/O), one stream record per call, gRPC framing

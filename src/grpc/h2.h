@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * h2.h -- a gRPC server session over cleartext HTTP/2 (prior knowledge), built on
  * libnghttp2 with no I/O: feed it the bytes a connection read, take the bytes it wants

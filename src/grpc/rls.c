@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rls.c -- ShouldRateLimit: request validation, preparing the engine's decision (a
  * descriptor with its own limit override is decided by the engine in the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rls.h -- Envoy's RateLimitService/ShouldRateLimit in sluice's terms, independent of the
  * encoding: a request (from protobuf or from /json's proto3 JSON) becomes an sl_request,

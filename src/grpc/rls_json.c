@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rls_json.c -- envoyproxy/ratelimit's HTTP /json endpoint: a RateLimitRequest in proto3
  * JSON (camelCase or the proto's own field names, 64-bit integers as numbers or strings,

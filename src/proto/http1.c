@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http1.c -- stateless HTTP/1.1 request parsing (RFC 9112) and response writing.
  * Invariants: no allocation, no I/O, every loop bounded by the input length and the

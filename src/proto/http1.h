@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http1.h -- an HTTP/1.1 request parser that does no I/O and allocates nothing, and a
  * response writer into a bounded buffer. The parser is stateless: call it with all the

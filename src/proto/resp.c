@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * resp.c -- RESP request parsing (multibulk and inline) and reply encoding.
  * Invariants: never reads past buf[len), never writes past scratch_cap; limits are

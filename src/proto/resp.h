@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * resp.h -- RESP2/RESP3 request parsing and reply encoding, no I/O, no allocation.
  * The parser is stateless like http1.h: feed everything received so far, get one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wbuf.c -- bounded appends for the protocol encoders (see wbuf.h). No allocation.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wbuf.h -- a bounded output buffer shared by the HTTP/1.1 and RESP encoders.
  * Invariant: len <= cap; an append that does not fit sets `overflow` (sticky) and

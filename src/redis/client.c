@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client.c -- the Redis store's client: one per worker, bound to the worker's sl_loop.
  * Each node gets one connection of conn.c (our socket, TLS, handshake; hiredis's reply

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client_int.h -- what the Redis client's files share (client.c: creation, the timer, the
  * breakers, the public calls; node.c: connections, sentinel, topology; request.c: a
@@ -47,7 +48,7 @@
 /* An EVALSHA of SLUICE_MAX_ITEMS items: every argument is at most a 63-byte key or a
  * 21-byte number plus 8 bytes of RESP framing, the array header 8 more. */
 #define CMD_ARGS (3 + SLUICE_MAX_ITEMS + SL_REDIS_HEAD_ARGS + SLUICE_MAX_ITEMS * SL_REDIS_ITEM_ARGS)
-#define CMD_MAX (8 + CMD_ARGS * (SL_REDIS_KEY_MAX + 8) + XKEY_ARENA)
+#define CMD_MAX (8 + CMD_ARGS * (SL_REDIS_KEY_MAX + 8) + SLUICE_MAX_ITEMS * SL_REDIS_X_MAX + XKEY_ARENA)
 /* envoy compat keys (SL_REDIS_ENVOY_TAG) are longer than a hash: one request's live in
  * its own arena (allocated with the pool only when opts.envoy_keys): a verdict's keys
  * (4096 bytes) plus a prefix and a window per item. */
@@ -93,6 +94,7 @@ typedef struct rq_item {
     uint64_t limit;      /* a limit override (fixed windows), 0 = the limiter's */
     uint8_t sgroup;      /* store group: 0 enforced, g > 0 shadow group g */
     uint8_t sflags;      /* SL_SI_* */
+    sl_redis_capx cx;    /* capacity protection (its x argument) */
     int64_t p[4];
     char key[SL_REDIS_KEY_MAX];
     uint8_t klen;
@@ -205,6 +207,7 @@ struct sl_redis {
     uint64_t held;           /* units held in leases */
     int64_t lease_sweep_at;  /* earliest sweep_at of a held lease (0: none) */
     sl_sresult lease_scratch;
+    sl_sresult group_scratch; /* decode_decide: a call's answer as the group rules give it */
     rq scratch; /* submit(): the items being prepared (not in the pool) */
     /* sliding-log scratch (decode_group): states as stored; states decided plus a peek */
     _Alignas(8) unsigned char big[2][BIG_ARENA + BIG_ARENA / 2];

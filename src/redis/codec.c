@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * codec.c -- what travels to and from Redis: the composed script and its SHA1, the key
  * names (keyed hashes, never raw keys), the per-algorithm script parameters and the
@@ -26,9 +27,15 @@ extern const char sl_lua_quota[];
 extern const char sl_lua_leaky_bucket[];
 extern const char sl_lua_sliding_log[];
 extern const char sl_lua_envoy_counter[];
+extern const char sl_lua_capacity[];
 extern const char sl_lua_main[];
 
 #define EXACT_MAX (INT64_C(1) << 52)
+
+/* The script picks a state's code by number (ALGO[n]): the pseudo-algorithms beyond the
+ * public ones must not share one (the penalty's and the envoy counter's once did, and the
+ * later definition replaced the earlier). */
+_Static_assert(SL_REDIS_ALGO_ENVOY != (int)SL_ALGO_PENALTY, "one script algorithm per number");
 
 /* ---- SHA1 (FIPS 180-4), only to name the script for EVALSHA ------------------------ */
 
@@ -79,7 +86,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void compose(void) {
     const char *parts[] = {sl_lua_common, sl_lua_gcra, sl_lua_token_bucket, sl_lua_fixed_window,
                            sl_lua_sliding_window, sl_lua_concurrency, sl_lua_quota, sl_lua_leaky_bucket, sl_lua_sliding_log,
-                           sl_lua_envoy_counter, sl_lua_main};
+                           sl_lua_envoy_counter, sl_lua_capacity, sl_lua_main};
     size_t total = 0;
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) total += strlen(parts[i]) + 1;
     g_script = malloc(total + 1);
@@ -264,7 +271,7 @@ int sl_redis_params_of(const sl_limit *l, sluice_time now, int64_t p[4]) {
         p[0] = (int64_t)l->limit, p[1] = l->period_ns;
         return SLUICE_OK;
     default:
-        return SLUICE_EINVAL;
+        return sl_redis_cap_params(l, now, p); /* capcodec.c */
     }
 }
 
@@ -299,6 +306,7 @@ static bool pair_ns(int64_t s, int64_t n, int64_t *out) {
 }
 
 int sl_redis_state_parse(const sluice_limiter *limiter, const char *s, size_t len, void *state) {
+    if (sl_redis_cap_state(limiter)) return sl_redis_cap_state_parse(limiter, s, len, state);
     const sl_limit *l = &limiter->lim;
     int64_t v[7];
     if (len == 0) return 0;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conn.c -- the Redis connection layer (see conn.h): sockets, TLS, handshake, output
  * buffer, reply FIFO. Buffers grow to the largest pipeline seen and are then reused, so a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conn.h -- one connection to a Redis server or sentinel on an sl_loop: non-blocking TCP
  * (IPv4/IPv6) or unix socket, TLS through OpenSSL, hiredis's reply reader for parsing,

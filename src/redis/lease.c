@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lease.c -- leasing for hot keys: a worker takes a slice of a limit in one call and
  * admits from it locally; at most one slice request in flight per key per worker

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * node.c -- the Redis client's nodes: one connection each (conn.c), its state and
  * health, reconnection with backoff, the script loaded on every connection, node 0

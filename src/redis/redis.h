@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis.h -- the Redis store (one node, a Redis Cluster, or a primary found through
  * sentinels): per-worker connections (conn.c: our sockets and OpenSSL, hiredis's reply
@@ -62,7 +63,7 @@ int sl_redis_parse_redirect(const char *s, size_t len, unsigned *slot, char *hos
 /* ---- keys, script arguments and replies (codec.c, pure) --------------------------- */
 
 #define SL_REDIS_KEY_MAX 64
-#define SL_REDIS_ITEM_ARGS 8  /* per item: algo, cost, group, flags, p1..p4 */
+#define SL_REDIS_ITEM_ARGS 9  /* per item: algo, cost, group, flags, p1..p4, x (capcodec.c) */
 #define SL_REDIS_HEAD_ARGS 8  /* op, time mode, mono_s, mono_n, wall_s, wall_n, slack, flags */
 
 /* The script: common.lua + algorithms + main.lua, and its SHA1 (40 hex + NUL). */
@@ -84,7 +85,7 @@ size_t sl_redis_key(const sl_hash_key *sk, const sluice_limiter *lim, const void
  * script algorithm SL_REDIS_ALGO_ENVOY. The key into out (NUL-terminated); its length, 0
  * when it is not such a key or does not fit in cap. */
 #define SL_REDIS_ENVOY_TAG 0xfe
-#define SL_REDIS_ALGO_ENVOY 100
+#define SL_REDIS_ALGO_ENVOY 101
 #define SL_REDIS_ENVOY_KEY_MAX 1024
 size_t sl_redis_envoy_key(const char *prefix, const void *key, size_t key_len, int64_t window_s,
                           char *out, size_t cap);
@@ -104,6 +105,29 @@ int sl_redis_params_of(const struct sl_limit *l, sluice_time now, int64_t p[4]);
  * lim's state_size, up to 8 + 8 * SL_SLIDING_LOG_MAX bytes for a sliding log).
  * Returns 1 parsed, 0 absent (empty), -1 malformed. */
 int sl_redis_state_parse(const sluice_limiter *lim, const char *s, size_t len, void *state);
+
+/* ---- capacity protection (capcodec.c) ------------------------------------------------ */
+
+/* What an item carries beyond an algorithm's parameters (store.h's sl_sitem fields). */
+typedef struct sl_redis_capx {
+    uint8_t cls, cap, pgrp, bpath, blevel, outcome;
+    uint64_t share;
+    int64_t latency_ns;
+} sl_redis_capx;
+
+#define SL_REDIS_X_MAX 1024 /* the longest x argument (an adaptive limit with 8 classes) */
+
+/* Parameters of the capacity algorithms (adaptive concurrency, penalty), for
+ * sl_redis_params_of; SLUICE_ERANGE beyond the scripts' exact range (durations below
+ * 2^52 ns, 52 days). */
+int sl_redis_cap_params(const struct sl_limit *l, sluice_time now, int64_t p[4]);
+/* An item's x argument: "" for a plain item, else "F T ..." (see capacity.lua); returns
+ * its length. */
+size_t sl_redis_cap_x(const struct sl_limit *l, const sl_redis_capx *cx, char *out, size_t cap);
+/* Whether lim's stored state is a capacity one (its own algorithm or a tail), and its
+ * parse (sl_redis_state_parse's contract). */
+bool sl_redis_cap_state(const sluice_limiter *lim);
+int sl_redis_cap_state_parse(const sluice_limiter *lim, const char *s, size_t len, void *state);
 
 /* ---- the client (client.c, node.c, request.c, lease.c) ------------------------------ */
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * request.c -- one call of the Redis client from items to answer: items built into
  * EVALSHA groups by slot, sent, decoded into the algorithms' results by the shared
@@ -36,8 +37,12 @@ static cache_ent *cache_get(sl_redis *r, uint64_t fp) {
     return e;
 }
 
+static bool capacity(const rq_item *it) {
+    return (it->cx.cls | it->cx.cap | it->cx.pgrp | it->cx.bpath) != 0;
+}
+
 static void cache_put(sl_redis *r, const rq_item *it, const sluice_result *res, sluice_time now) {
-    if (r->cache == NULL || !cacheable(it->lim->spec.algo)) return;
+    if (r->cache == NULL || !cacheable(it->lim->spec.algo) || capacity(it)) return;
     if (res->allowed || res->retry_after_ns <= 0 || res->retry_after_ns == SLUICE_NEVER) return;
     uint64_t fp = sl__redis_fp_of(it);
     cache_ent *e = &r->cache[fp & r->cache_mask];
@@ -163,6 +168,9 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
         p = put_bulk_i(p, it->sgroup);
         p = put_bulk_i(p, it->sflags);
         for (int j = 0; j < 4; j++) p = put_bulk_i(p, it->p[j]);
+        char xb[SL_REDIS_X_MAX]; /* capacity protection's extras ("" for a plain item) */
+        size_t xl = it->lim != NULL ? sl_redis_cap_x(&it->lim->lim, &it->cx, xb, sizeof(xb)) : 0;
+        p = put_bulk(p, xb, xl);
     }
     static const char *const asking_argv[1] = {"ASKING"};
     static const size_t asking_len[1] = {6};
@@ -196,13 +204,21 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
     rq_group *gr = &q->g[g];
     const rq_item *its[SLUICE_MAX_ITEMS];
     sl_sitem si[SLUICE_MAX_ITEMS];
-    sl_limit lims[SLUICE_MAX_ITEMS];
+    const sl_limit *lims[SLUICE_MAX_ITEMS];
+    sl_limit ovr[SLUICE_MAX_ITEMS]; /* items with a limit override */
     for (int k = 0; k < gr->n; k++) {
         const rq_item *it = &q->it[gr->idx[k]];
         its[k] = it;
         si[k] = (sl_sitem){.lim = it->lim, .cost = (uint64_t)it->cost, .limit = it->limit,
-                           .group = it->sgroup, .flags = it->sflags};
-        lims[k] = item_limit(it);
+                           .group = it->sgroup, .flags = it->sflags, .cls = it->cx.cls, .cap = it->cx.cap,
+                           .pgrp = it->cx.pgrp, .bpath = it->cx.bpath, .blevel = it->cx.blevel,
+                           .share = it->cx.share};
+        if (it->limit != 0) {
+            ovr[k] = item_limit(it);
+            lims[k] = &ovr[k];
+        } else {
+            lims[k] = &it->lim->lim;
+        }
     }
     uint8_t kidx[SLUICE_MAX_ITEMS];
     size_t nk = sl_group_keys(gr->n, key_same, its, kidx);
@@ -217,7 +233,7 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
     uint32_t peek_size = 0;
     bool seen[SLUICE_MAX_ITEMS] = {false};
     for (int k = 0; k < gr->n; k++) {
-        size_t ss = lims[k].state_size;
+        size_t ss = lims[k]->state_size;
         if (ss > peek_size) peek_size = (uint32_t)ss;
         size_t a8 = (ss + 7) & ~(size_t)7;
         if (ss <= SMALL_STATE) {
@@ -242,7 +258,7 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
         }
         int pr = its[k]->xlen
                      ? sl_redis_envoy_state_parse(b->str, b->len,
-                                                  sl_window_start(now.wall_ns, lims[k].period_ns), dst)
+                                                  sl_window_start(now.wall_ns, lims[k]->period_ns), dst)
                      : sl_redis_state_parse(its[k]->lim, b->str, b->len, dst);
         if (pr < 0) return false;
         stored[key] = pr == 1 ? dst : NULL;
@@ -253,19 +269,27 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
         peek = r->big[1] + used1;
         used1 += a8;
     }
+    sl_sresult *res = &r->group_scratch;
     sl_group_run run = {.items = si, .lims = lims, .n = gr->n, .flags = q->flags, .kidx = kidx,
-                        .nkeys = nk, .stored = stored, .work = work, .peek = peek, .now = now};
+                        .nkeys = nk, .stored = stored, .work = work, .peek = peek, .now = now,
+                        .res = res};
     sl_group_decide(&run);
-    gr->all_ok = run.res.allowed != 0;
-    gr->groups_ok = run.res.groups_ok;
+    gr->all_ok = res->allowed != 0;
+    gr->groups_ok = res->groups_ok;
     if ((rep->element[0]->integer == 1) != gr->all_ok) inc(&r->st.mismatches);
-    for (int k = 0; k < gr->n; k++) q->res.r[gr->idx[k]] = run.res.r[k];
+    for (int k = 0; k < gr->n; k++) {
+        q->res.r[gr->idx[k]] = res->r[k];
+        q->res.x[gr->idx[k]] = res->x[k];
+    }
     if (q->ngroups > 1 && gr->all_ok) {
         /* what these items report if another call rejects (their refunds undo them) */
         sl_group_run alt = run;
         alt.flags |= SL_SREQ_REJECT;
         sl_group_decide(&alt);
-        for (int k = 0; k < gr->n; k++) q->alt.r[gr->idx[k]] = alt.res.r[k];
+        for (int k = 0; k < gr->n; k++) {
+            q->alt.r[gr->idx[k]] = res->r[k];
+            q->alt.x[gr->idx[k]] = res->x[k];
+        }
     }
     return true;
 }
@@ -343,6 +367,7 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
             changed[k] = false;
         }
         sluice_result *o = &q->res.r[i];
+        q->res.x[i].kind = 0;
         o->allowed = res.allowed ? 1 : 0;
         o->limit = res.limit;
         o->remaining = res.remaining;
@@ -373,7 +398,10 @@ void sl__redis_finish(sl_redis *r, rq *q, int rc) {
             sl__redis_send_refunds(r, q);
             for (int g = 0; g < q->ngroups && !q->failed; g++)
                 if (q->g[g].done && !q->g[g].failed && q->g[g].all_ok)
-                    for (int k = 0; k < q->g[g].n; k++) q->res.r[q->g[g].idx[k]] = q->alt.r[q->g[g].idx[k]];
+                    for (int k = 0; k < q->g[g].n; k++) {
+                        q->res.r[q->g[g].idx[k]] = q->alt.r[q->g[g].idx[k]];
+                        q->res.x[q->g[g].idx[k]] = q->alt.x[q->g[g].idx[k]];
+                    }
         }
         if (q->leasing) sl__redis_lease_settle(r, q, all);
         if (!q->failed) {
@@ -587,6 +615,10 @@ static int build(sl_redis *r, rq *q, const sl_sitem *items, size_t n, unsigned f
         it->limit = items[i].limit;
         it->sgroup = items[i].group;
         it->sflags = items[i].flags;
+        it->cx = (sl_redis_capx){.cls = items[i].cls, .cap = items[i].cap, .pgrp = items[i].pgrp,
+                                 .bpath = items[i].bpath, .blevel = items[i].blevel,
+                                 .outcome = items[i].outcome, .share = items[i].share,
+                                 .latency_ns = items[i].latency_ns};
         sl_limit l = item_limit(it);
         int rc = sl_redis_params_of(&l, now, it->p);
         if (rc != SLUICE_OK) return rc;
@@ -661,6 +693,7 @@ static void refund_group(sl_redis *r, rq *q, int g, uint32_t mask) {
         f->it[f->n].limit = 0;
         f->it[f->n].sgroup = 0;
         f->it[f->n].sflags = 0;
+        f->it[f->n].cx = (sl_redis_capx){0};
         f->g[0].idx[f->g[0].n++] = f->n;
         f->n++;
     }
@@ -743,6 +776,10 @@ static bool answer_locally(sl_redis *r, const rq *b, sluice_time now, sl_sresult
     int hit = -1;
     int64_t retry = 0, reset = 0;
     if (r->cache == NULL) return false;
+    /* capacity protection decides in Redis: a penalty records its violation there, a
+     * class's or a tier's refusal is no exhausted key */
+    for (int i = 0; i < b->n; i++)
+        if (capacity(&b->it[i])) return false;
     for (int i = 0; i < b->n && hit < 0; i++) {
         const rq_item *it = &b->it[i];
         if (it->sgroup != 0) continue;
@@ -937,7 +974,11 @@ int sl_redis_claim(sl_redis *r, uint64_t id, unsigned op, int64_t ttl_ns, sluice
 
 int sl_redis_release(sl_redis *r, const sl_sitem *item, uint64_t lease, sluice_time now,
                      sl_redis_cb cb, void *ud) {
-    if (item == NULL || item->lim == NULL || item->lim->spec.algo != SLUICE_CONCURRENCY) return SLUICE_EINVAL;
-    sl_sitem it = {.lim = item->lim, .key = item->key, .key_len = item->key_len};
+    if (item == NULL || item->lim == NULL ||
+        (item->lim->spec.algo != SLUICE_CONCURRENCY && item->lim->spec.algo != SLUICE_ADAPTIVE_CONCURRENCY))
+        return SLUICE_EINVAL;
+    /* an adaptive limit's sample travels with the release (the item's x argument) */
+    sl_sitem it = {.lim = item->lim, .key = item->key, .key_len = item->key_len, .cap = item->cap,
+                   .outcome = item->outcome, .latency_ns = item->latency_ns};
     return submit(r, 'l', &it, 1, 0, now, cb, ud, lease);
 }

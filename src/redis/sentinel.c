@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sentinel.c -- the primary behind sentinels (see sentinel.h). A session is one
  * connection to one sentinel: AUTH with the sentinel's own credentials, SENTINEL

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sentinel.h -- finding and following a Redis primary through sentinels (sentinel.c):
  * one connection to one sentinel at a time (the first that answers, in the configured

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * slot.c -- Redis Cluster addressing: CRC16/XMODEM key slots with hash tags, topology
  * replies (CLUSTER SHARDS, CLUSTER SLOTS) and MOVED/ASK redirections. Pure functions over

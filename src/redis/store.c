@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.c -- the Redis store as the server's workers use it: one client per worker thread
  * on a private sl_loop (which the worker's loop watches: an epoll fd is pollable), the

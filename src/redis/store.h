@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.h -- the Redis store for the server: process-wide settings, one client per
  * worker thread (the worker's lane, on a private loop the worker's loop watches), the

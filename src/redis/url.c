@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * url.c -- Redis store addresses as people write them (see redis.h for the forms) and
  * the options a store is opened with: URL + the config file's store section, checked

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin_api.c -- the admin listener's endpoints: /healthz, /readyz, /metrics,
  * /v1/policies (the effective configuration), /v1/top (hot keys), /v1/audit, /v1/clock,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cell.c -- CL.THROTTLE's limiters: one GCRA limiter per distinct (max_burst, count,
  * period), burst = max_burst + 1 as redis-cell counts it, created on first use and cached.

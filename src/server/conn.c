@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conn.c -- connections: accept, bounded read and write buffers, request framing for
  * both protocols (pipelined requests are answered in order, in one write when possible),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * explain_api.c -- POST /v1/explain and the server side of SL.EXPLAIN: the engine's
  * explanation of a request (src/engine/explain.c) with the windows' state read through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * grpc_conn.c -- the glue between the server's connections and the gRPC session: a
  * connection whose first bytes are the HTTP/2 client preface gets a session; its read

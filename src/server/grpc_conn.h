@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * grpc_conn.h -- how the server's connections use the gRPC session (grpc_conn.c): preface
  * detection, feeding a connection's read buffer, pulling output into its write buffer,

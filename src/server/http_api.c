@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http_api.c -- the HTTP endpoints: decisions (/v1/check, /v1/auth, settle, acquire,
  * release) on the data listener, and the admin endpoints (/metrics, /healthz, /readyz,
@@ -415,6 +416,11 @@ static void finish_check(sl_pending *p, int rc, bool later) {
     sl_conn *c = p->c;
     if (rc == SLUICE_ENOTFOUND && p->v.action == SL_ERROR) {
         problem(c, p->minor, 404, "no such policy", 1);
+    } else if (p->v.run.pass && rc == 0) {
+        bool ok = p->v.action == SL_ALLOW;
+        const char *b = ok ? "{\"passed\":true}" : "{\"passed\":false}";
+        if (ok) reply(c, p->minor, 200, NULL, "application/json", b, strlen(b), 1);
+        else problem(c, p->minor, 404, "no challenge to pass for this key (none running, or a block)", 1);
     } else {
         sl_server_count_verdict(c->w, rc, &p->v);
         verdict_reply(c, p->minor, p->is_head, rc, &p->v);
@@ -442,12 +448,19 @@ static void handle_check(http_ctx *x, int acquire) {
         return;
     }
     bool named = json_str(j, "policy", &policy, &pl) == 0;
+    const char *cls = NULL;
+    size_t cll = 0;
+    if (json_object_get(j, "class") != NULL && json_str(j, "class", &cls, &cll) != 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, "\"class\" must be a string (a priority class of the policy)", 1);
+        return;
+    }
     if (named && json_str(j, "key", &key, &kl) != 0) {
         json_decref(j);
         problem(c, x->req->minor, 400, "\"key\" (a string) is required with \"policy\"", 1);
         return;
     }
-    if (!named && acquire) {
+    if (!named && acquire == 1) {
         json_decref(j);
         problem(c, x->req->minor, 400, "\"policy\" and \"key\" are required", 1);
         return;
@@ -462,7 +475,7 @@ static void handle_check(http_ctx *x, int acquire) {
     p->is_head = x->is_head != 0;
     const sl_engine *e = w->gen->engine;
     if (named) {
-        sl_engine_prepare_named(e, policy, key, kl, acquire || has_cost, acquire ? 1 : cost, &p->v);
+        sl_engine_prepare_named_class(e, policy, key, kl, acquire || has_cost, acquire ? 1 : cost, cls, &p->v);
     } else {
         sl_request r;
         sl_header hdrs[SL_HTTP_MAX_HEADERS];
@@ -475,7 +488,10 @@ static void handle_check(http_ctx *x, int acquire) {
     }
     json_decref(j); /* the verdict holds what it needs (keys are copied) */
     sl_pending_submit(p);
-    sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    if (acquire == 2) /* POST /v1/challenge/pass: a solved challenge, not a decision */
+        sl_engine_pass(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    else
+        sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
     if (sl_pending_park(p)) c->suspended = true;
 }
 
@@ -537,6 +553,33 @@ static void handle_token(http_ctx *x, int settle) {
                 settle == 1 ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
         return;
     }
+    /* a release's sample for adaptive limits: latency_ms (a number, fractions allowed; else
+     * the time since the decision) and outcome (ok, error, dropped; else ok) */
+    bool has_lat = false;
+    int64_t lat_ns = 0;
+    unsigned outcome = SLUICE_OUTCOME_OK;
+    json_t *lj = json_object_get(j, "latency_ms"), *oj = json_object_get(j, "outcome");
+    if (lj != NULL) {
+        if (!json_is_number(lj) || json_number_value(lj) < 0 || json_number_value(lj) > 1e9) {
+            json_decref(j);
+            problem(c, x->req->minor, 400, "\"latency_ms\" must be a number of milliseconds", 1);
+            return;
+        }
+        has_lat = true;
+        /* the only floating point on this path: a client's decimal, turned into whole ns */
+        lat_ns = (int64_t)(json_number_value(lj) * 1e6 + 0.5);
+    }
+    if (oj != NULL) {
+        const char *os = json_is_string(oj) ? json_string_value(oj) : "";
+        if (strcmp(os, "ok") == 0) outcome = SLUICE_OUTCOME_OK;
+        else if (strcmp(os, "error") == 0) outcome = SLUICE_OUTCOME_ERROR;
+        else if (strcmp(os, "dropped") == 0) outcome = SLUICE_OUTCOME_DROPPED;
+        else {
+            json_decref(j);
+            problem(c, x->req->minor, 400, "\"outcome\" must be ok, error or dropped", 1);
+            return;
+        }
+    }
     sl_pending *p = sl_pending_get(w, c, finish_token);
     if (p == NULL) {
         json_decref(j);
@@ -549,8 +592,8 @@ static void handle_token(http_ctx *x, int settle) {
           : settle == 2 ? (has_actual ? SL_TOKEN_SETTLE | SL_TOKEN_RELEASE : SL_TOKEN_RELEASE)
                         : SL_TOKEN_RELEASE;
     sl_pending_submit(p);
-    sl_engine_token(w->gen->engine, w->lane, tok, tl, p->op, actual, sl_worker_now(w), &p->v,
-                    sl_pending_done, p);
+    sl_engine_token_sample(w->gen->engine, w->lane, tok, tl, p->op, actual, has_lat, lat_ns, outcome,
+                           sl_worker_now(w), &p->v, sl_pending_done, p);
     json_decref(j); /* the token was read into the verdict before anything went out */
     if (sl_pending_park(p)) c->suspended = true;
 }
@@ -581,6 +624,8 @@ void sl_http_handle(sl_conn *c, const sl_http_req *req) {
         handle_token(&x, 0);
     } else if (path_is(&x, "/v1/finish") && post) {
         handle_token(&x, 2);
+    } else if (path_is(&x, "/v1/challenge/pass") && post) {
+        handle_check(&x, 2); /* capacity protection: a solved challenge */
     } else if (path_is(&x, "/v1/explain") && post) {
         sl_explain_http(c, req); /* observe: explain_api.c */
     } else if (path_is(&x, "/healthz")) {
@@ -590,7 +635,8 @@ void sl_http_handle(sl_conn *c, const sl_http_req *req) {
     } else if (path_is(&x, "/healthcheck")) {
         sl_grpc_http_healthcheck(c, req);
     } else if (path_is(&x, "/v1/check") || path_is(&x, "/v1/acquire") || path_is(&x, "/v1/settle") ||
-               path_is(&x, "/v1/release") || path_is(&x, "/v1/finish") || path_is(&x, "/v1/explain")) {
+               path_is(&x, "/v1/release") || path_is(&x, "/v1/finish") || path_is(&x, "/v1/explain") ||
+               path_is(&x, "/v1/challenge/pass")) {
         static const char b405[] =
             "{\"type\":\"about:blank\",\"title\":\"Method Not Allowed\",\"status\":405}";
         reply(c, req->minor, 405, "Allow: POST\r\n", "application/problem+json", b405,

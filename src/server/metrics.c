@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics.c -- GET /metrics: the Prometheus text exposition (format 0.0.4), written with
  * src/core/prom.c so that no family goes out without HELP and TYPE. Per-worker counters
@@ -12,6 +13,7 @@
 
 #include "core/prom.h"
 #include "redis/store.h"
+#include "server/capacity_metrics.h"
 #include "server/envoy_stats.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
@@ -242,6 +244,7 @@ char *sl_metrics_render(sl_server *s, size_t *len) {
     sl_prom p;
     sl_prom_init(&p);
     decisions(s, &p);
+    sl_cap_prom(s, &p); /* capacity_metrics.c */
     sl_obs_prom_hot_keys(s, &p);
     store(s, &p);
     server_families(s, &p);

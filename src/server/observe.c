@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * observe.c -- the server's observability (see observe.h): the logger and its events,
  * decisions counted under every policy that saw them, sampled store latency, hot keys per
@@ -22,6 +23,7 @@
 #include "clock.h"
 #include "engine/explain.h"
 #include "redis/store.h"
+#include "server/capacity_metrics.h"
 #include "store/famstats.h"
 
 const char *const sl_obs_result_names[SL_MET_RESULTS] = {
@@ -585,9 +587,11 @@ void sl_server_count_verdict_tp(sl_worker *w, int rc, const sl_verdict *v, const
         size_t j = i + 1;
         while (j < v->n && v->items[j].info->policy == v->items[i].info->policy &&
                v->items[j].descriptor == v->items[i].descriptor &&
-               v->items[j].key_off == v->items[i].key_off)
+               (v->items[j].key_off == v->items[i].key_off || v->items[j].extra))
             j++;
         count_run(w, gm, v, i, j, tp);
+        const sl_obs_gen_ent *pe = gen_find(gm, v->items[i].info);
+        if (pe != NULL) sl_cap_count(w, v, i, j, pe->pseries); /* capacity_metrics.c */
         i = j;
     }
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * observe.h -- what `sluice serve` tells about itself: the logger and its events, decisions
  * counted under every policy that saw them (result, deciding window, near-limit, admitted

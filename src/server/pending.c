@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pending.c -- continuations of requests whose store answers later (pending.h).
  * Lifetimes: a parked record holds a reference on the generation it was prepared with,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pending.h -- a request's continuation while its store answers: the verdict the engine
  * fills, the connection (or gRPC call) the answer goes to, what the protocol needs to

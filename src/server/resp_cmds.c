@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * resp_cmds.c -- the RESP commands: SL.* decisions, CL.THROTTLE (redis-cell's reply and
  * rounding), and the base commands redis-cli, redis-benchmark and redis-py send
@@ -153,9 +154,21 @@ static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const 
     int p = c->proto;
     const sl_verdict_item *it = (v->deciding >= 0 && (size_t)v->deciding < v->n) ? &v->items[v->deciding] : NULL;
     bool allowed = v->action == SL_ALLOW || (v->action == SL_DELAY && !v->recheck);
+    /* capacity protection adds fields (only to the replies of such policies): the adaptive
+     * limit, no-load latency and slots in flight; the class shed; the penalty */
+    sl_cap_info ax;
+    bool adaptive = sl_verdict_adaptive(v, &ax, NULL);
+    const char *shed_reason = NULL, *shed = v->action == SL_REJECT ? sl_verdict_shed(v, &shed_reason) : NULL;
+    unsigned plevel = 0;
+    const char *paction = NULL;
+    bool penalty = v->action == SL_REJECT && sl_verdict_penalty(v, &plevel, &paction, NULL);
+    int extra = (adaptive ? 3 : 0) + (shed ? 2 : 0) + (penalty ? 2 : 0);
     /* the field names are pre-encoded bulk strings: this reply is on the hot path */
 #define LIT(w, s) sl_wbuf_put((w), s, sizeof(s) - 1)
-    if (p == 3)
+    if (extra > 0) {
+        if (p == 3) sl_wbuf_printf(wb, "%%%d\r\n$7\r\nallowed\r\n", 9 + extra);
+        else sl_wbuf_printf(wb, "*%d\r\n$7\r\nallowed\r\n", 18 + 2 * extra);
+    } else if (p == 3)
         LIT(wb, "%9\r\n$7\r\nallowed\r\n");
     else
         LIT(wb, "*18\r\n$7\r\nallowed\r\n");
@@ -202,6 +215,26 @@ static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const 
         sl_resp_bulk(wb, tok, (size_t)tl);
     else
         sl_resp_null(wb, p);
+    if (adaptive) {
+        sl_resp_bulk_str(wb, "adaptive_limit");
+        sl_resp_int(wb, ax.limit);
+        sl_resp_bulk_str(wb, "noload_us"); /* integers: microseconds */
+        sl_resp_int(wb, ax.noload_ns / 1000);
+        sl_resp_bulk_str(wb, "in_flight");
+        sl_resp_int(wb, ax.in_flight);
+    }
+    if (shed) {
+        sl_resp_bulk_str(wb, "shed_class");
+        sl_resp_bulk_str(wb, shed);
+        sl_resp_bulk_str(wb, "shed_reason");
+        sl_resp_bulk_str(wb, shed_reason);
+    }
+    if (penalty) {
+        sl_resp_bulk_str(wb, "penalty_level");
+        sl_resp_int(wb, plevel);
+        sl_resp_bulk_str(wb, "penalty_action");
+        sl_resp_bulk_str(wb, paction);
+    }
 }
 
 static void write_verdict(sl_conn *c, sl_wbuf *wb, void *arg) {
@@ -236,12 +269,15 @@ static void decide(resp_ctx *x, sl_pending *p) {
     if (sl_pending_park(p)) x->c->suspended = true;
 }
 
-/* SL.CHECK <policy> <key> [COST n] and SL.PEEK <policy> <key> */
+/* SL.CHECK <policy> <key> [COST n] [CLASS c], SL.PEEK <policy> <key> and SL.PASS <policy>
+ * <key> (a solved challenge: +OK, or an error when none was running) */
+static void finish_pass(sl_pending *p, int rc, bool later);
 static void cmd_check(resp_ctx *x, int peek) {
     const sl_resp_cmd *cmd = x->cmd;
     sl_worker *w = x->c->w;
-    char policy[256];
-    if (cmd->argc != 3 && !(cmd->argc == 5 && !peek)) {
+    char policy[256], cls[64];
+    bool pass = peek == 2;
+    if (cmd->argc < 3 || (peek && cmd->argc != 3) || cmd->argc % 2 == 0 || cmd->argc > 7) {
         err_arity(x);
         return;
     }
@@ -249,26 +285,60 @@ static void cmd_check(resp_ctx *x, int peek) {
         sl_resp_error(&x->wb, "ERR policy name too long");
         return;
     }
-    bool has_cost = peek;
+    bool has_cost = peek == 1, has_cls = false;
     uint64_t cost = 0;
-    if (cmd->argc == 5) {
+    for (size_t i = 3; i + 1 < cmd->argc; i += 2) {
         int64_t v;
-        if (!sl_resp_arg_is(cmd, 3, "COST")) {
-            sl_resp_error(&x->wb, "ERR syntax error (expected COST n)");
+        if (sl_resp_arg_is(cmd, i, "COST") && !has_cost) {
+            if (sl_resp_arg_i64(cmd, i + 1, &v) != 0 || v < 0) {
+                sl_resp_error(&x->wb, "ERR COST must be a non-negative integer");
+                return;
+            }
+            has_cost = true;
+            cost = (uint64_t)v;
+        } else if (sl_resp_arg_is(cmd, i, "CLASS") && !has_cls && arg_cstr(cmd, i + 1, cls, sizeof(cls)) == 0) {
+            has_cls = true;
+        } else {
+            sl_resp_error(&x->wb, "ERR syntax error (expected [COST n] [CLASS name])");
             return;
         }
-        if (sl_resp_arg_i64(cmd, 4, &v) != 0 || v < 0) {
-            sl_resp_error(&x->wb, "ERR COST must be a non-negative integer");
-            return;
-        }
-        has_cost = true;
-        cost = (uint64_t)v;
     }
-    sl_pending *p = take(x, finish_verdict);
+    sl_pending *p = take(x, pass ? finish_pass : finish_verdict);
     if (p == NULL) return;
     memcpy(p->text, policy, strlen(policy) + 1);
-    sl_engine_prepare_named(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], has_cost, cost, &p->v);
+    sl_engine_prepare_named_class(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], has_cost, cost,
+                                  has_cls ? cls : NULL, &p->v);
+    if (pass) {
+        sl_pending_submit(p);
+        sl_engine_pass(w->gen->engine, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+        if (sl_pending_park(p)) x->c->suspended = true;
+        return;
+    }
     decide(x, p);
+}
+
+static void write_pass(sl_conn *c, sl_wbuf *wb, void *arg) {
+    (void)c;
+    sl_pending *p = arg;
+    if (p->rc == SLUICE_ENOTFOUND && p->v.action == SL_ERROR) {
+        char m[320];
+        snprintf(m, sizeof(m), "ERR unknown policy '%.100s'", p->text);
+        sl_resp_error(wb, m);
+    } else if (p->rc != 0) {
+        char m[160];
+        snprintf(m, sizeof(m), "ERR %s", sluice_strerror(p->rc));
+        sl_resp_error(wb, m);
+    } else if (p->v.action == SL_ALLOW) {
+        sl_resp_simple(wb, "OK");
+    } else {
+        sl_resp_error(wb, "ERR no challenge to pass for this key (none running, or a block)");
+    }
+}
+
+static void finish_pass(sl_pending *p, int rc, bool later) {
+    p->rc = rc;
+    with_wbuf(p->c, 512, write_pass, p);
+    if (later) sl_conn_resume(p->c);
 }
 
 /* ---- pipelined SL.CHECK: decided together -------------------------------------------- */
@@ -524,11 +594,32 @@ static void finish_token(sl_pending *p, int rc, bool later) {
     if (later) sl_conn_resume(p->c);
 }
 
-/* SL.SETTLE <token> <actual> | SL.RELEASE <token> */
+/* A latency in milliseconds, fractions allowed ("12.5"), as whole ns (no floating point). */
+static bool arg_ms(const sl_resp_cmd *cmd, size_t i, int64_t *ns) {
+    const char *p = cmd->argv[i], *end = p + cmd->argl[i];
+    int64_t whole = 0, frac = 0, scale = SLUICE_NS_PER_MS;
+    bool digits = false;
+    while (p < end && *p >= '0' && *p <= '9' && whole < INT64_C(1000000000)) whole = whole * 10 + (*p++ - '0'), digits = true;
+    if (p < end && *p == '.') {
+        p++;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (scale > 1) {
+                scale /= 10;
+                frac += (*p - '0') * scale;
+            }
+            p++;
+        }
+    }
+    if (!digits || p != end) return false;
+    *ns = whole * SLUICE_NS_PER_MS + frac;
+    return true;
+}
+
+/* SL.SETTLE <token> <actual> | SL.RELEASE <token> [LATENCY ms] [OUTCOME ok|error|dropped] */
 static void cmd_token(resp_ctx *x, int settle) {
     const sl_resp_cmd *cmd = x->cmd;
     sl_worker *w = x->c->w;
-    if (cmd->argc != (settle ? 3u : 2u)) {
+    if (settle ? cmd->argc != 3u : (cmd->argc < 2u || cmd->argc > 6u || cmd->argc % 2 != 0)) {
         err_arity(x);
         return;
     }
@@ -537,20 +628,45 @@ static void cmd_token(resp_ctx *x, int settle) {
         sl_resp_error(&x->wb, "ERR actual cost must be a non-negative integer");
         return;
     }
+    bool has_lat = false, has_oc = false;
+    int64_t lat = 0;
+    unsigned outcome = SLUICE_OUTCOME_OK;
+    for (size_t i = 2; !settle && i + 1 < cmd->argc; i += 2) {
+        if (sl_resp_arg_is(cmd, i, "LATENCY") && !has_lat) {
+            if (!arg_ms(cmd, i + 1, &lat)) {
+                sl_resp_error(&x->wb, "ERR LATENCY must be milliseconds (e.g. 12.5)");
+                return;
+            }
+            has_lat = true;
+        } else if (sl_resp_arg_is(cmd, i, "OUTCOME") && !has_oc) {
+            if (sl_resp_arg_is(cmd, i + 1, "ok")) outcome = SLUICE_OUTCOME_OK;
+            else if (sl_resp_arg_is(cmd, i + 1, "error")) outcome = SLUICE_OUTCOME_ERROR;
+            else if (sl_resp_arg_is(cmd, i + 1, "dropped")) outcome = SLUICE_OUTCOME_DROPPED;
+            else {
+                sl_resp_error(&x->wb, "ERR OUTCOME must be ok, error or dropped");
+                return;
+            }
+            has_oc = true;
+        } else {
+            sl_resp_error(&x->wb, "ERR syntax error (expected SL.RELEASE token [LATENCY ms] [OUTCOME ok|error|dropped])");
+            return;
+        }
+    }
     sl_pending *p = take(x, finish_token);
     if (p == NULL) return;
     sl_pending_submit(p);
-    sl_engine_token(w->gen->engine, w->lane, cmd->argv[1], cmd->argl[1],
-                    settle ? SL_TOKEN_SETTLE : SL_TOKEN_RELEASE, (uint64_t)actual,
-                    sl_worker_now(w), &p->v, sl_pending_done, p);
+    sl_engine_token_sample(w->gen->engine, w->lane, cmd->argv[1], cmd->argl[1],
+                           settle ? SL_TOKEN_SETTLE : SL_TOKEN_RELEASE, (uint64_t)actual, has_lat, lat,
+                           outcome, sl_worker_now(w), &p->v, sl_pending_done, p);
     if (sl_pending_park(p)) x->c->suspended = true;
 }
 
+/* SL.ACQUIRE <policy> <key> [CLASS c] */
 static void cmd_acquire(resp_ctx *x) {
     const sl_resp_cmd *cmd = x->cmd;
     sl_worker *w = x->c->w;
-    char policy[256];
-    if (cmd->argc != 3) {
+    char policy[256], cls[64];
+    if (cmd->argc != 3 && cmd->argc != 5) {
         err_arity(x);
         return;
     }
@@ -558,10 +674,15 @@ static void cmd_acquire(resp_ctx *x) {
         sl_resp_error(&x->wb, "ERR policy name too long");
         return;
     }
+    if (cmd->argc == 5 && (!sl_resp_arg_is(cmd, 3, "CLASS") || arg_cstr(cmd, 4, cls, sizeof(cls)) != 0)) {
+        sl_resp_error(&x->wb, "ERR syntax error (expected SL.ACQUIRE policy key [CLASS name])");
+        return;
+    }
     sl_pending *p = take(x, finish_verdict);
     if (p == NULL) return;
     memcpy(p->text, policy, strlen(policy) + 1);
-    sl_engine_prepare_named(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], true, 1, &p->v);
+    sl_engine_prepare_named_class(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], true, 1,
+                                  cmd->argc == 5 ? cls : NULL, &p->v);
     decide(x, p);
 }
 
@@ -872,6 +993,7 @@ void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd) {
         else if (sl_resp_arg_is(cmd, 0, "SL.RESET")) cmd_reset(&x);
         else if (sl_resp_arg_is(cmd, 0, "SL.CLOCK")) cmd_clock(&x);
         else if (sl_resp_arg_is(cmd, 0, "SL.EXPLAIN")) cmd_explain(&x);
+        else if (sl_resp_arg_is(cmd, 0, "SL.PASS")) cmd_check(&x, 2);
         else err_unknown(&x);
     } else if (sl_resp_arg_is(cmd, 0, "CL.THROTTLE")) {
         cmd_throttle(&x);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.c -- `sluice serve` as a process: listeners, worker threads, the policy
  * generation that reload swaps, signals (SIGTERM/SIGINT drain, SIGHUP reload), snapshots.

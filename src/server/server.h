@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.h -- internals of `sluice serve` shared by the files of src/server: options,
  * the server (listeners, workers, the current policy generation), connections, the

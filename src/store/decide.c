@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * decide.c -- decisions over the memory store: all-or-nothing across up to
  * SLUICE_MAX_ITEMS limits (every item decided into scratch state under the shard locks
@@ -379,15 +380,20 @@ static int decide_general(sluice_store *st, const sl_sitem *items, size_t n, uns
     size_t m = locate_and_lock(c, n, locked);
     note_time(locked, m, now);
 
-    sl_limit lims[SLUICE_MAX_ITEMS];
+    const sl_limit *lims[SLUICE_MAX_ITEMS];
+    sl_limit ovr[SLUICE_MAX_ITEMS]; /* copies with a limit override (Envoy's, fixed windows) */
     void *work[SLUICE_MAX_ITEMS];
     void *peek = small[SLUICE_MAX_ITEMS];
     uint32_t peek_size = 0;
     size_t big_used = 0;
     for (size_t i = 0; i < n; i++) {
-        lims[i] = c[i].ver->lim;
-        if (items[i].limit != 0) lims[i].limit = lims[i].capacity = items[i].limit;
-        uint32_t ss = lims[i].state_size;
+        lims[i] = &c[i].ver->lim;
+        if (items[i].limit != 0) {
+            ovr[i] = c[i].ver->lim;
+            ovr[i].limit = ovr[i].capacity = items[i].limit;
+            lims[i] = &ovr[i];
+        }
+        uint32_t ss = lims[i]->state_size;
         if (ss > peek_size) peek_size = ss;
         if (ss <= SL_STORE_SMALL_STATE) {
             work[i] = small[i];
@@ -425,9 +431,9 @@ static int decide_general(sluice_store *st, const sl_sitem *items, size_t n, uns
         stored[k] = c[i].entry != NULL ? sl_entry_state(c[i].entry) : NULL;
     }
     sl_group_run g = {.items = items, .lims = lims, .n = n, .flags = flags, .kidx = kidx,
-                      .nkeys = nk, .stored = stored, .work = work, .peek = peek, .now = now};
+                      .nkeys = nk, .stored = stored, .work = work, .peek = peek, .now = now,
+                      .res = out};
     sl_group_decide(&g);
-    *out = g.res;
 
     /* eviction hints, once per key (its first item's answer) */
     for (size_t k = 0; k < nk; k++) {
@@ -472,13 +478,13 @@ static int decide_general(sluice_store *st, const sl_sitem *items, size_t n, uns
     for (size_t k = 0; k < nk; k++) {
         size_t i = first[k];
         if (stored[k] == NULL || g.final[k] == stored[k]) continue;
-        memcpy(sl_entry_state(c[i].entry), g.final[k], lims[i].state_size);
+        memcpy(sl_entry_state(c[i].entry), g.final[k], lims[i]->state_size);
     }
     for (size_t k = 0; k < nk; k++) {
         size_t i = first[k];
         if (stored[k] != NULL || g.final[k] == NULL) continue;
         void *e = sl_table_insert(st, &c[i].loc, now);
-        memcpy(sl_entry_state(e), g.final[k], lims[i].state_size);
+        memcpy(sl_entry_state(e), g.final[k], lims[i]->state_size);
         const sluice_result *ri = &out->r[i];
         sl_entry_touch(e, now.mono_ns, ri->remaining == 0, ri->reset_after_ns);
     }
@@ -494,7 +500,9 @@ int sl_mem_decide(sluice_store *st, const sl_sitem *items, size_t n, unsigned fl
     out->allowed = 1;
     out->groups_ok = 0;
     if (n == 0) return SLUICE_OK;
-    if (n == 1 && flags == 0 && items[0].group == 0 && items[0].limit == 0) {
+    out->x[0].kind = 0;
+    if (n == 1 && flags == 0 && items[0].group == 0 && items[0].limit == 0 && items[0].cls == 0 &&
+        items[0].cap == 0 && items[0].bpath == 0) {
         /* the common case: the one-item path (same semantics, no scratch arrays) */
         sluice_item it = {items[0].lim, items[0].key, items[0].key_len, items[0].cost};
         one_loc p;
@@ -561,17 +569,21 @@ int sluice_settle(sluice_store *st, const sluice_limiter *lim, const void *key, 
     return rc;
 }
 
-int sluice_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
-                   uint64_t lease, sluice_time now) {
+/* Releases a lease, with a sample for an adaptive limit's controller when has_sample;
+ * x (may be NULL) receives the adaptive view after. */
+int sl_mem_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
+                   uint64_t lease, bool has_sample, int64_t latency_ns, unsigned outcome,
+                   sluice_time now, sl_cap_info *x) {
+    if (x != NULL) x->kind = 0;
     one_ctx o;
     int rc = one_begin(st, lim, key, key_len, &now, &o);
     if (rc != SLUICE_OK) return rc;
     sl_ehdr *e = o.c.entry;
     const sl_limit *l = &o.c.ver->lim;
     rc = SLUICE_ENOTFOUND;
-    if (e != NULL && l->algo == SLUICE_CONCURRENCY) {
+    if (e != NULL && (l->algo == SLUICE_CONCURRENCY || l->algo == SLUICE_ADAPTIVE_CONCURRENCY)) {
         big_state next;
-        if (sl_conc_release(l, sl_entry_state(e), next.b, now, lease)) {
+        if (sl_cap_release(l, sl_entry_state(e), next.b, now, lease, has_sample, latency_ns, outcome, x)) {
             memcpy(sl_entry_state(e), next.b, l->state_size);
             sl_entry_touch(e, now.mono_ns, false,
                            sl_algo_fresh_at(l, sl_entry_state(e), now) - now.mono_ns);
@@ -580,6 +592,44 @@ int sluice_release(sluice_store *st, const sluice_limiter *lim, const void *key,
     }
     unlock_shards(o.locked, o.m);
     return rc;
+}
+
+int sluice_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
+                   uint64_t lease, sluice_time now) {
+    return sl_mem_release(st, lim, key, key_len, lease, false, -1, 0, now, NULL);
+}
+
+int sluice_release_sample(sluice_store *st, const sluice_limiter *lim, const void *key,
+                          size_t key_len, uint64_t lease, int64_t latency_ns,
+                          sluice_outcome outcome, sluice_time now) {
+    if ((unsigned)outcome > SLUICE_OUTCOME_DROPPED) return SLUICE_EINVAL;
+    return sl_mem_release(st, lim, key, key_len, lease, true, latency_ns, (unsigned)outcome, now, NULL);
+}
+
+int sluice_adaptive_get(sluice_store *st, const sluice_limiter *lim, const void *key,
+                        size_t key_len, sluice_time now, sluice_adaptive_state *out) {
+    if (out == NULL || lim == NULL || lim->lim.algo != SLUICE_ADAPTIVE_CONCURRENCY) return SLUICE_EINVAL;
+    one_ctx o;
+    int rc = one_begin(st, lim, key, key_len, NULL, &o);
+    if (rc != SLUICE_OK) return rc;
+    const sl_limit *l = &o.c.ver->lim;
+    sl_aconc_state s;
+    sl_result r;
+    if (l->algo != SLUICE_ADAPTIVE_CONCURRENCY) {
+        unlock_shards(o.locked, o.m);
+        return SLUICE_EINVAL;
+    }
+    sl_algo_decide(l, o.c.entry != NULL ? sl_entry_state(o.c.entry) : NULL, &s, now, 0, &r);
+    unlock_shards(o.locked, o.m);
+    sl_adapt_view v;
+    sl_adapt_view_of(&l->cap.adapt, &s.ad, &v);
+    out->limit = v.limit;
+    uint64_t f = sl__conc_in_flight(&s.conc);
+    out->in_flight = f > UINT32_MAX ? UINT32_MAX : (uint32_t)f;
+    out->noload_ns = v.noload_ns;
+    out->last_avg_ns = v.last_avg_ns;
+    out->probing = v.probing ? 1 : 0;
+    return SLUICE_OK;
 }
 
 /* Forgetting a key that holds no state succeeds too: the outcome is the same. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * famstats.c -- entries and evictions per limiter family (see famstats.h), from the
  * counters the store keeps as it goes (memory.c).

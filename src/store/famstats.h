@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * famstats.h -- what the memory store holds and lost per limiter family (limiter name +
  * window index), for metrics by policy (sluice_keys, sluice_evictions_total). Read from

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * group.h -- one all-or-nothing decision over states already loaded: the rules every store
  * shares (the memory store runs it under its shard locks; the Redis store's script applies
@@ -19,7 +20,8 @@
 typedef struct sl_group_run {
     /* in */
     const sl_sitem *items;
-    const sl_limit *lims;       /* per item, its limit override already applied */
+    const sl_limit *const *lims; /* per item, its limit override already applied (pointers:
+                                    no copy of the parameters per decision) */
     size_t n;
     unsigned flags;             /* SL_SREQ_* */
     const uint8_t *kidx;        /* per item: index of its distinct (limiter family, key) */
@@ -29,7 +31,7 @@ typedef struct sl_group_run {
     void *peek;                 /* scratch of the largest state_size */
     sluice_time now;
     /* out */
-    sl_sresult res;
+    sl_sresult *res;            /* the caller's answer, written in place */
     const void *final[SLUICE_MAX_ITEMS]; /* per key: the state to store (== stored[k]: none) */
     bool consumed[SLUICE_MAX_ITEMS];     /* per item */
 } sl_group_run;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mem_ops.c -- the memory store behind the store interface (store.h): every operation
  * answers before it returns, on the calling thread; the lane is the sluice_store.
@@ -14,9 +15,19 @@ static void m_decide(void *lane, const sl_sitem *items, size_t n, unsigned flags
     cb(ud, rc, rc == SLUICE_OK ? &r : NULL);
 }
 
+/* An answer of one item: only what the callers read (a zeroed sl_sresult is ~3 KiB). */
+static void one_result(sl_sresult *r) {
+    r->allowed = 1;
+    r->groups_ok = 0;
+    r->n = 1;
+    memset(&r->r[0], 0, sizeof(r->r[0]));
+    r->x[0].kind = 0;
+}
+
 static void m_settle(void *lane, const sl_sitem *it, uint64_t actual, sluice_time reserved_at,
                      sluice_time now, sl_store_cb cb, void *ud) {
-    sl_sresult r = {.allowed = 1, .n = 1};
+    sl_sresult r;
+    one_result(&r);
     int rc = sluice_settle_at(lane, it->lim, it->key, it->key_len, it->cost, actual, reserved_at,
                               now, &r.r[0]);
     cb(ud, rc, rc == SLUICE_OK ? &r : NULL);
@@ -24,8 +35,10 @@ static void m_settle(void *lane, const sl_sitem *it, uint64_t actual, sluice_tim
 
 static void m_release(void *lane, const sl_sitem *it, uint64_t lease, sluice_time now,
                       sl_store_cb cb, void *ud) {
-    sl_sresult r = {.allowed = 1, .n = 1};
-    int rc = sluice_release(lane, it->lim, it->key, it->key_len, lease, now);
+    sl_sresult r;
+    one_result(&r);
+    int rc = sl_mem_release(lane, it->lim, it->key, it->key_len, lease, (it->cap & SL_SIC_SAMPLE) != 0,
+                            it->latency_ns, it->outcome, now, &r.x[0]);
     if (rc == SLUICE_ENOTFOUND) { /* expired already: an answer, not a failure */
         r.allowed = 0;
         rc = SLUICE_OK;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * memory.c -- the memory store: creation, the limiter registry, the per-class sharded
  * tables (linear probing, backward-shift deletion), capacity pressure and statistics.
@@ -799,7 +800,8 @@ bool sl_limit_same(const sl_limit *a, const sl_limit *b) {
            a->capacity == b->capacity && a->period_ns == b->period_ns &&
            a->max_delay_ns == b->max_delay_ns && a->lease_ns == b->lease_ns &&
            a->quota_period == b->quota_period && a->tz == b->tz &&
-           a->emission_ns == b->emission_ns && a->cell == b->cell;
+           a->emission_ns == b->emission_ns && a->cell == b->cell &&
+           memcmp(&a->cap, &b->cap, sizeof(a->cap)) == 0;
 }
 
 static sl_table *table_for(sluice_store *st, uint32_t ssize) {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * memory.h -- the memory store's internals, shared by store/memory.c (tables, registry,
  * pressure), engine/decide.c (decisions) and store/snapshot.c. Not public API.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * settle.c -- settling a reservation with the time it was made, so a refund never lands in
  * a window or calendar period other than the one that counted the reservation.

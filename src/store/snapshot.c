@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * snapshot.c -- the memory store to and from a file, so long windows and quotas survive
  * a restart. Format (all integers little-endian), version 2:
@@ -5,7 +6,8 @@
  *            i64 save_wall_ns u32 nlim u32 0 u64 nentries u64 0                 (80 bytes)
  *   limiter  u16 name_len name u32 index u32 algo u32 state_size u32 quota_period
  *            u64 limit u64 capacity i64 period_ns i64 max_delay_ns i64 lease_ns
- *            i64 emission_ns u16 tz_len tz u32 lflags (1 = CL.THROTTLE mode)  (x nlim)
+ *            i64 emission_ns u16 tz_len tz u32 lflags (1 = CL.THROTTLE mode, 2 = capacity
+ *            parameters follow: u32 n, n x u64, see sl_cap_encode)  (x nlim)
  *   entry    u32 lim u32 k1 u64 k0 u32 age u32 hints state[state_size]     (x nentries)
  *   trailer  SipHash-2-4-128 under a fixed key of every byte before it
  * Version 1 (64-byte header without file_len, no lflags, entries with a u16 age in 2^32
@@ -138,7 +140,14 @@ static void put_limit(wbuf *w, const sl_family *f, const sl_limit *l) {
     size_t tzl = tz != NULL ? strnlen(tz, 127) : 0;
     put_u(w, tzl, 2);
     put(w, tz, tzl);
-    put_u(w, l->cell ? 1 : 0, 4);
+    bool cap = sl_cap_present(l);
+    put_u(w, (l->cell ? 1u : 0u) | (cap ? 2u : 0u), 4);
+    if (cap) {
+        uint64_t cw[SL_CAP_WORDS];
+        size_t n = sl_cap_encode(l, cw);
+        put_u(w, n, 4);
+        for (size_t i = 0; i < n; i++) put_u(w, cw[i], 8);
+    }
 }
 
 /* ---- snapshot ----------------------------------------------------------------------- */
@@ -344,11 +353,22 @@ static int parse_limit(rbuf *r, file_lim *fl, uint32_t version, char *eb, size_t
     if (r->bad) return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot truncated in limiter %u", li);
     if (tzl >= sizeof(fl->tz))
         return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot limiter %u: bad time zone", li);
-    if (lflags > 1)
+    if (lflags > 3)
         return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot limiter %u: unknown flags %u", li, lflags);
+    sl_cap cap;
+    bool has_cap = (lflags & 2) != 0;
+    if (has_cap) {
+        uint64_t cw[SL_CAP_WORDS];
+        size_t n = get_u(r, 4);
+        if (n != SL_CAP_WORDS) return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot limiter %u: bad capacity parameters", li);
+        for (size_t i = 0; i < n; i++) cw[i] = get_u(r, 8);
+        if (r->bad) return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot truncated in limiter %u", li);
+        if (sl_cap_decode(cw, n, &cap) != SLUICE_OK)
+            return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot limiter %u: bad capacity parameters", li);
+    }
     memcpy(fl->tz, tz, tzl);
     fl->tz[tzl] = '\0';
-    if (sluice_algo_name(want.algo) == NULL)
+    if (sluice_algo_name(want.algo) == NULL && !(want.algo == SL_ALGO_PENALTY && has_cap))
         return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot limiter %s: unknown algorithm %u",
                     fl->name, (unsigned)want.algo);
     want.cell = lflags & 1;
@@ -382,11 +402,13 @@ static int parse_limit(rbuf *r, file_lim *fl, uint32_t version, char *eb, size_t
                 return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot limiter %s: time zone %s unknown",
                             fl->name, fl->tz);
         }
-        if (sl_limit_init(&fl->lim, &spec, z, why, sizeof(why)) != SLUICE_OK)
+        if (sl_limit_init(&fl->lim, &spec, z, why, sizeof(why)) != SLUICE_OK ||
+            (has_cap && sl_cap_init(&fl->lim, &spec, &cap, why, sizeof(why)) != SLUICE_OK))
             return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot limiter %s: invalid parameters (%s)",
                         fl->name, why);
     }
     want.tz = fl->lim.tz;
+    want.cap = fl->lim.cap; /* rebuilt and checked by sl_cap_init from what the file says */
     if (!sl_limit_same(&fl->lim, &want))
         return fail(eb, ebn, SLUICE_ECORRUPT,
                     "snapshot limiter %s: parameters inconsistent (state size %u for %s)",

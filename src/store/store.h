@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.h -- the interface every store implements (the memory store here, the Redis
  * store in src/redis) and the engine decides through: one request per decision, answered
@@ -13,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "algo/algo.h"
 #include "sluice.h"
 
 /* ---- one decision ------------------------------------------------------------------- */
@@ -21,6 +23,13 @@
 #define SL_SI_CHARGE 0x1u   /* charged even when the decision rejects (count_rejected) */
 #define SL_SREQ_REJECT 0x1u /* the decision rejects whatever its items say (an Envoy rule
                                with requests_per_unit 0): only charges apply */
+#define SL_SREQ_PASS 0x2u   /* not a decision: a solved challenge; each penalty item's
+                               challenge period ends (allowed: it was in one) */
+/* Capacity roles of an item (sl_sitem.cap; store/group.c applies them): */
+#define SL_SIC_PENALTY 0x1u /* the penalty of its pgrp: refuses while the offender is blocked
+                               or challenged; a refusal by another item of its pgrp records a
+                               violation (written even though the decision rejects) */
+#define SL_SIC_SAMPLE 0x2u  /* release: latency_ns and outcome are a sample */
 
 /* One (limiter, key, cost) of a decision. */
 typedef struct sl_sitem {
@@ -33,6 +42,15 @@ typedef struct sl_sitem {
     uint8_t group;  /* 0: enforced, all-or-nothing; g > 0: shadow group g, consumed only
                        when group 0 admits and every item of group g admits */
     uint8_t flags;  /* SL_SI_* */
+    /* capacity protection (0 for plain items; enforced items only) */
+    uint8_t cls;     /* priority class + 1 (0: none): shedding over this item's budget */
+    uint8_t cap;     /* SL_SIC_* */
+    uint8_t pgrp;    /* penalty group: a penalty item watches the other items of its group */
+    uint8_t bpath;   /* borrowing: the tiers of one path share a bpath (0: none) */
+    uint8_t blevel;  /* borrowing: 0 = leaf ... the path's root */
+    uint8_t outcome; /* release with SL_SIC_SAMPLE: sluice_outcome */
+    uint64_t share;  /* borrowing: this tier's guaranteed share (the root: its capacity) */
+    int64_t latency_ns; /* release with SL_SIC_SAMPLE: the request's latency (< 0: unknown) */
 } sl_sitem;
 
 /*
@@ -46,6 +64,9 @@ typedef struct sl_sresult {
     uint32_t groups_ok; /* bit g: shadow group g admitted (consumed when `allowed`) */
     size_t n;
     sluice_result r[SLUICE_MAX_ITEMS];
+    /* per item: what the capacity mechanisms said (kind 0: nothing; set for every item of
+     * a decision that went through store/group.c, and for a release) */
+    struct sl_cap_info x[SLUICE_MAX_ITEMS];
 } sl_sresult;
 
 /* Whether item i consumed (its cost was taken or, for a charge, counted). */
@@ -93,6 +114,11 @@ typedef struct sl_store_ops {
 
 /* The memory store (lane: the sluice_store). */
 extern const sl_store_ops sl_memory_ops;
+
+/* The memory store's release, with an adaptive limit's sample (store/decide.c). */
+int sl_mem_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
+                   uint64_t lease, bool has_sample, int64_t latency_ns, unsigned outcome,
+                   sluice_time now, struct sl_cap_info *x);
 
 /* Direct form of the memory store's decide (the lane's answer, synchronously). */
 int sl_mem_decide(sluice_store *st, const sl_sitem *items, size_t n, unsigned flags,

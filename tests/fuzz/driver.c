@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * driver.c -- runs a libFuzzer target without libFuzzer (gcc builds, ctest): every file
  * of the corpus directory given as argv[1], then a bounded number of mutations of them

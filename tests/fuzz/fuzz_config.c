@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_config.c -- the config loader on arbitrary bytes: it must return a valid config
  * or diagnostics, never crash, leak or read out of bounds; a config that loads must

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_h2.c -- the HTTP/2 request path on arbitrary bytes after a valid client preface
  * and SETTINGS: frames of any kind, HPACK blocks, gRPC prefixes and messages reach the

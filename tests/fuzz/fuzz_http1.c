@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_http1.c -- the HTTP/1.1 parser on arbitrary bytes: it must never read out of
  * bounds, must consume at most what it was given, must return only the documented

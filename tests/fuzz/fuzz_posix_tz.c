@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_posix_tz.c -- the POSIX TZ rule parser (TZif footers) over arbitrary bytes; a rule
  * that parses must give one of its two offsets everywhere, and its next change must lie

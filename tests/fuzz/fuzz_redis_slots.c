@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_redis_slots.c -- the Redis store's parsers on arbitrary bytes: the first byte picks
  * CLUSTER SHARDS or CLUSTER SLOTS, the rest is read as RESP by hiredis's reader and every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_redis_url.c -- store URLs (src/redis/url.c) from arbitrary bytes: a URL is either
  * accepted, with every field NUL-terminated and an address to connect to, or refused

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_resp.c -- the RESP parser on arbitrary bytes: no out-of-bounds reads, consumed
  * bytes within the input, arguments inside the input or the scratch buffer, every error

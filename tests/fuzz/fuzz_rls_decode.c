@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_rls_decode.c -- the ShouldRateLimit request path on arbitrary bytes: protobuf-c
  * unpacking (heap and the per-thread arena), validation, the decision and the packed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_snapshot.c -- restore from arbitrary bytes must never crash, leak or load half a
  * file (inputs of odd length are re-sealed with a valid checksum to reach the parser): each input goes to sl_store_restore_buf on a fresh small store with the limiters

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_tzif.c -- sl_tz_parse over arbitrary bytes; a zone that parses is then queried
  * (offsets, periods) and must keep the calendar's invariants: a period contains the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run.sh BUILD_DIR SECONDS -- runs every libFuzzer target for SECONDS each, seeded from
 # its corpus; new inputs go to a scratch copy, crashes to tests/fuzz/artifacts/.
 set -euo pipefail

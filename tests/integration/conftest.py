@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures for the integration tests: start the real `sluice serve` on free
 loopback ports (test clock by default), talk to it, stop it by PID.
 

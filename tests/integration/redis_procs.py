@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """redis-server processes for the connection tests (auth, TLS, cluster, sentinel): any
 arguments, free loopback ports, ready when the log says so (bounded), killed by the test;
 certificates made with the openssl command; a small RESP client that speaks TLS and AUTH

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """CL.THROTTLE replies exactly as redis-cell does (SPECS.md §5), on the test clock."""
 from conftest import RespError
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The command line around the server: `sluice reload` and `sluice status` talk to a
 running server's admin API (address and token from flags, variables or the config file),
 say what happened, and exit 0/1/2; `sluice help TOPIC` is each command's --help."""

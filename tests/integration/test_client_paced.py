@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The cooperative client (examples/client, built on include/sluice_client.h) against the
 real `sluice serve` on the real clock: under a 10/s policy it wants 50 requests/s for 10 s,
 paces itself from the RateLimit fields it is sent, and is never refused after its first

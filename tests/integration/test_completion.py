@@ -52,7 +52,7 @@ def test_every_simulate_pattern_is_offered():
     patterns = set(re.findall(r"^  ([a-z]+) ", text[text.index("patterns:"):], re.M))
     assert {"steady", "burst", "boundary", "identities", "all"} <= patterns
     assert patterns <= complete("sluice simulate ")
-    assert complete("sluice simulate b") == {"burst", "boundary"}
+    assert complete("sluice simulate b") == {"burst", "boundary", "borrow"}
 
 
 def test_config_files_are_offered(tmp_path):

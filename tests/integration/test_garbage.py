@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Random and truncated bytes on every listener (deterministic seed): the server answers
 or closes, never crashes or hangs, and keeps serving well-formed clients."""
 import random

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Envoy's rate limit service over gRPC, driven by a real gRPC client (python3-grpcio) with
 stubs generated at test time from the project's own .proto files (src/grpc/*.proto):
 ShouldRateLimit on the envoyproxy/ratelimit README examples (examples/envoy/), one status

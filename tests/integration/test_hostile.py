@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Regressions from an attacker's review (each failed before its fix): long bearer tokens
 as keys of several policies, oversized keys, a zero-limit override, a zero cost in the
 request form, tokens that must not carry the key, release/settle tokens used for the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """HTTP/1.1 against the real server with curl, python requests and http.client: the
 decision endpoints, the headers a gateway relies on, keep-alive and pipelining, and
 malformed requests answered with problem+json (the server keeps serving)."""

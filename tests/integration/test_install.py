@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`make install` gives a usable library: header, static and shared libraries, a
 relocatable pkg-config file; the shared library exports only the public sluice_* API;
 the README's library example compiles against it and runs."""

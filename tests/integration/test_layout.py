@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The shape of the tree, checked: folders include only folders below them (no include
 cycle; scripts/check_layers.py), and libsluice.so is exactly its public headers
 (include/sluice.h and include/sluice_client.h): it exports the functions they declare,

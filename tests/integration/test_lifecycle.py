@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The server's life: startup errors (one line, exit 1), reload by POST /v1/reload and
 SIGHUP under load without losing a counter, an invalid config refused with its errors
 while the old one keeps serving, and a graceful SIGTERM drain."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Limits that hold, through the real server (issue 12): a key flood does not reset an
 exhausted victim; a clock stepped back an hour does not lock a user out for an hour; a
 damaged snapshot is never silently replaced by an empty store (refused by default, moved

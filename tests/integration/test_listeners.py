@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Listeners that resist hostile clients, each with its own trust model:
 
 - RESP commands that change more than the caller's own decision (SL.RESET, SL.CLOCK)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Forward-auth that finishes what it starts, with Debian's nginx: the shipped
 examples/nginx snippets (auth_request + post_action to /v1/finish) in front of a small
 upstream. A concurrency slot taken by /v1/auth is released when the response is over (not

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The observability assets shipped in examples/observability: the Prometheus alert rules
 pass `promtool check rules` and fire (and stay quiet) as intended under `promtool test
 rules`; every query of the Grafana dashboard is valid PromQL (checked by promtool as a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Seeing and explaining every decision, end to end (issue 13): `sluice serve` on free
 loopback ports, driven over HTTP and RESP (and redis-benchmark for load), watched through
 /metrics, the logs, /v1/top, /v1/explain and SL.EXPLAIN, /v1/policies and /v1/audit.

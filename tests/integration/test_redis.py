@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Redis store end to end: real redis-server processes on free loopback ports,
 started and stopped by the tests (also on failure), real `sluice serve` instances.
 

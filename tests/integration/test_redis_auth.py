@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`sluice serve` on a Redis that wants credentials (requirepass, ACL users), given the way
 operators give them: a password file, an environment variable, the config file, a URL on
 the command line (works, warned about: ps shows it).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Failover under load, with credentials everywhere:
 
 - sentinels (three, with their own password) watching a primary and a replica (with a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Envoy's rate limit service over gRPC on the Redis store: real redis-server and real
 `sluice serve` instances on free loopback ports, a real gRPC client.
 

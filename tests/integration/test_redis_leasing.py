@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Leasing's overshoot bound under adversarial timing (docs/redis.md): a slice taken near
 the end of a window can be spent after it, so at most instances x workers x slice units
 are admitted beyond a limit -- provided every worker holds at most one slice per key at a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`sluice serve` on Redis over TLS, with certificates the test makes (openssl):
 
 - store.tls in the config (CA, client certificate for a server that requires one) and a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`sluice replay` decides a recorded trace exactly as `sluice serve` decides the same
 arrivals on its test clock, whatever the log format, compression, file split or order
 within the reorder window; it counts and reports bad lines without stopping; its report

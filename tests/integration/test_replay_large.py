@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A 1 GB access log, generated on the fly and streamed through a pipe, replays in bounded
 memory: the resident size of `sluice replay` stays under a ceiling, and stops growing once
 its buffers and tables are full (the log is never loaded whole, per-key statistics are

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Replay of the reactions that depend on time after the decision, against the server
 driven the way a gateway drives it: a concurrency slot is released when the logged request
 ended (SL.RELEASE with its token), a delay verdict is held and asked again when the hold

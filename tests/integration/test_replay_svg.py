@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The pictures: `sluice replay --svg/--html` and `sluice simulate --svg/--html` write
 self-contained SVG (valid XML, no scripts or external references) holding the series the
 report describes, with the configured limit drawn; one is rendered to PNG with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """RESP against the real server with real clients: redis-cli (one-shot, -3 and an
 interactive session on a pseudo-terminal), redis-benchmark (short, bounded), redis-py,
 and raw bytes for the protocol's edge cases (pipelining, inline commands, errors)."""

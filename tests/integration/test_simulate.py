@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`sluice simulate` shows the documented differences between the algorithms."""
 import os
 import subprocess

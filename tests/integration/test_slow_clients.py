@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Slow and abusive clients cannot hold the server: slowloris connections are answered
 408 and closed after the read timeout (more bytes do not extend it), idle ones are closed,
 oversized requests get 413/431 at once, the connection cap holds; other clients are

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One decision, one store request: the decision path around the store interface, end to
 end with real redis-server and `sluice serve` processes on free loopback ports.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The validation plan of DESIGN.md over HTTP, on the test clock, against the `api`
 policy (token bucket B=20, r=10/s per x-api-key): steady traffic under the rate, a burst
 after idle with an exact Retry-After, independent identities, weighted costs, rejected

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A realistic access log to try `sluice replay` on (docs/replay.md): two hours of an API in
 nginx's JSON log format (escape=json, with $msec and $request_time), traffic rising and
 falling through the period, API keys with a long-tailed (Zipf) popularity, a few scrapers

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Traces whose ground truth the replay tests know: per-key arrival times (whole
 milliseconds, all distinct), written in every format `sluice replay` reads, and the same
 arrivals sent to `sluice serve --test-clock` (SL.CLOCK SET + SL.CHECKREQ) for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * capacity_sim.c -- prints the figures of the capacity mechanisms (adaptive concurrency,
  * priority shedding, borrowing between tiers, progressive penalties) from the same

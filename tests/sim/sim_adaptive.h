@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sim_adaptive.h -- a simulated backend for the adaptive concurrency controllers, shared by
  * tests/unit/test_adaptive_sim.c (which asserts) and tests/sim/capacity_sim.c (which prints

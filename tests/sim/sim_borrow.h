@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sim_borrow.h -- a tier idle then busy, shared by tests/unit/test_borrow.c (asserts) and
  * tests/sim/capacity_sim.c (figures, plot). Fake clock, no randomness.

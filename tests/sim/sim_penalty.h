@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sim_penalty.h -- the attack progressive penalties are designed against, shared by
  * tests/unit/test_penalty.c (asserts) and tests/sim/capacity_sim.c (figures). Fake clock.

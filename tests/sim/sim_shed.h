@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sim_shed.h -- priority shedding under overload, shared by tests/unit/test_shed_sim.c
  * (asserts) and tests/sim/capacity_sim.c (figures, plots). Event-driven on a fake clock,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * svg.h -- a tiny SVG writer for the simulation plots (tests/sim/capacity_sim.c): panels with
  * linear axes, polylines, bars and text. No dependency; output is plain SVG 1.1 that

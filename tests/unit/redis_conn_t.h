@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_conn_t.h -- helpers for the connection tests (auth, TLS, sockets): redis-server
  * started with any arguments (ready when its log says so, at most 5 s; killed with the

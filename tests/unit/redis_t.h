@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_t.h -- helpers for the Redis store tests: start and stop real redis-server
  * processes on free loopback ports (temporary directory, no persistence, killed with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * t.h -- the unit test harness: each tests/unit/test_*.c is one process (ctest gives
  * it a timeout) whose main() runs its cases with T_RUN. A failed check prints the

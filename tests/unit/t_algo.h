@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * t_algo.h -- helpers shared by the algorithm tests: compile a limit from a spec, and ask
  * whether a request would be admitted from a state without changing it.

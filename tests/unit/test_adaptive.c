@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_adaptive.c -- the adaptive concurrency controllers, window by window on a fake clock:
  * parameter checks, the no-load probe, each controller's step against a slow floating-point

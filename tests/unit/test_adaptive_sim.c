@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_adaptive_sim.c -- each adaptive controller against the simulated backend of
  * tests/sim/sim_adaptive.h (latency grows beyond a knee; the knee halves at 40 s and comes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_algo_common.c -- what every rate algorithm shares, through the dispatcher and
  * sluice_limiter: validation errors and their messages, the copied spec, capacity, cost 0

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_algo_conc.c -- concurrency: random acquire/release/lose traffic against a
  * reference that tracks every lease on its own (the limit on leases within their lease

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_algo_fixed.c -- fixed window: wall-clock aligned windows, the documented 2x
  * boundary burst, a property test against a brute-force recount of the admissions in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_algo_gcra.c -- GCRA: the redis-cell test vector (SPECS.md §5) case by case in ns,
  * exact retry-after, peeks, settle, carry, and a property test against a brute-force

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_algo_leaky.c -- leaky bucket shaper: nginx's worked example and a replay against
  * nginx limit_req's own integer arithmetic (burst=N there is burst N+1 here), a property

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_algo_log.c -- sliding log: exact against a brute-force list of every admitted
  * unit (no window of length W ever holds more than the limit), exact retry-after from the

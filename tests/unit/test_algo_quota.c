@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_algo_quota.c -- calendar quotas: resets exactly at local calendar boundaries in
  * Europe/Madrid and America/New_York across DST (23- and 25-hour days), February in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_algo_sliding.c -- sliding window counter: the Cloudflare example, a property test
  * against a brute-force recount of the previous and current windows' admissions, exact

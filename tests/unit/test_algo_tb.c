@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_algo_tb.c -- token bucket: a property test against an exact rational model
  * (tokens as a fraction, no truncation), the window invariant "never more than

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_audit.c -- the audit trail: each change is one JSON line in the file with time,
  * source, caller name, checksum, what changed and the outcome; the ring returns the recent

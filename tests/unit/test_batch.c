@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_batch.c -- sluice_decide_batch: the same results, state and pressure events as
  * one sluice_decide per item in order (random traffic over every algorithm, eviction and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_borrow.c -- borrowing between tiers (platform > product > tenant) on a fake clock:
  * path checks; random traffic over a tree against a reference decision and the invariants

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_client.c -- the client helpers (include/sluice_client.h): RateLimit-Policy and
  * RateLimit against the draft-11 examples and malformed fields, the draft-03 and X-

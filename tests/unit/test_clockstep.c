@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_clockstep.c -- time that steps: for every algorithm, an exhausted key after a
  * one-hour backward step of the wall clock (what an NTP correction or a VM restore does),

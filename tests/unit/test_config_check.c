@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_config_check.c -- `sluice config check` on every broken file in tests/config/bad/:
  * each file states, in its leading "# expect: LINE:COL: message" comments, exactly the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_config_parse.c -- what the loader reads: rates, durations and quotas as people
  * write them, every server setting (and its default), every policy field, the two

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_decide.c -- decisions over the memory store: no lost updates under threads,
  * all-or-nothing across limits in different shards, peeks, repeats, settle, release,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_engine_answers.c -- answers that say what happened, and configs the engine can
  * always decide: a recheck delay is not a shaped admission (429 + Retry-After, action

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_evict.c -- what memory pressure evicts, and whose: a key used once before one used
  * repeatedly, an idle one before a recently active one, a limited (exhausted) key last;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_evict_flood.c -- a key flood is never a way to reset a victim's counters: with
  * max_keys 100,000 and 10,000,000 rotating attacker keys (1,500,000 under sanitizers, or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_explain.c -- the engine's account of itself (src/engine/explain.c, describe.c):
  * explanations of matched, unmatched, missing-key, fallback, plan, shadow and rollout

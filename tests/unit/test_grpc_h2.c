@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_grpc_h2.c -- the gRPC server session at the frame level: hand-built client frames
  * (preface, SETTINGS, HEADERS compressed with nghttp2's HPACK deflater, DATA) go in, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_grpc_json.c -- the /json converter: proto3 JSON RateLimitRequest in (camelCase and
  * proto field names, 64-bit values as strings), decided as ShouldRateLimit, proto3 JSON

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_grpc_rls.c -- the RLS answer on the wire: the worked response bytes of SPECS §3.4
  * come out of sl_rls_pack exactly (overall_code written even though proto3 would omit

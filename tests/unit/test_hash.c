@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_hash.c -- the keyed hash: published SipHash known answers, agreement with a slow
  * independent model (byte at a time, array state) for every length, prefix/finish

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_http1.c -- the HTTP/1.1 request parser and response writer: what a client and a
  * gateway rely on (framing, keep-alive, pipelining, limits with the right status), and a

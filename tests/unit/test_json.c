@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_json.c -- the one JSON string escaper (core/json.c): what every JSON the server
  * writes relies on (logs, audit, admin and explain JSON, problem details, replay

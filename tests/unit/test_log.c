@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_log.c -- the structured logger: JSON escaping against a slow reference (control
  * bytes, quotes, invalid UTF-8 of every kind, random bytes), text and JSON lines with every

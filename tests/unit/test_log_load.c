@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_log_load.c -- the logger under load: two threads send 100 k decisions/s (on a fake
  * clock they move themselves) into a decision log limited to 1000 lines/s while the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_observe_config.c -- the observability settings of a config file (log, observe,
  * audit, admin.tokens): defaults, every field read, and each mistake reported at its

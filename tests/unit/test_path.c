@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_path.c -- path normalisation (core/path.c), which every path match, path key and
  * per-operation cost relies on: a limit on /login also holds for //login, /./login,

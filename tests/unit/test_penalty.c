@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_penalty.c -- progressive penalties on a fake clock: escalation (1m, 2m, 4m, ... up to
  * 1h), no double counting during a block, forgiveness one level per 24h of good behaviour

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_policy_engine.c -- policies end to end: YAML -> engine -> memory store on a
  * manual clock. Each case is something a user relies on: the validation plan's token

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_policy_envoy.c -- the envoyproxy/ratelimit README configurations (examples/envoy/)
  * load unchanged and match as that README documents: depth, exact over wildcard over

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_policy_examples.c -- the shipped examples load and behave as their comments say:
  * examples/sluice.yaml (the validation plan's `api` policy), bank.yaml, open-finance.yaml

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_policy_fixes.c -- regressions for the review of the policy layer: load-time
  * refusals of configs the engine could not honour (sliding-log state, limiter count,

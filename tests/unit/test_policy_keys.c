@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_policy_keys.c -- key composition as a property: over random part values (drawn
  * from a tiny alphabet full of separators, so collisions would show), two requests get

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_policy_model.c -- the engine against an obviously-correct model over random
  * traffic: three rules (global, per tenant, per tenant+user) with per-operation costs,

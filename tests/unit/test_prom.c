@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_prom.c -- the Prometheus writer: every family gets HELP and TYPE before its samples
  * and misuse is refused (a sample outside a family, a counter without _total, a family

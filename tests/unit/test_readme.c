@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_readme.c -- the library example of README.md, kept compiling and behaving as the
  * README says: 10/s with burst 20 admits 20 at once, then reports an exact retry. */
 #include "sluice.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_auth.c -- the Redis client against real servers that want credentials
  * (requirepass, ACL users) and reached in every way an address can be written (a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_cluster.c -- the Redis store on a 3-master Redis Cluster created by the test
  * (redis-cli --cluster create on free loopback ports): decisions across slots agree with

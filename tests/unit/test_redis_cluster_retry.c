@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_cluster_retry.c -- TRYAGAIN during a slot migration, on a 3-master cluster
  * the test creates: a decision whose two keys (two windows of one rule: one slot) are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_config.c -- the Redis store's connection settings in the config file
  * (src/config/store_redis.c): credentials from the file, a password file or the

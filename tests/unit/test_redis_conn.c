@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_conn.c -- the connection layer (src/redis/conn.c) against a real
  * redis-server: replies reach their callbacks in command order across a pipeline that

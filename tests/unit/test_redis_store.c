@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_store.c -- the Redis store against the memory store: the same random
  * sequences of decisions (test clock, its time passed to the scripts) must give the same

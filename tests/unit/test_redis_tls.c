@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_tls.c -- the Redis client over TLS against real redis-server --tls-port
  * processes with certificates the test makes (openssl): the right CA decides, with a

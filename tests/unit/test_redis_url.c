@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_url.c -- store URLs as people write them (src/redis/url.c): every form of
  * docs/redis.md read into the client's options, bad URLs refused with the column of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_render.c -- the exact bytes a client sees: RateLimit-Policy / RateLimit (draft-11
  * structured fields), Retry-After, legacy X-RateLimit-*, problem+json (RFC 9457) with

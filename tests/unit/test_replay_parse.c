@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_replay_parse.c -- what `sluice replay` reads from one log line (src/cli/trace_parse.c,
  * included to reach it): the time forms, nginx log_format lines (combined and custom, with

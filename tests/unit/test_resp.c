@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_resp.c -- the RESP parser and encoders: multibulk and inline requests as
  * redis-cli and redis-benchmark send them, Redis's protocol error texts, limits, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_server_loop.c -- the server's timeout lists (what slowloris protection relies on:
  * a deadline fixed when a request starts, expiry in deadline order, re-arming moves a

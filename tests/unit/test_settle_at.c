@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_settle_at.c -- a refund applies only in the window or calendar period that counted
  * the reservation: a reservation made before midnight cannot make room in the next day. */
 #include "sluice.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_shed.c -- priority shedding as a pure function: parameter checks, the default
  * shares, each decision against a reference written from the invariants (after admitting,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_shed_sim.c -- priority shedding under 3 x overload (tests/sim/sim_shed.h): with 20 %
  * critical traffic, critical keeps >= 99 % admission on a fixed concurrency limit, an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_snapshot.c -- snapshot and restore: every algorithm's state round-trips into a
  * new process's store (new seed, new monotonic epoch) and answers exactly as before;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_store.c -- the memory store's capacity and expiry behaviour: refuse and evict
  * under pressure (with counts), fresh-equivalent entries dropped before anything else,

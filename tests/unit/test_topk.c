@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_topk.c -- the hot-key sketch: a hot key among 100 k others comes first with its
  * share within 5 %, merged over two worker sketches; the space-saving bounds against an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_tz.c -- time zones: known DST changes of Europe/Madrid and America/New_York,
  * instants past the TZif table (the POSIX footer), every offset against glibc's own

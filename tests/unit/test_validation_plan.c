@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_validation_plan.c -- ../shared/DESIGN.md "Validation plan" items 1-3 on the manual
  * clock, for the token bucket and GCRA (both B = 20, r = 10/s), through sluice_limiter:

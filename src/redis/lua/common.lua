@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- common.lua -- helpers shared by the sluice algorithm scripts. redis.c sends one script
 -- made of common.lua, every algorithm file and main.lua (in that order), loaded once per
 -- node with SCRIPT LOAD and called with EVALSHA. Lua numbers are doubles: every value is an

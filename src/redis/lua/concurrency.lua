@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- concurrency.lua -- in-flight slots with expiring leases (src/algo/conc.c). Item params:
 -- p[1] = limit, p[2] = lease (ns), p[3] = bucket width w (ns, >= 1 us). State:
 -- "base c1 .. c6": the absolute bucket number (monotonic ns / w) of counts c1, and the

@@ -6,7 +6,7 @@
 -- the key's life in ms (the unit plus EXPIRATION_JITTER_MAX_SECONDS jitter, picked by the
 -- client). State: {count}. Admits iff count + cost <= limit (a count-only item's limit is
 -- out of reach: it always counts). Settle (op 's'): count + delta, never below 0.
-ALGO[100] = function(st, p, cost, now, op)
+ALGO[101] = function(st, p, cost, now, op)
   local count = 0
   if st and st[1] then count = st[1] end
   local ttl = p[2] * 1000000

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- fixed_window.lua -- fixed window (src/algo/fixed.c). Item params: p[1] = limit,
 -- p[2] = window (ns). State: "start_s start_n count", windows aligned on multiples of the
 -- window since the Unix epoch on the script's wall clock; a stored window later than the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- gcra.lua -- GCRA (src/algo/gcra.c). Item params: p[1] = T (emission interval, ns),
 -- p[2] = B (capacity). State (one string): "tat_s tat_n", the theoretical arrival time on
 -- the script's monotonic clock. Admits iff max(tat, now) + cost*T - B*T <= now.

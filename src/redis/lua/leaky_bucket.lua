@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- leaky_bucket.lua -- leaky bucket shaper (src/algo/leaky.c). Item params: p[1] = limit
 -- (units drained per period), p[2] = period (ns), p[3] = capacity (burst, the request in
 -- service included), p[4] = max delay (ns, 0 = none). State: "last_s last_n level_u", the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- quota.lua -- calendar quota (src/algo/quota.c). Item params: p[1] = budget,
 -- p[2] = start of the caller's current period (UTC s), p[3] = its end (UTC s): Lua has no
 -- time zone database, so the caller (which has one) names the period. State:

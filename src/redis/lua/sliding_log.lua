@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sliding_log.lua -- sliding log (src/algo/log.c). Item params: p[1] = limit (at most
 -- 1024), p[2] = window W (ns). State: "s1 n1 s2 n2 ...", one monotonic timestamp per
 -- admitted unit, oldest first. Admits iff the entries in (now - W, now] plus cost fit in

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sliding_window.lua -- sliding window counter (src/algo/sliding.c). Item params:
 -- p[1] = limit, p[2] = window W (ns). State: "start_s start_n cur prev", the current
 -- wall-aligned window and the counts of it and of the one before. At elapsed e it admits

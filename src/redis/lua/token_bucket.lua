@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- token_bucket.lua -- token bucket (src/algo/tb.c). Item params: p[1] = limit (units per
 -- period), p[2] = period (ns), p[3] = capacity (burst). State: "last_s last_n tokens_u",
 -- tokens in micro-units at `last` on the script's monotonic clock; absent = a full bucket.
