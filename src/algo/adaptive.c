@@ -28,23 +28,12 @@
 #include <string.h>
 
 #include "sluice.h"
+#include "algo/algo_impl.h"
 
 #define MAX_WINDOW_SAMPLES (UINT32_C(1) << 23)
 #define STALE_WINDOWS 16 /* a window that cannot gather min_samples is dropped after this */
 #define PROBE_WINDOWS 10 /* a probe that cannot gather min_samples gives up after this */
 #define FLAG_DECREASED 1 /* sl_adapt_state.flags: the last closed window backed off on drops */
-
-static int fail(char *errbuf, size_t len, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *errbuf, size_t len, int code, const char *fmt, ...) {
-    if (errbuf != NULL && len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, len, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 void sl_adapt_params_default(sl_adapt_params *p, sl_adapt_ctl ctl, uint32_t min, uint32_t max,
                              uint32_t initial) {
@@ -71,41 +60,41 @@ void sl_adapt_params_default(sl_adapt_params *p, sl_adapt_ctl ctl, uint32_t min,
 
 int sl_adapt_params_check(const sl_adapt_params *p, char *errbuf, size_t errbuf_len) {
     if (p->ctl != SL_ADAPT_GRADIENT2 && p->ctl != SL_ADAPT_VEGAS && p->ctl != SL_ADAPT_AIMD)
-        return fail(errbuf, errbuf_len, SLUICE_EINVAL, "adaptive: controller must be gradient2, vegas or aimd");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "adaptive: controller must be gradient2, vegas or aimd");
     if (p->min < 1)
-        return fail(errbuf, errbuf_len, SLUICE_EINVAL, "adaptive: min must be at least 1");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "adaptive: min must be at least 1");
     if (p->max > SL_ADAPT_LIMIT_MAX)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: max %u is above %u", p->max,
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: max %u is above %u", p->max,
                     (unsigned)SL_ADAPT_LIMIT_MAX);
     if (p->min > p->initial || p->initial > p->max)
-        return fail(errbuf, errbuf_len, SLUICE_EINVAL, "adaptive: need min <= initial <= max (%u, %u, %u)",
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "adaptive: need min <= initial <= max (%u, %u, %u)",
                     p->min, p->initial, p->max);
     if (p->window_ns < SLUICE_NS_PER_MS || p->window_ns > 3600 * SLUICE_NS_PER_S)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: window must be within [1ms, 1h]");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: window must be within [1ms, 1h]");
     if (p->min_samples < 1 || p->min_samples > 100000)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: min_samples must be within [1, 100000]");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: min_samples must be within [1, 100000]");
     if (p->smoothing_q16 < SL_Q16 / 16 || p->smoothing_q16 > SL_Q16)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: smoothing must be within [0.0625, 1]");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: smoothing must be within [0.0625, 1]");
     if (p->tolerance_q16 < SL_Q16 || p->tolerance_q16 > 4 * SL_Q16)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: tolerance must be within [1, 4]");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: tolerance must be within [1, 4]");
     if (p->queue > p->max)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: queue %u is above max %u", p->queue, p->max);
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: queue %u is above max %u", p->queue, p->max);
     if (p->alpha_pct > 100 || p->beta_pct > 100 || p->alpha_min > p->beta_min || p->alpha_pct > p->beta_pct)
-        return fail(errbuf, errbuf_len, SLUICE_EINVAL,
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL,
                     "adaptive: vegas needs alpha <= beta (min and pct) and percentages <= 100");
     if (p->increase < 1 || p->increase > p->max)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: increase must be within [1, max]");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: increase must be within [1, max]");
     if (p->backoff_q16 < SL_Q16 / 2 || p->backoff_q16 >= SL_Q16)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: backoff must be within [0.5, 1)");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: backoff must be within [0.5, 1)");
     if (p->timeout_ns < 0 || p->timeout_ns > SL_ADAPT_LATENCY_MAX)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: timeout must be within [0, 18 min]");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: timeout must be within [0, 18 min]");
     if (p->ctl == SL_ADAPT_AIMD && p->timeout_ns == 0)
-        return fail(errbuf, errbuf_len, SLUICE_EINVAL,
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL,
                     "adaptive: aimd needs a timeout (its only latency signal)");
     if (p->probe_after > 65535)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: probe_after must be <= 65535");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: probe_after must be <= 65535");
     if (p->probe_every_ns < 0 || (p->probe_every_ns != 0 && p->probe_every_ns < 2 * p->window_ns))
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: probe_every must be 0 or at least 2 windows");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "adaptive: probe_every must be 0 or at least 2 windows");
     return SLUICE_OK;
 }
 

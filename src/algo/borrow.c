@@ -27,32 +27,22 @@
 #include <string.h>
 
 #include "sluice.h"
-
-static int fail(char *errbuf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *errbuf, size_t len, const char *fmt, ...) {
-    if (errbuf != NULL && len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, len, fmt, ap);
-        va_end(ap);
-    }
-    return SLUICE_EINVAL;
-}
+#include "algo/algo_impl.h"
 
 int sl_borrow_path_check(const sl_borrow_tier *tiers, unsigned depth, char *errbuf,
                          size_t errbuf_len) {
     if (depth < 1 || depth > SL_BORROW_MAX_DEPTH)
-        return fail(errbuf, errbuf_len, "borrow: between 1 and %d tiers", SL_BORROW_MAX_DEPTH);
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "borrow: between 1 and %d tiers", SL_BORROW_MAX_DEPTH);
     for (unsigned i = 0; i < depth; i++) {
         if (tiers[i].share > tiers[i].cap)
-            return fail(errbuf, errbuf_len, "borrow: tier %u: share above cap", i);
+            return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "borrow: tier %u: share above cap", i);
         if (i + 1 < depth && tiers[i].share > tiers[i + 1].share)
-            return fail(errbuf, errbuf_len, "borrow: tier %u: share above its parent's", i);
+            return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "borrow: tier %u: share above its parent's", i);
         if (i + 1 < depth && tiers[i].cap > tiers[i + 1].cap)
-            return fail(errbuf, errbuf_len, "borrow: tier %u: cap above its parent's", i);
+            return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "borrow: tier %u: cap above its parent's", i);
     }
     if (tiers[depth - 1].cap != tiers[depth - 1].share)
-        return fail(errbuf, errbuf_len, "borrow: the root has nobody to borrow from (cap must equal share)");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "borrow: the root has nobody to borrow from (cap must equal share)");
     return SLUICE_OK;
 }
 

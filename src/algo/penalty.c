@@ -16,20 +16,9 @@
 #include <string.h>
 
 #include "sluice.h"
+#include "algo/algo_impl.h"
 
 #define PERIOD_MAX (INT64_C(366) * 86400 * SLUICE_NS_PER_S)
-
-static int fail(char *errbuf, size_t len, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *errbuf, size_t len, int code, const char *fmt, ...) {
-    if (errbuf != NULL && len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, len, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 void sl_penalty_params_default(sl_penalty_params *p) {
     memset(p, 0, sizeof(*p));
@@ -42,15 +31,15 @@ void sl_penalty_params_default(sl_penalty_params *p) {
 
 int sl_penalty_params_check(const sl_penalty_params *p, char *errbuf, size_t errbuf_len) {
     if (p->first_ns <= 0)
-        return fail(errbuf, errbuf_len, SLUICE_EINVAL, "penalty: first must be positive");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "penalty: first must be positive");
     if (p->max_ns < p->first_ns)
-        return fail(errbuf, errbuf_len, SLUICE_EINVAL, "penalty: max must be at least first");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "penalty: max must be at least first");
     if (p->max_ns > PERIOD_MAX)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "penalty: max is above 366 days");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "penalty: max is above 366 days");
     if (p->factor_q16 < (1u << 16) || p->factor_q16 > (16u << 16))
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "penalty: factor must be within [1, 16]");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "penalty: factor must be within [1, 16]");
     if (p->forgive_after_ns <= 0 || p->forgive_after_ns > PERIOD_MAX)
-        return fail(errbuf, errbuf_len, SLUICE_ERANGE, "penalty: forgive_after must be within (0, 366 days]");
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_ERANGE, "penalty: forgive_after must be within (0, 366 days]");
     return SLUICE_OK;
 }
 

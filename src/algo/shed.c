@@ -15,17 +15,7 @@
 #include <string.h>
 
 #include "sluice.h"
-
-static int fail(char *errbuf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *errbuf, size_t len, const char *fmt, ...) {
-    if (errbuf != NULL && len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, len, fmt, ap);
-        va_end(ap);
-    }
-    return SLUICE_EINVAL;
-}
+#include "algo/algo_impl.h"
 
 void sl_shed_params_default(sl_shed_params *p, uint32_t n) {
     static const uint32_t fill[4] = {SL_PPM, 900000, 700000, 500000};
@@ -38,19 +28,19 @@ void sl_shed_params_default(sl_shed_params *p, uint32_t n) {
 
 int sl_shed_params_check(const sl_shed_params *p, char *errbuf, size_t errbuf_len) {
     if (p->nclasses < 1 || p->nclasses > SL_SHED_MAX_CLASSES)
-        return fail(errbuf, errbuf_len, "shed: between 1 and %d classes", SL_SHED_MAX_CLASSES);
+        return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "shed: between 1 and %d classes", SL_SHED_MAX_CLASSES);
     uint64_t reserves = 0;
     for (uint32_t i = 0; i < p->nclasses; i++) {
         const sl_shed_class *c = &p->cls[i];
         if (c->fill_ppm > SL_PPM || c->reserve_ppm > SL_PPM)
-            return fail(errbuf, errbuf_len, "shed: class %u: shares must be within [0, 100%%]", i);
+            return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "shed: class %u: shares must be within [0, 100%%]", i);
         if (i > 0 && c->fill_ppm > p->cls[i - 1].fill_ppm)
-            return fail(errbuf, errbuf_len,
+            return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL,
                         "shed: class %u fills to more than class %u above it (lower priority sheds first)", i,
                         i - 1);
         reserves += c->reserve_ppm;
     }
-    if (reserves > SL_PPM) return fail(errbuf, errbuf_len, "shed: reserves add up to more than 100%%");
+    if (reserves > SL_PPM) return sl_algo_error(errbuf, errbuf_len, SLUICE_EINVAL, "shed: reserves add up to more than 100%%");
     return SLUICE_OK;
 }
 

@@ -24,27 +24,8 @@ static char *keep(sl__ctx *cx, const char *s) { return sl__strndup(&cx->cfg->are
  * false with an error when malformed or above max_ppm. */
 static bool get_frac(sl__ctx *cx, const sl_ynode *n, const char *what, uint64_t max_ppm, uint64_t *out) {
     const char *s = is_scalar(n) ? n->s : "";
-    uint64_t whole = 0, frac = 0, scale = 1000000;
-    const char *p = s;
-    bool digits = false;
-    while (*p >= '0' && *p <= '9' && whole < 1000000) whole = whole * 10 + (uint64_t)(*p++ - '0'), digits = true;
-    if (*p == '.') {
-        p++;
-        while (*p >= '0' && *p <= '9') {
-            if (scale > 1) {
-                scale /= 10;
-                frac += (uint64_t)(*p - '0') * scale;
-            }
-            p++;
-            digits = true;
-        }
-    }
-    uint64_t ppm = whole * 1000000 + frac;
-    if (*p == '%' && p[1] == '\0') {
-        ppm /= 100;
-        p++;
-    }
-    if (!digits || *p != '\0' || ppm > max_ppm) {
+    uint64_t ppm;
+    if (!sl__parse_ppm(s, max_ppm, &ppm)) {
         sl__err(cx, n, "bad %s '%.40s' (expected a number up to %llu.%02llu, or a percentage such as 90%%)",
                 what, s, (unsigned long long)(max_ppm / 1000000), (unsigned long long)(max_ppm % 1000000 / 10000));
         return false;

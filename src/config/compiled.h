@@ -307,6 +307,7 @@ bool sl__glob(const char *pat, const char *s, size_t len);
 bool sl__parse_rate(const char *s, uint64_t *limit, int64_t *period_ns);
 /* Parses "30s", "5m", "1h", "500ms", "2d". */
 bool sl__parse_duration(const char *s, int64_t *ns);
+bool sl__parse_ppm(const char *s, uint64_t max_ppm, uint64_t *out);
 /* Parses "50000/day" into a calendar period. */
 bool sl__parse_quota(const char *s, uint64_t *limit, sluice_period *p);
 uint64_t sl__hash64(const void *a, size_t alen, const void *b, size_t blen);

@@ -181,27 +181,8 @@ void sl__settings_defaults(sl_settings *st) {
  * at most 6 decimals). */
 static bool get_ppm(sl__ctx *cx, const sl_ynode *n, const char *what, uint32_t *out) {
     const char *s = sl__is_scalar(n) ? n->s : "";
-    uint64_t whole = 0, frac = 0, scale = 1000000;
-    const char *p = s;
-    bool digits = false;
-    while (*p >= '0' && *p <= '9' && whole <= 100) whole = whole * 10 + (uint64_t)(*p++ - '0'), digits = true;
-    if (*p == '.') {
-        p++;
-        while (*p >= '0' && *p <= '9') {
-            if (scale > 1) {
-                scale /= 10;
-                frac += (uint64_t)(*p - '0') * scale;
-            }
-            p++;
-            digits = true;
-        }
-    }
-    uint64_t ppm = whole * 1000000 + frac;
-    if (*p == '%' && p[1] == '\0') {
-        ppm /= 100;
-        p++;
-    }
-    if (!digits || *p != '\0' || ppm > 1000000) {
+    uint64_t ppm;
+    if (!sl__parse_ppm(s, 1000000, &ppm)) {
         sl__err(cx, n, "bad %s '%.40s' (expected a fraction from 0 to 1, such as 0.1, or a "
                 "percentage such as 10%%)", what, s);
         return false;

@@ -480,6 +480,34 @@ static bool unit_ns(const char *u, int64_t *ns) {
     return false;
 }
 
+/* A fraction ("0.1", "1", "10%", at most 6 decimals) as parts per million, exactly (no
+ * floating point); false when malformed or above max_ppm. */
+bool sl__parse_ppm(const char *s, uint64_t max_ppm, uint64_t *out) {
+    uint64_t whole = 0, frac = 0, scale = 1000000;
+    const char *p = s;
+    bool digits = false;
+    while (*p >= '0' && *p <= '9' && whole < 10000000) whole = whole * 10 + (uint64_t)(*p++ - '0'), digits = true;
+    if (*p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9') {
+            if (scale > 1) {
+                scale /= 10;
+                frac += (uint64_t)(*p - '0') * scale;
+            }
+            p++;
+            digits = true;
+        }
+    }
+    uint64_t ppm = whole * 1000000 + frac;
+    if (*p == '%' && p[1] == '\0') {
+        ppm /= 100;
+        p++;
+    }
+    if (!digits || *p != '\0' || ppm > max_ppm) return false;
+    *out = ppm;
+    return true;
+}
+
 /* "<digits><unit>", the unit mandatory: a bare 30 could be seconds or milliseconds. */
 bool sl__parse_duration(const char *s, int64_t *ns) {
     const char *p = s;

@@ -129,29 +129,6 @@ bool sl_redis_cap_state(const sluice_limiter *lim) {
     return l->cap.tail != 0 || l->algo == SLUICE_ADAPTIVE_CONCURRENCY || l->algo == SL_ALGO_PENALTY;
 }
 
-/* Whole numbers separated by spaces; returns how many (at most max), -1 when malformed. */
-static int ints(const char *s, size_t len, int64_t *v, int max) {
-    int n = 0;
-    size_t i = 0;
-    while (i < len) {
-        while (i < len && s[i] == ' ') i++;
-        if (i >= len) break;
-        if (n >= max) return -1;
-        bool neg = false;
-        if (s[i] == '-') neg = true, i++;
-        size_t d = 0;
-        int64_t x = 0;
-        while (i < len && s[i] >= '0' && s[i] <= '9') {
-            if (x > (INT64_MAX - 9) / 10) return -1;
-            x = x * 10 + (s[i++] - '0');
-            d++;
-        }
-        if (d == 0 || (i < len && s[i] != ' ')) return -1;
-        v[n++] = neg ? -x : x;
-    }
-    return n;
-}
-
 /* (s, n) as ns; (-1, -1) is "never" (INT64_MIN). */
 static bool pair(int64_t s, int64_t n, int64_t *out) {
     if (s == -1 && n == -1) {
@@ -181,7 +158,7 @@ int sl_redis_cap_state_parse(const sluice_limiter *lim, const char *s, size_t le
     const sl_limit *l = &lim->lim;
     int64_t v[64];
     if (len == 0) return 0;
-    int n = ints(s, len, v, 64);
+    int n = sl_redis_ints(s, len, v, 64);
     if (n < 0) return -1;
     int tail = ((l->cap.tail & SL_TAIL_SHED) ? SL_SHED_MAX_CLASSES : 0) + ((l->cap.tail & SL_TAIL_MARKS) ? 4 : 0);
     int own = n - tail, k = 0;

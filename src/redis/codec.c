@@ -277,13 +277,15 @@ int sl_redis_params_of(const sl_limit *l, sluice_time now, int64_t p[4]) {
 
 /* ---- stored states ---------------------------------------------------------------- */
 
-static int parse_ints(const char *s, size_t len, int64_t *v, int want) {
+/* Whole numbers separated by spaces (a stored state): how many (at most max), -1 when
+ * malformed. */
+int sl_redis_ints(const char *s, size_t len, int64_t *v, int max) {
     int n = 0;
     size_t i = 0;
     while (i < len) {
         while (i < len && s[i] == ' ') i++;
         if (i >= len) break;
-        if (n >= want) return -1;
+        if (n >= max) return -1;
         bool neg = false;
         if (s[i] == '-') neg = true, i++;
         size_t d = 0;
@@ -296,7 +298,11 @@ static int parse_ints(const char *s, size_t len, int64_t *v, int want) {
         if (d == 0 || (i < len && s[i] != ' ')) return -1;
         v[n++] = neg ? -x : x;
     }
-    return n == want ? n : -1;
+    return n;
+}
+
+static int parse_ints(const char *s, size_t len, int64_t *v, int want) {
+    return sl_redis_ints(s, len, v, want) == want ? want : -1;
 }
 
 static bool pair_ns(int64_t s, int64_t n, int64_t *out) {

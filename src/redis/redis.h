@@ -84,6 +84,10 @@ size_t sl_redis_key(const sl_hash_key *sk, const sluice_limiter *lim, const void
  * plain integer at <prefix><key text up to its NUL><window start, unix seconds>, decided by
  * script algorithm SL_REDIS_ALGO_ENVOY. The key into out (NUL-terminated); its length, 0
  * when it is not such a key or does not fit in cap. */
+/* Whole numbers separated by spaces (a stored state): how many (at most max), -1 when
+ * malformed (codec.c; capcodec.c reads the capacity tails with it). */
+int sl_redis_ints(const char *s, size_t len, int64_t *v, int max);
+
 #define SL_REDIS_ENVOY_TAG 0xfe
 #define SL_REDIS_ALGO_ENVOY 101
 #define SL_REDIS_ENVOY_KEY_MAX 1024
