@@ -42,8 +42,13 @@ static double now_s(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "script") == 0) { /* the script as the client sends it */
+        size_t len;
+        const char *body = sl_redis_script(&len);
+        return fwrite(body, 1, len, stdout) == len ? 0 : 1;
+    }
     if (argc != 5) {
-        fprintf(stderr, "usage: redis_bench PORT|URL SECONDS INFLIGHT admit|reject\n");
+        fprintf(stderr, "usage: redis_bench PORT|URL SECONDS INFLIGHT admit|reject, or redis_bench script\n");
         return 2;
     }
     double secs = atof(argv[2]);

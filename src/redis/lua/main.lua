@@ -57,6 +57,13 @@ end
 -- the items and the states as stored (a state's tails apart: capacity.lua)
 local algo, cost, grp, iflags, par, xs = {}, {}, {}, {}, {}, {}
 local loaded, tloaded, tbits, order, before, kalgo = {}, {}, {}, {}, {}, {}
+-- capacity protection's code is made only for a call that has an x argument (capacity.lua)
+for i = 1, n do
+  if ARGV[17 + (i - 1) * 9] ~= '' then
+    cap_need()
+    break
+  end
+end
 local maxg = 0
 for i = 1, n do
   local b = 9 + (i - 1) * 9
@@ -67,7 +74,7 @@ for i = 1, n do
   iflags[i] = tonumber(ARGV[b + 3])
   par[i] = {tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]),
             tonumber(ARGV[b + 7])}
-  xs[i] = cap_x(ARGV[b + 8])
+  xs[i] = ARGV[b + 8] ~= '' and cap_x(ARGV[b + 8]) or nil
   if grp[i] > maxg then maxg = grp[i] end
   local k = KEYS[i]
   kalgo[k] = algo[i]
