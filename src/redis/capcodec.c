@@ -124,6 +124,15 @@ size_t sl_redis_cap_x(const sl_limit *l, const sl_redis_capx *cx, char *out, siz
     return w.n;
 }
 
+/* The numbers of an algorithm's own part in a stored state of n numbers; the rest are
+ * tails. Only fixed windows and concurrency limits have tails (class slots, borrowing
+ * marks); the others are all own. */
+int sl_redis_own_len(int algo, int n) {
+    if (algo == SLUICE_FIXED_WINDOW) return n < 3 ? n : 3;
+    if (algo == SLUICE_CONCURRENCY) return n < 1 + SL_CONC_BUCKETS ? n : 1 + SL_CONC_BUCKETS;
+    return n;
+}
+
 bool sl_redis_cap_state(const sluice_limiter *lim) {
     const sl_limit *l = &lim->lim;
     return l->cap.tail != 0 || l->algo == SLUICE_ADAPTIVE_CONCURRENCY || l->algo == SL_ALGO_PENALTY;
@@ -160,8 +169,13 @@ int sl_redis_cap_state_parse(const sluice_limiter *lim, const char *s, size_t le
     if (len == 0) return 0;
     int n = sl_redis_ints(s, len, v, 64);
     if (n < 0) return -1;
-    int tail = ((l->cap.tail & SL_TAIL_SHED) ? SL_SHED_MAX_CLASSES : 0) + ((l->cap.tail & SL_TAIL_MARKS) ? 4 : 0);
-    int own = n - tail, k = 0;
+    /* The tails stored are read from the length (capacity.lua's cap_split): a reload that
+     * added or removed classes or borrowing left a state with other tails than this
+     * limit's; one it lacks starts fresh, one it no longer has is ignored. */
+    int own = sl_redis_own_len(l->algo, n), k = 0;
+    int extra = n - own;
+    bool has_use = extra == SL_SHED_MAX_CLASSES || extra == SL_SHED_MAX_CLASSES + 4;
+    bool has_marks = extra == 4 || extra == SL_SHED_MAX_CLASSES + 4;
     unsigned char *st = state;
     switch ((int)l->algo) {
     case SLUICE_ADAPTIVE_CONCURRENCY: {
@@ -218,12 +232,16 @@ int sl_redis_cap_state_parse(const sluice_limiter *lim, const char *s, size_t le
         return -1;
     }
     if (l->cap.tail & SL_TAIL_SHED) {
-        if (!counts(v + k, ((sl_shed_use *)(st + l->cap.base_size))->by_class, SL_SHED_MAX_CLASSES)) return -1;
-        k += SL_SHED_MAX_CLASSES;
+        sl_shed_use *u = (sl_shed_use *)(st + l->cap.base_size);
+        memset(u, 0, sizeof(*u));
+        if (has_use && !counts(v + k, u->by_class, SL_SHED_MAX_CLASSES)) return -1;
     }
+    if (has_use) k += SL_SHED_MAX_CLASSES;
     if (l->cap.tail & SL_TAIL_MARKS) {
         sl_borrow_mark *m = sl_cap_marks(l, state);
-        if (!pair(v[k], v[k + 1], &m->reclaim_until_ns) || !pair(v[k + 2], v[k + 3], &m->owed_until_ns)) return -1;
+        m->reclaim_until_ns = m->owed_until_ns = INT64_MIN;
+        if (has_marks && (!pair(v[k], v[k + 1], &m->reclaim_until_ns) || !pair(v[k + 2], v[k + 3], &m->owed_until_ns)))
+            return -1;
     }
     return 1;
 }

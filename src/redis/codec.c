@@ -316,6 +316,22 @@ int sl_redis_state_parse(const sluice_limiter *limiter, const char *s, size_t le
     const sl_limit *l = &limiter->lim;
     int64_t v[7];
     if (len == 0) return 0;
+    if (l->algo == SLUICE_FIXED_WINDOW || l->algo == SLUICE_CONCURRENCY) {
+        /* tails a previous configuration with classes or borrowing left (the script drops
+         * them at its next write): only the own part is this limit's state */
+        int64_t all[1 + SL_CONC_BUCKETS + SL_SHED_MAX_CLASSES + 4];
+        int n = sl_redis_ints(s, len, all, (int)(sizeof(all) / sizeof(all[0])));
+        if (n < 0) return -1;
+        int own = sl_redis_own_len((int)l->algo, n);
+        if (own < n) {
+            size_t at = 0;
+            for (int k = 0; k < own; k++) {
+                while (at < len && s[at] == ' ') at++;
+                while (at < len && s[at] != ' ') at++;
+            }
+            len = at;
+        }
+    }
     switch (l->algo) {
     case SLUICE_GCRA: {
         sl_gcra_state *g = state;

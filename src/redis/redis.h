@@ -131,6 +131,9 @@ size_t sl_redis_cap_x(const struct sl_limit *l, const sl_redis_capx *cx, char *o
 /* Whether lim's stored state is a capacity one (its own algorithm or a tail), and its
  * parse (sl_redis_state_parse's contract). */
 bool sl_redis_cap_state(const sluice_limiter *lim);
+/* The numbers of algorithm algo's own part in a stored state of n numbers (the rest are
+ * tails a limit with classes or borrowing keeps, or a previous configuration's). */
+int sl_redis_own_len(int algo, int n);
 int sl_redis_cap_state_parse(const sluice_limiter *lim, const char *s, size_t len, void *state);
 
 /* ---- the client (client.c, node.c, request.c, lease.c) ------------------------------ */

@@ -78,13 +78,22 @@ local function cap_load()
     return tl
   end
 
-  -- splits a stored state into its own part and its tails
-  local function cap_split(st, t)
-    local n = #st - tail_len(t)
-    local own, tl, k = {}, {}, n + 1
+  -- splits a stored state into its own part and the tails t asks for. The tails stored
+  -- are read from the state's length, not from t: a reload that added or removed classes
+  -- or borrowing left a state with other tails (12 = class slots and marks, 8 = slots, 4 =
+  -- marks after the own part); one t lacks starts fresh, one t no longer has is dropped.
+  local OWN = {[1] = 3, [7] = 7} -- the algorithms with tails: fixed window, concurrency
+  local function cap_split(st, t, algo)
+    local n = OWN[algo] or (#st - tail_len(t))
+    local extra = #st - n
+    local has_use, has_marks = extra == 8 or extra == 12, extra == 4 or extra == 12
+    local own, tl, k = {}, tail_fresh(t), n + 1
     for i = 1, n do own[i] = st[i] end
-    if bit(t, 1) then tl.use = {}; for i = 1, 8 do tl.use[i] = st[k + i - 1] end; k = k + 8 end
-    if bit(t, 2) then tl.marks = {st[k], st[k + 1], st[k + 2], st[k + 3]} end
+    if has_use then
+      if tl.use then for i = 1, 8 do tl.use[i] = st[k + i - 1] end end
+      k = k + 8
+    end
+    if has_marks and tl.marks then tl.marks = {st[k], st[k + 1], st[k + 2], st[k + 3]} end
     return own, tl
   end
 

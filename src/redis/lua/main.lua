@@ -86,7 +86,12 @@ for i = 1, n do
     if raw then
       st = {}
       for v in string.gmatch(raw, '%S+') do st[#st + 1] = tonumber(v) end
-      if tb > 0 then st, tl = cap_split(st, tb) end
+      if tb > 0 then
+        st, tl = cap_split(st, tb, algo[i])
+      elseif (algo[i] == 1 and #st > 3) or (algo[i] == 7 and #st > 7) then
+        -- tails a previous configuration with classes or borrowing left: not this one's
+        for j = #st, (algo[i] == 1 and 4 or 8), -1 do st[j] = nil end
+      end
     end
     loaded[k], tloaded[k], tbits[k] = st, tl, tb
     order[#order + 1] = k
