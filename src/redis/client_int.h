@@ -172,6 +172,9 @@ typedef struct cache_ent {
     int64_t trust;    /* caller monotonic ns: answered from here until then (at most
                          cache_max_ns: a reset or refund elsewhere is seen that soon) */
     int64_t reset_at;
+    int64_t since;    /* caller monotonic ns when cached: an answer asked for earlier is
+                         a clock that went back (the caller's "monotonic" time is its
+                         wall clock in time: local), and the entry is not trusted */
     uint64_t min_cost;
     uint64_t limit;
 } cache_ent;

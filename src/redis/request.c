@@ -51,6 +51,7 @@ static void cache_put(sl_redis *r, const rq_item *it, const sluice_result *res, 
     e->until = now.mono_ns + res->retry_after_ns;
     e->trust = now.mono_ns + (res->retry_after_ns < r->o.cache_max_ns ? res->retry_after_ns : r->o.cache_max_ns);
     e->reset_at = now.mono_ns + res->reset_after_ns;
+    e->since = now.mono_ns;
     e->min_cost = (uint64_t)it->cost;
     e->limit = res->limit;
 }
@@ -791,7 +792,8 @@ static bool answer_locally(sl_redis *r, const rq *b, sluice_time now, sl_sresult
         }
         if (!cacheable(it->lim->spec.algo) || it->limit != 0) continue;
         cache_ent *e = cache_get(r, sl__redis_fp_of(it));
-        if (e != NULL && now.mono_ns < e->trust && (uint64_t)it->cost >= e->min_cost && it->cost > 0) {
+        if (e != NULL && now.mono_ns >= e->since && now.mono_ns < e->trust &&
+            (uint64_t)it->cost >= e->min_cost && it->cost > 0) {
             hit = i, retry = e->until - now.mono_ns;
             reset = e->reset_at > now.mono_ns ? e->reset_at - now.mono_ns : 0;
             inc(&r->st.local_rejects);
@@ -980,5 +982,5 @@ int sl_redis_release(sl_redis *r, const sl_sitem *item, uint64_t lease, sluice_t
     /* an adaptive limit's sample travels with the release (the item's x argument) */
     sl_sitem it = {.lim = item->lim, .key = item->key, .key_len = item->key_len, .cap = item->cap,
                    .outcome = item->outcome, .latency_ns = item->latency_ns};
-    return submit(r, 'l', &it, 1, 0, now, cb, ud, lease);
+    return submit(r, 'l', &it, 1, 0, now, cb, ud, sl__conc_lease_plain(&item->lim->lim, lease));
 }

@@ -151,6 +151,38 @@ def test_a_clock_stepped_back_an_hour_locks_nobody_out_for_an_hour():
     s.assert_clean()
 
 
+def test_a_clock_stepped_back_an_hour_locks_nobody_out_on_redis(redis):
+    """The same step with the Redis store, where the script decides: the retry-after the
+    answer gives must be enough (the script kept a window from the future in force, and
+    refused for an hour what the answer said would pass within a minute)."""
+    s = Server(config_text=STEP, test_clock=True, workers=1,
+               extra=["--store", "redis://127.0.0.1:%d?time=local&timeout_ms=2000" % redis.port])
+    try:
+        c = s.resp()
+        now = c.command("SL.CLOCK", "GET")
+        for pol in ("fw", "sw"):
+            for _ in range(6):
+                d = as_dict(c.command("SL.CHECK", pol, "u"))
+            assert d["allowed"] == 0, d
+        assert isinstance(c.command("SL.CLOCK", "SET", now - 3600 * 1000), int)
+        bound = {"fw": 61000, "sw": 73000}
+        for pol in ("fw", "sw"):
+            waited = 0
+            for _ in range(5):  # bounded: each answer's retry-after, then ask again
+                d = as_dict(c.command("SL.CHECK", pol, "u"))
+                if d["allowed"] == 1:
+                    break
+                wait = max(1, d.get("retry_after_ms", 0))
+                waited += wait
+                assert waited <= bound[pol], (pol, waited, d)
+                c.command("SL.CLOCK", "ADVANCE", wait)
+            assert d["allowed"] == 1, (pol, waited, d)
+        c.close()
+    finally:
+        s.stop()
+    s.assert_clean()
+
+
 def test_the_test_clock_refuses_values_out_of_range():
     s = Server(config_text=STEP, test_clock=True, workers=1)
     try:

@@ -174,6 +174,7 @@ elseif op == 'd' then
     end
   end
   -- decides the items of group g on cur (chaining repeats); true when all admit
+  local fixes = {}
   local function run(g)
     local good = true
     for i = 1, n do
@@ -192,6 +193,8 @@ elseif op == 'd' then
         if a and ns and cost[i] > 0 then
           cur[k] = ns; ttl[k] = t
           if nt then tl[k] = nt end
+        elseif not a and ns then
+          fixes[#fixes + 1] = {k, ns, t} -- a state from the future, moved to the present
         end
       end
     end
@@ -233,6 +236,12 @@ elseif op == 'd' then
         end
       end
     end
+  end
+  -- a refused key whose state was from the future (the clock stepped back) gets it moved
+  -- to the present whatever the decision, unless this call wrote the key anyway: else it
+  -- would stay refused until the clock caught up (fixed and sliding windows, quotas)
+  for _, f in ipairs(fixes) do
+    if cur[f[1]] == loaded[f[1]] then cur[f[1]] = f[2]; ttl[f[1]] = f[3] end
   end
   -- reclaim marks, whatever the decision
   for _, m in ipairs(marks) do
