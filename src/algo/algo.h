@@ -238,6 +238,9 @@ int64_t sl__conc_until_empty(const sl_limit *lim, const sl_conc_state *s, sluice
 #define SL_LEASE_CLASS_SHIFT 21
 #define SL_LEASE_CLASS_SLOTS ((UINT64_C(1) << SL_LEASE_CLASS_SHIFT) - 1)
 bool sl__conc_classes(const sl_limit *lim);
+/* The lease as a limit without classes reads it: class bits of a lease issued before a
+ * reload removed the classes are dropped (see conc.c). */
+uint64_t sl__conc_lease_plain(const sl_limit *lim, uint64_t lease);
 
 /* The monotonic time from which `state` is equivalent to a fresh one (the store may
  * drop it then). Quotas answer in monotonic time too, computed from `now`. */

@@ -219,8 +219,19 @@ void sl_conc_settle(const sl_limit *lim, const void *state, void *next, sluice_t
 
 /* With classes (a shed tail) the class rides in the lease and its count goes down with
  * the slots; the tail itself is kept by the caller's copy (sl_cap_release). */
+/* Why: a lease issued under priority classes carries its class above its slots (bits
+ * 21-23). Released after a reload removed the classes, those bits would read as millions
+ * of slots and free every lease of its bucket. A slot field above the limit cannot be one
+ * lease's slots, so its class bits are dropped. */
+uint64_t sl__conc_lease_plain(const sl_limit *lim, uint64_t lease) {
+    uint64_t slots = lease & LEASE_SLOT_MASK;
+    if (sl__conc_classes(lim) || slots <= lim->limit) return lease;
+    return (lease & ~LEASE_SLOT_MASK) | (slots & SL_LEASE_CLASS_SLOTS);
+}
+
 bool sl_conc_release(const sl_limit *lim, const void *state, void *next, sluice_time now,
                      uint64_t lease) {
+    lease = sl__conc_lease_plain(lim, lease);
     uint64_t slots = lease & LEASE_SLOT_MASK, bucket = lease >> LEASE_SLOT_BITS;
     if (sl__conc_classes(lim)) slots &= SL_LEASE_CLASS_SLOTS;
     if (state == NULL || slots == 0) return false;

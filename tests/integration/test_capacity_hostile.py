@@ -98,3 +98,23 @@ def test_reload_changing_borrowing_keeps_the_count(make_server, redis, store, fi
     f = fields(f)
     assert f["allowed"] == 1 and f["limit"] == 100 and f["remaining"] == 89, f
     c.close()
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_class_lease_released_after_classes_removed_frees_its_own_slot(make_server, redis, store):
+    """A lease taken under classes carries its class in the lease's top slot bits; released
+    after a reload removed the classes, it freed every slot of its bucket (the other
+    requests' too), so the limit admitted 5 more while 4 still ran."""
+    srv = make_server(config_text=CONC % CLASSES, extra=redis_url(redis) if store == "redis" else ())
+    c = srv.resp()
+    old = [fields(c.command("SL.ACQUIRE", "p", "", "CLASS", "default"))["token"] for _ in range(2)]
+    reload(srv, CONC % "")
+    for _ in range(3):
+        assert fields(c.command("SL.ACQUIRE", "p", ""))["allowed"] == 1
+    assert c.command("SL.RELEASE", old[0]) == "OK"
+    f = fields(c.command("SL.CHECK", "p", "", "COST", "0"))
+    assert f["remaining"] == 1, f  # 4 still in flight
+    assert fields(c.command("SL.ACQUIRE", "p", ""))["allowed"] == 1
+    assert fields(c.command("SL.ACQUIRE", "p", ""))["allowed"] == 0
+    c.close()
+
