@@ -209,6 +209,7 @@ void sl_algo_carry(const sl_limit *old, const void *state, const sl_limit *lim, 
         if (lim->cap.tail || old->cap.tail) sl__cap_tail_carry(old, state, lim, next, now);
         return;
     }
+    if (sl__cap_conc_cross(old, state, lim, next, now)) return; /* slots in flight kept */
     if (lim->cap.tail) { /* a fresh state of the new limit, tails included */
         sl__cap_tail_carry(old, NULL, lim, next, now);
     }

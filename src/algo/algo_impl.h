@@ -46,6 +46,10 @@ void sl__cap_tail_rebase(const sl_limit *lim, void *state, int64_t delta_ns);
  * state: fresh tails; also writes a fresh own part when the algorithm changed). */
 void sl__cap_tail_carry(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
                         sluice_time now);
+/* A reload between concurrency and adaptive concurrency (either way): next keeps the
+ * slots in flight and their classes; false (nothing written) for any other pair. */
+bool sl__cap_conc_cross(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
+                        sluice_time now);
 
 /* The start of the wall-clock-aligned window of `period` ns holding `wall`:
  * floor(wall / period) * period, also before 1970. Fixed and sliding windows use it so

@@ -237,6 +237,40 @@ void sl_aconc_carry(const sl_limit *old, const void *state, const sl_limit *lim,
     memcpy(next, &s, sizeof(s));
 }
 
+/* Why across algorithms: switching a policy from a fixed to an adaptive limit (or back)
+ * while requests run must not forget them. A fresh state would admit up to the new limit
+ * on top of the requests still in flight, and the releases of their leases (whose buckets
+ * the new state also uses) would free the new requests' slots. Both algorithms count
+ * slots with conc.c's buckets, so they carry as across a lease change; the adaptive
+ * controller starts afresh (with its probe). */
+bool sl__cap_conc_cross(const sl_limit *old, const void *state, const sl_limit *lim, void *next,
+                        sluice_time now) {
+    bool to_adapt = old->algo == SLUICE_CONCURRENCY && lim->algo == SLUICE_ADAPTIVE_CONCURRENCY;
+    bool to_conc = old->algo == SLUICE_ADAPTIVE_CONCURRENCY && lim->algo == SLUICE_CONCURRENCY;
+    if (state == NULL || !(to_adapt || to_conc)) return false;
+    if (to_adapt) {
+        ast s;
+        aconc_load(lim, NULL, now, &s);
+        sl_conc_carry(old, state, lim, &s.conc, now); /* conc.c's state leads a concurrency one */
+        const sl_shed_use *ou = sl_cap_use(old, (void *)state);
+        if (ou != NULL) s.use = *ou;
+        clamp_use(&lim->cap.shed, &s.use, sl__conc_in_flight(&s.conc));
+        memcpy(next, &s, sizeof(s));
+        return true;
+    }
+    const ast *o = state;
+    sl_conc_carry(old, &o->conc, lim, next, now);
+    if (lim->cap.tail) {
+        tail_fresh(lim, next);
+        sl_shed_use *nu = sl_cap_use(lim, next);
+        if (nu != NULL) {
+            *nu = o->use;
+            clamp_use(&lim->cap.shed, nu, sl__conc_in_flight(next));
+        }
+    }
+    return true;
+}
+
 /* ---- the penalty of an offender ------------------------------------------------------------ */
 
 int sl_pen_init(sl_limit *out, const sluice_limit_spec *spec, char *errbuf, size_t errbuf_len) {

@@ -118,3 +118,40 @@ def test_class_lease_released_after_classes_removed_frees_its_own_slot(make_serv
     assert fields(c.command("SL.ACQUIRE", "p", ""))["allowed"] == 0
     c.close()
 
+
+ADAPT = """
+workers: 1
+policies:
+  - name: p
+    key: []
+    algorithm: adaptive_concurrency
+    limits: [ { min: 2, max: 10, initial: 4, lease: 30s } ]
+%s
+"""
+
+
+@pytest.mark.parametrize("classes", ["", CLASSES], ids=["plain", "classes"])
+def test_switching_to_and_from_adaptive_keeps_leases(make_server, classes):
+    """A reload from concurrency to adaptive_concurrency (and back) while requests run: the
+    slots in flight stay counted (a fresh state admitted up to the new limit on top of
+    them, and their releases then freed the new requests' slots). Memory store: the Redis
+    store keeps each algorithm's state under its own key."""
+    srv = make_server(config_text=CONC % classes)
+    c = srv.resp()
+    old = [fields(c.command("SL.ACQUIRE", "p", "", "CLASS", "critical"))["token"] for _ in range(3)]
+    reload(srv, ADAPT % classes)
+    f = fields(c.command("SL.ACQUIRE", "p", "", "CLASS", "critical"))
+    assert f["in_flight"] == 3 and f["allowed"] == 0, f  # probing at min 2: 3 already run
+    assert c.command("SL.RELEASE", old.pop(), "LATENCY", "5", "OUTCOME", "ok") == "OK"
+    assert c.command("SL.RELEASE", old.pop(), "LATENCY", "5", "OUTCOME", "ok") == "OK"
+    f = fields(c.command("SL.ACQUIRE", "p", "", "CLASS", "critical"))
+    assert f["allowed"] == 1 and f["in_flight"] == 2, f
+    new = f["token"]
+    reload(srv, CONC % classes)
+    f = fields(c.command("SL.CHECK", "p", "", "COST", "0"))
+    assert f["remaining"] == 3, f  # one from each era
+    assert c.command("SL.RELEASE", old.pop()) == "OK"
+    assert c.command("SL.RELEASE", new) == "OK"
+    f = fields(c.command("SL.CHECK", "p", "", "COST", "0"))
+    assert f["remaining"] == 5, f
+    c.close()
