@@ -611,6 +611,11 @@ char *sl__read_file(const char *path, size_t *len, const char **why) {
 }
 
 int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags) {
+    return sl_config_load_seen(path, out, diags, NULL, NULL);
+}
+
+int sl_config_load_seen(const char *path, sl_config **out, sl_diag_list *diags,
+                        void (*seen)(void *ud, const char *buf, size_t len), void *ud) {
     if (out != NULL) *out = NULL;
     if (diags != NULL) {
         diags->n = 0;
@@ -632,6 +637,7 @@ int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags) {
         }
         return strcmp(why, "out of memory") == 0 ? SLUICE_ENOMEM : SLUICE_EIO;
     }
+    if (seen != NULL) seen(ud, buf, len);
     char name[256];
     snprintf(name, sizeof(name), "%s", path);
     int rc = sl_config_load_buffer(buf, len, name, out, diags);

@@ -181,6 +181,12 @@ const sl_envoy_settings *sl_config_envoy(void);
  * SLUICE_EINVAL (or SLUICE_EIO, SLUICE_ENOMEM) is returned. The format (sluice or
  * envoyproxy/ratelimit) is detected from the top-level keys. */
 int sl_config_load(const char *path, sl_config **out, sl_diag_list *diags);
+/* The same, and `seen` (when not NULL) is given the bytes of a single file exactly as
+ * they were read, before they are parsed (the server's audit trail hashes them: hashing
+ * the file again later would name whatever a deploy wrote since). Not called for a
+ * directory, nor when the file cannot be read. */
+int sl_config_load_seen(const char *path, sl_config **out, sl_diag_list *diags,
+                        void (*seen)(void *ud, const char *buf, size_t len), void *ud);
 /* A directory (dir.c): every *.yaml / *.yml file in it, in name order (dotfiles skipped,
  * unless envoy compat mode says otherwise), each an envoyproxy/ratelimit document (one
  * domain; a domain in two files is an error unless merge_domains) or a sluice file (at

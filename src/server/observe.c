@@ -636,7 +636,9 @@ void sl_obs_reload(sl_server *s, sl_audit_source src, const char *caller, const 
     ev.source = src;
     ev.caller = caller;
     ev.path = s->opt.config_path;
-    if (sl_audit_sha256_file(s->opt.config_path, ev.sha256) != 0) ev.sha256[0] = '\0';
+    /* a load's own checksum (gen_create); a refused load's: the file as it is now */
+    if (cur != NULL) memcpy(ev.sha256, cur->sha256, sizeof(ev.sha256));
+    else if (sl_audit_sha256_file(s->opt.config_path, ev.sha256) != 0) ev.sha256[0] = '\0';
     sl_config_diff diff;
     memset(&diff, 0, sizeof(diff));
     sl_audit_change *chg = NULL;

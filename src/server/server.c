@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "clock.h"
 #include "redis/store.h"
 #include "server/grpc_conn.h"
@@ -168,11 +169,18 @@ static void format_diags(const sl_diag_list *dl, int rc, const char *path, char 
     if (off == 0) snprintf(err, errlen, "%s: %s", path, sluice_strerror(rc));
 }
 
+static void hash_seen(void *ud, const char *buf, size_t len) {
+    if (sl_audit_sha256_hex(buf, len, ud) != 0) ((char *)ud)[0] = '\0';
+}
+
 static sl_gen *gen_create(sl_server *s, char *err, size_t errlen) {
     static sl_diag_list dl; /* large; loads are serialised by reload_mu or startup */
     memset(&dl, 0, sizeof(dl));
     sl_config *cfg = NULL;
-    int rc = sl_config_load(s->opt.config_path, &cfg, &dl);
+    /* the checksum the audit trail names: of the bytes this load parsed (a file that a
+     * deploy rewrites at any moment, hashed again later, would name the next version) */
+    char sha[65] = "";
+    int rc = sl_config_load_seen(s->opt.config_path, &cfg, &dl, hash_seen, sha);
     if (rc != 0 || cfg == NULL) {
         format_diags(&dl, rc, s->opt.config_path, err, errlen);
         return NULL;
@@ -184,6 +192,7 @@ static sl_gen *gen_create(sl_server *s, char *err, size_t errlen) {
         return NULL;
     }
     g->cfg = cfg;
+    memcpy(g->sha256, sha, sizeof(g->sha256));
     int e = 0;
     char ebuf[512] = "";
     g->engine = sl_engine_create_ops(cfg, s->store, s->ops, &e, ebuf, sizeof(ebuf));

@@ -88,6 +88,7 @@ typedef struct sl_gen {
     int auth_deny_status;
     bool legacy_headers;
     struct sl_obs_gen *obs;   /* its windows' metric series (observe.c) */
+    char sha256[65];          /* of the bytes this config was parsed from ("": a directory) */
     struct sl_gen *retired_next;
 } sl_gen;
 

@@ -382,6 +382,46 @@ def test_explain_offline():
 # ---- effective configuration and audit trail -------------------------------------------------
 
 
+def test_the_audit_names_the_checksum_of_what_was_loaded(srv):
+    """A deploy rewriting the file while sluice reloads: each audit entry's checksum is the
+    one of the version the reload loaded (it hashed the file again when writing the entry,
+    naming whatever was there by then: the ASan run of CI caught the startup entry naming
+    the test's next version)."""
+    import hashlib
+    import threading
+    a = config()
+    b = a.replace("rate: 5/min, burst: 5", "rate: 10/min, burst: 10")
+    sha = {"5/min": hashlib.sha256(a.encode()).hexdigest(), "10/min": hashlib.sha256(b.encode()).hexdigest()}
+    stop = threading.Event()
+
+    def writer():  # bounded by the test: stops when the reloads are done
+        i = 0
+        while not stop.is_set() and i < 200000:
+            tmp = srv.config_path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(a if i % 2 == 0 else b)
+            os.replace(tmp, srv.config_path)  # atomic, as a deploy (or a ConfigMap) does
+            i += 1
+    t = threading.Thread(target=writer)
+    t.start()
+    checked = 0
+    try:
+        for _ in range(40):
+            r = requests.post(srv.admin + "/v1/reload", headers=AUTH, timeout=10)
+            if r.status_code != 200:
+                continue
+            p = requests.get(srv.admin + "/v1/policies", headers=AUTH, timeout=5).json()
+            rate = next(x for x in p["policies"] if x["name"] == "strict")["windows"][0]["rate"]
+            e = requests.get(srv.admin + "/v1/audit", headers=AUTH, timeout=5).json()["entries"][0]
+            assert e["source"] == "admin-api" and e["outcome"] == "ok", e
+            assert e["sha256"] in (None, sha[rate]), (rate, e["sha256"])
+            checked += e["sha256"] is not None
+    finally:
+        stop.set()
+        t.join()
+    assert checked >= 10, checked
+
+
 def test_policies_and_audit_of_reloads(srv):
     r = requests.get(srv.admin + "/v1/policies", timeout=5)
     assert r.status_code == 401  # a token is configured
