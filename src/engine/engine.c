@@ -286,6 +286,16 @@ static sl_engine *create(const sl_config *cfg, sluice_store *store, const sl_sto
         if (cp->cap != NULL && (rc = sl__cap_windows(e, ep, errbuf, errbuf_len)) != SLUICE_OK) goto fail;
         rc = SLUICE_ENOMEM;
     }
+    for (size_t i = 0; e->ops->check != NULL && i < e->n_all; i++) {
+        const sl__ewin *w = e->all[i];
+        char why[300];
+        if (w->lim != NULL && e->ops->check(w->lim, why, sizeof(why)) != SLUICE_OK) {
+            snprintf(errbuf, errbuf_len, "policy '%.100s', window '%.100s': %s",
+                     w->info.policy ? w->info.policy : "", w->info.name ? w->info.name : "", why);
+            rc = SLUICE_ERANGE;
+            goto fail;
+        }
+    }
     if (err) *err = SLUICE_OK;
     return e;
 fail:

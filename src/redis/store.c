@@ -178,6 +178,19 @@ static void r_claim(void *lane, uint64_t id, unsigned op, int64_t ttl_ns, sluice
     if (rc != SLUICE_OK) cb(ud, rc, NULL);
 }
 
+/* The scripts compute in doubles: every parameter must stay below 2^52 (codec.c). In
+ * envoy compat mode fixed windows are upstream's counters, which carry no duration. */
+static int r_check(const sluice_limiter *lim, char *why, size_t len) {
+    if (g_opts.envoy_keys && lim->lim.algo == SLUICE_FIXED_WINDOW) return SLUICE_OK;
+    int64_t p[4];
+    sluice_time now = {0, 0};
+    if (sl_redis_params_of(&lim->lim, now, p) == SLUICE_OK) return SLUICE_OK;
+    snprintf(why, len, "beyond what the Redis store computes exactly (its scripts use "
+             "numbers below 2^52: durations under about 52 days, and bucket sizes under 4.5 "
+             "billion; expected a shorter period or a quota: N/month)");
+    return SLUICE_ERANGE;
+}
+
 const sl_store_ops sl_redis_ops = {
     .name = "redis",
     .immediate = false,
@@ -187,6 +200,7 @@ const sl_store_ops sl_redis_ops = {
     .release = r_release,
     .reset = r_reset,
     .claim = r_claim,
+    .check = r_check,
 };
 
 bool sl_redis_store_ready(void) {

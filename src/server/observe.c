@@ -323,7 +323,8 @@ const sl_store_ops *sl_obs_wrap_ops(const sl_store_ops *in) {
     g_wrapped = (sl_store_ops){.name = in->name, .immediate = in->immediate, .shared = in->shared,
                                .decide = w_decide, .settle = w_settle, .release = w_release,
                                .reset = w_reset, .claim = in->claim ? w_claim : NULL,
-                               .decide_batch = in->decide_batch ? w_decide_batch : NULL};
+                               .decide_batch = in->decide_batch ? w_decide_batch : NULL,
+                               .check = in->check};
     return &g_wrapped;
 }
 

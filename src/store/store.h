@@ -110,6 +110,11 @@ typedef struct sl_store_ops {
      * pipelined requests: the store can overlap their memory accesses. */
     int (*decide_batch)(void *lane, const sluice_item *items, size_t n, sluice_time now,
                         sluice_result *out);
+    /* Optional (NULL: every limit): whether this store can decide limit `lim` (SLUICE_OK),
+     * else why not into why[len]. Asked for each window when a config is loaded, so a
+     * limit the store cannot represent refuses the start or the reload, instead of
+     * failing every decision that reaches it. */
+    int (*check)(const sluice_limiter *lim, char *why, size_t len);
 } sl_store_ops;
 
 /* The memory store (lane: the sluice_store). */

@@ -24,7 +24,7 @@ import time
 
 import requests
 
-from conftest import Redis, Server, as_dict, free_port
+from conftest import BIN, Redis, Server, as_dict, free_port
 
 
 def config(extra_policies="", hot_leasing=""):
@@ -680,6 +680,49 @@ def test_a_stalled_redis_is_shown_as_not_answering(redis):
         assert int(re.search(r"timeouts=(\d+)", line).group(1)) > 0, line
         m = requests.get(srv.admin + "/metrics", timeout=5).text
         assert 'sluice_redis_node_up{node="%s",role="node"} 1' % node in m
+    finally:
+        srv.stop()
+    srv.assert_clean()
+
+
+LONG = """
+workers: 1
+policies:
+  - name: ok
+    key: [header.x-k]
+    algorithm: gcra
+    limits: [ { rate: 10/s } ]
+"""
+LONG_BAD = LONG + """  - name: long
+    key: [header.x-k]
+    algorithm: fixed_window
+    limits: [ { name: bimonthly, rate: 1/60d } ]
+"""
+
+
+def test_a_limit_beyond_the_scripts_range_is_refused_at_start_and_reload(redis, tmp_path):
+    """A period the scripts cannot compute exactly (2^52 ns is about 52 days) was accepted,
+    then every decision reaching it failed with a message about key lengths: it is refused
+    when the config is loaded, naming the policy and the window, and a reload keeps the
+    running config."""
+    url = "redis://127.0.0.1:%d" % redis.port
+    path = tmp_path / "long.yaml"
+    path.write_text(LONG_BAD)
+    r = subprocess.run([BIN, "serve", "-c", str(path), "--store", url, "--http", "127.0.0.1:0",
+                        "--resp", "off", "--grpc", "off", "--admin", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert "policy 'long', window 'bimonthly'" in r.stderr and "2^52" in r.stderr, r.stderr
+    srv = Server(config_text=LONG, test_clock=False, workers=1, extra=["--store", url])
+    try:
+        with open(srv.config_path, "w") as f:
+            f.write(LONG_BAD)
+        resp = requests.post(srv.admin + "/v1/reload", timeout=10)
+        assert resp.status_code == 422, resp.text
+        assert "policy 'long', window 'bimonthly'" in resp.text
+        c = srv.resp()
+        assert as_dict(c.command("SL.CHECK", "ok", "u"))["allowed"] == 1  # the old config runs on
+        c.close()
     finally:
         srv.stop()
     srv.assert_clean()
