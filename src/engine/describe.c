@@ -565,6 +565,73 @@ static void a_flags(const sl_cpolicy *cp, char *buf, size_t len) {
              cp->count_rejected ? "on" : "off");
 }
 
+static void ppm_text(uint32_t ppm, char *buf, size_t len) {
+    if (ppm % 10000 == 0) snprintf(buf, len, "%u%%", ppm / 10000);
+    else snprintf(buf, len, "%u.%04u%%", ppm / 10000, ppm % 10000);
+}
+
+/* Classes, borrowing, penalty: what capacity protection adds to a policy ("none"). */
+static void a_capacity(const sl_cpolicy *cp, char *buf, size_t len) {
+    const sl_ccap *c = cp->cap;
+    size_t off = 0;
+    char t[64], u[64];
+    buf[0] = '\0';
+    if (c == NULL || (!c->classes && !c->borrow && !c->penalty)) {
+        snprintf(buf, len, "none");
+        return;
+    }
+    if (c->classes) {
+        off = cat(buf, len, off, "classes");
+        if (c->prio_part_set) {
+            part_text(&c->prio_part, t, sizeof(t));
+            off = cat(buf, len, off, " from ");
+            off = cat(buf, len, off, t);
+        }
+        for (uint32_t i = 0; i < c->shed.nclasses; i++) {
+            ppm_text(c->shed.cls[i].fill_ppm, t, sizeof(t));
+            ppm_text(c->shed.cls[i].reserve_ppm, u, sizeof(u));
+            off = cat(buf, len, off, i ? ", " : " ");
+            off = cat(buf, len, off, c->class_names[i] ? c->class_names[i] : "?");
+            off = cat(buf, len, off, " (fill ");
+            off = cat(buf, len, off, t);
+            if (c->shed.cls[i].reserve_ppm) {
+                off = cat(buf, len, off, ", reserve ");
+                off = cat(buf, len, off, u);
+            }
+            off = cat(buf, len, off, ")");
+        }
+        off = cat(buf, len, off, "; missing: ");
+        off = cat(buf, len, off, c->class_names[c->missing_class] ? c->class_names[c->missing_class] : "?");
+    }
+    if (c->borrow) {
+        off = cat(buf, len, off, off ? "; borrow " : "borrow ");
+        off = cat(buf, len, off, c->root_name ? c->root_name : "root");
+        for (size_t i = 0; i < c->n_tiers; i++) {
+            snprintf(t, sizeof(t), " > %s (cap %llu)", c->tiers[i].name ? c->tiers[i].name : "?",
+                     (unsigned long long)c->tiers[i].cap);
+            off = cat(buf, len, off, t);
+        }
+    }
+    if (c->penalty) {
+        char a[32], b[32], f[32];
+        period_text(c->pen.first_ns, false, a, sizeof(a));
+        period_text(c->pen.max_ns, false, b, sizeof(b));
+        period_text(c->pen.forgive_after_ns, false, f, sizeof(f));
+        snprintf(t, sizeof(t), "%u.%02u", c->pen.factor_q16 >> 16,
+                 (unsigned)(((uint64_t)(c->pen.factor_q16 & 0xffff) * 100 + 32768) >> 16));
+        off = cat(buf, len, off, off ? "; penalty first " : "penalty first ");
+        off = cat(buf, len, off, a);
+        off = cat(buf, len, off, ", factor ");
+        off = cat(buf, len, off, t);
+        off = cat(buf, len, off, ", max ");
+        off = cat(buf, len, off, b);
+        off = cat(buf, len, off, ", forgive after ");
+        off = cat(buf, len, off, f);
+        snprintf(t, sizeof(t), ", challenge levels %u", c->pen.challenge_levels);
+        off = cat(buf, len, off, t);
+    }
+}
+
 static const struct {
     const char *name;
     aspect_fn fn;
@@ -573,6 +640,7 @@ static const struct {
     {"match", a_scope},         {"key", a_key},             {"cost", a_cost},
     {"mode", a_mode},           {"on_exceed", a_exceed},    {"on_store_error", a_store_error},
     {"leasing", a_leasing},     {"objective", a_objective}, {"options", a_flags},
+    {"capacity", a_capacity},
 };
 
 static char *dupstr(const char *s) {

@@ -441,6 +441,39 @@ static void config_diff(void) {
     free(b_text);
 }
 
+/* Capacity protection is named in a reload's changes (it read "changed=0" when classes or
+ * a penalty were added). */
+static void config_diff_capacity(void) {
+    static const char plain[] =
+        "policies:\n"
+        "  - name: backend\n    key: []\n    algorithm: concurrency\n    limits: [ { max: 100 } ]\n"
+        "  - name: login\n    key: [header.x-user]\n    algorithm: fixed_window\n"
+        "    limits: [ { rate: 5/min } ]\n";
+    static const char shed[] =
+        "policies:\n"
+        "  - name: backend\n    key: []\n    algorithm: concurrency\n    limits: [ { max: 100 } ]\n"
+        "    priority_from: header.x-priority\n"
+        "    classes:\n      - { name: critical, reserve: 20% }\n      - { name: default, fill: 90% }\n"
+        "  - name: login\n    key: [header.x-user]\n    algorithm: fixed_window\n"
+        "    limits: [ { rate: 5/min } ]\n"
+        "    on_exceed: { penalty: { first: 1m, factor: 2, max: 1h, forgive_after: 24h } }\n";
+    sl_config *a = load(plain), *b = load(shed);
+    sl_config_diff d;
+    T_EQ_I(sl_config_diff_make(a, b, &d), SLUICE_OK);
+    T_EQ_U(d.nchanged, 2);
+    if (d.nchanged == 2) {
+        T_EQ_S(d.changed[0].policy, "backend");
+        T_EQ_S(d.changed[0].how, "capacity: none -> classes from header.x-priority critical (fill "
+                                 "100%, reserve 20%), default (fill 90%); missing: default");
+        T_EQ_S(d.changed[1].policy, "login");
+        T_EQ_S(d.changed[1].how, "capacity: none -> penalty first 1min, factor 2.00, max 1h, "
+                                 "forgive after 1day, challenge levels 0");
+    }
+    sl_config_diff_free(&d);
+    sl_config_destroy(a);
+    sl_config_destroy(b);
+}
+
 static void window_names(void) {
     fx f;
     if (!fx_open(&f, "policies:\n"
@@ -499,6 +532,7 @@ int main(void) {
     T_RUN(named_form_and_unknown_policy);
     T_RUN(policies_json);
     T_RUN(config_diff);
+    T_RUN(config_diff_capacity);
     T_RUN(window_names);
     T_RUN(key_text);
     return T_DONE();
