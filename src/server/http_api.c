@@ -448,6 +448,11 @@ static void handle_check(http_ctx *x, int acquire) {
         return;
     }
     bool named = json_str(j, "policy", &policy, &pl) == 0;
+    if (!named && json_object_get(j, "policy") != NULL) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, "\"policy\" must be a string (a policy's name)", 1);
+        return;
+    }
     const char *cls = NULL;
     size_t cll = 0;
     if (json_object_get(j, "class") != NULL && json_str(j, "class", &cls, &cll) != 0) {

@@ -203,6 +203,12 @@ def test_errors_say_what_is_wrong():
         assert r.status_code == 400 and "invalid JSON" in r.json()["detail"], r.text
         r = requests.post(s.http + "/v1/check", data='{"policy":"needs-tenant","key":"a\\u0000b"}', timeout=5)
         assert r.status_code == 400 and "invalid JSON" in r.json()["detail"], r.text
+        # a policy that is not a string is the caller's error (it was read as the request
+        # form, and the pass endpoint answered 404)
+        for path in ("/v1/check", "/v1/challenge/pass", "/v1/acquire"):
+            r = requests.post(s.http + path, json={"policy": 5, "key": "a"}, timeout=5)
+            assert r.status_code == 400 and r.headers["Content-Type"].startswith("application/problem+json"), (path, r.text)
+            assert '"policy" must be a string' in r.json()["detail"], (path, r.text)
         c = s.resp()
         d = as_dict(c.command("SL.CHECKREQ", "PATH", "/x"))
         assert d["allowed"] == 0 and d["action"] == b"missing_key" and d["policy"] == b"needs-tenant", d
