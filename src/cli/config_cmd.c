@@ -127,6 +127,10 @@ int sl_cli_config(int argc, char **argv) {
         sl_config_destroy(cfg);
         return 1;
     }
+    if (st->store.type != SL_STORE_MEMORY && st->store.redis_addr[0] == '\0' &&
+        st->store.redis.sentinel_master[0] == '\0')
+        fprintf(stderr, "%s: warning: the redis store has no addr: `sluice serve` needs --store "
+                        "URL (or SLUICE_STORE) to start\n", path);
     /* warnings: valid, but not what the author may think behind a forward-auth gateway */
     for (size_t i = 0; i < sl_config_policy_count(cfg); i++) {
         char msg[600];

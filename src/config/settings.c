@@ -127,14 +127,16 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     }
     if (!mem) {
         sl__parse_store_redis(cx, n, st); /* credentials, tls, sentinel (store_redis.c) */
-        if ((x = sl__get(n, "addr")) == NULL) {
-            if (!st->store.redis.sentinel_master[0])
-                sl__err(cx, n, "a redis store needs addr (expected addr: 127.0.0.1:6379)");
-        } else if (!sl__is_scalar(x) || !addr_ok(x->s) || x->len >= SL_ADDR_MAX)
-            sl__err(cx, x, "bad redis address '%.60s' (expected host:port)",
-                    sl__is_scalar(x) ? x->s : "");
-        else
-            memcpy(st->store.redis_addr, x->s, x->len + 1);
+        /* no addr: the command line's --store (SLUICE_STORE) gives it, so a URL holding a
+         * password can come from a secret while the file keeps the rest; serve refuses to
+         * start when neither does, and config check warns */
+        if ((x = sl__get(n, "addr")) != NULL) {
+            if (!sl__is_scalar(x) || !addr_ok(x->s) || x->len >= SL_ADDR_MAX)
+                sl__err(cx, x, "bad redis address '%.60s' (expected host:port)",
+                        sl__is_scalar(x) ? x->s : "");
+            else
+                memcpy(st->store.redis_addr, x->s, x->len + 1);
+        }
         if ((x = sl__get(n, "timeout")) != NULL) sl__get_duration(cx, x, &st->store.redis_timeout_ns);
         if ((x = sl__get(n, "key_secret")) != NULL)
             copy_str(cx, x, "key_secret", st->store.redis_key_secret,

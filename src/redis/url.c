@@ -499,7 +499,8 @@ int sl_redis_opts_configure(sl_redis_opts *o, const char *url, const char *addr,
     } else if (o->sentinel && cs != NULL) {
         set_str(o->seeds, sizeof(o->seeds), cs->sentinel_addrs);
     } else if (addr == NULL || addr[0] == '\0') {
-        snprintf(err, errlen, "a redis store needs an address");
+        snprintf(err, errlen, "a redis store needs an address (expected store.addr in the config, "
+                              "or --store redis://HOST:PORT, or SLUICE_STORE)");
         return SLUICE_EINVAL;
     } else if (parse_addr(o, addr, cluster, err, errlen) != SLUICE_OK) {
         return SLUICE_EINVAL;

@@ -726,3 +726,32 @@ def test_a_limit_beyond_the_scripts_range_is_refused_at_start_and_reload(redis, 
     finally:
         srv.stop()
     srv.assert_clean()
+
+
+def test_the_store_address_can_come_from_the_command_line_alone(redis, tmp_path):
+    """`store: {type: redis}` with its settings in the file and the URL from --store (or
+    SLUICE_STORE, where a secret puts a password): the file needed addr too, and was
+    refused without it. With neither, serve refuses to start and says where to put it."""
+    text = "store: { type: redis, key_secret: s3cret-k3y-for-tokens }\n" + LONG.replace("workers: 1\n", "")
+    srv = Server(config_text=text, test_clock=False, workers=1,
+                 extra=["--store", "redis://127.0.0.1:%d" % redis.port])
+    try:
+        c = srv.resp()
+        for _ in range(3):
+            assert as_dict(c.command("SL.CHECK", "ok", "u"))["allowed"] == 1
+        c.close()
+        size = subprocess.run(["redis-cli", "-p", str(redis.port), "dbsize"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        assert int(size) >= 1, size  # decided on Redis
+    finally:
+        srv.stop()
+    srv.assert_clean()
+    path = tmp_path / "noaddr.yaml"
+    path.write_text(text)
+    r = subprocess.run([BIN, "config", "check", "--no-state", str(path)], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0 and "needs --store URL" in r.stderr, (r.returncode, r.stderr)
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_STORE"}
+    r = subprocess.run([BIN, "serve", "-c", str(path), "--http", "127.0.0.1:0", "--resp", "off",
+                        "--grpc", "off", "--admin", "127.0.0.1:0"], capture_output=True, text=True,
+                       timeout=20, env=env)
+    assert r.returncode != 0 and "store.addr in the config, or --store" in r.stderr, r.stderr
