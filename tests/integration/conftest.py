@@ -146,6 +146,24 @@ def wait_port(port, timeout=10.0):
     raise AssertionError("port %d did not open" % port)
 
 
+def await_ports(proc, ports, timeout=10.0):
+    """True once every port in `ports` accepts a connection while `proc` runs; False if it
+    exits first or the time runs out (a server started by a test)."""
+    deadline = time.time() + timeout
+    for p in ports:
+        while True:
+            if proc.poll() is not None:
+                return False
+            try:
+                with socket.create_connection(("127.0.0.1", p), timeout=0.2):
+                    break
+            except OSError:
+                if time.time() > deadline:
+                    return False
+                time.sleep(0.05)
+    return proc.poll() is None
+
+
 class Resp:
     """A minimal RESP2 client over one socket: enough to send exact bytes and read
     exact replies (redis-py hides both)."""
@@ -286,19 +304,8 @@ class Server:
 
     def _await_ports(self, timeout=10.0):
         """True once every listener accepts, while this server runs; False if it exits."""
-        deadline = time.time() + timeout
-        for p in (self.http_port, self.resp_port, self.admin_port, self.grpc_port):
-            while True:
-                if self.proc.poll() is not None:
-                    return False
-                try:
-                    with socket.create_connection(("127.0.0.1", p), timeout=0.2):
-                        break
-                except OSError:
-                    if time.time() > deadline:
-                        return False
-                    time.sleep(0.05)
-        return self.proc.poll() is None
+        return await_ports(self.proc, (self.http_port, self.resp_port, self.admin_port, self.grpc_port),
+                           timeout)
 
     def output(self):
         if not self.log.closed:

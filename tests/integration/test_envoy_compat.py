@@ -29,7 +29,7 @@ import time
 import pytest
 import requests
 
-from conftest import BIN, Client, free_port
+from conftest import BIN, Client, await_ports, free_port
 
 OK, OVER = 1, 2
 SECOND, MINUTE, HOUR = 1, 2, 3
@@ -80,22 +80,10 @@ class Compat:
         self.grpc = "127.0.0.1:%d" % self.grpc_port
 
     def _await(self, timeout=10.0):
-        deadline = time.time() + timeout
         ports = [self.http_port, self.debug_port]
         if not self.env.get("GRPC_UDS"):
             ports.append(self.grpc_port)
-        for p in ports:
-            while True:
-                if self.proc.poll() is not None:
-                    return False
-                try:
-                    with socket.create_connection(("127.0.0.1", p), timeout=0.2):
-                        break
-                except OSError:
-                    if time.time() > deadline:
-                        return False
-                    time.sleep(0.05)
-        return self.proc.poll() is None
+        return await_ports(self.proc, ports, timeout)
 
     def output(self):
         if not self.log.closed:
