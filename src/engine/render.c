@@ -144,7 +144,11 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
             const sl_window_info *in = it->info;
             if (i) ws(&w, ", ");
             wsf(&w, in->name);
-            wf(&w, ";q=%lld", (long long)sfint(it->override ? it->override_limit : in->quota));
+            /* a per-key override's numbers are the effective quota (its window: w= below) */
+            const sl_limit *ol = it->ovr_g && it->ovr_p >= 0
+                                     ? &v->ovr[it->ovr_g - 1].lim[it->ovr_p] : NULL;
+            wf(&w, ";q=%lld", (long long)sfint(it->override ? it->override_limit
+                                               : ol ? ol->capacity : in->quota));
             switch (in->qu) {
             case SL_QU_CONTENT_BYTES: ws(&w, ";qu=\"content-bytes\""); break;
             case SL_QU_CONCURRENT: ws(&w, ";qu=\"concurrent-requests\""); break;
@@ -154,7 +158,10 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
                 break;
             default: break;
             }
-            if (in->window_s > 0) wf(&w, ";w=%lld", (long long)sfint((uint64_t)in->window_s));
+            if (ol != NULL && ol->period_ns > 0 && in->window_s > 0)
+                wf(&w, ";w=%lld", (long long)sfint((uint64_t)sl_ceil_s(ol->period_ns, 1)));
+            else if (in->window_s > 0)
+                wf(&w, ";w=%lld", (long long)sfint((uint64_t)in->window_s));
         }
         ws(&w, "\r\n");
     }
@@ -256,6 +263,25 @@ static void wms3(wr *w, const char *name, int64_t ns) {
     wf(w, ",\"%s\":%lld.%03lld", name, (long long)(us / 1000), (long long)(us % 1000));
 }
 
+/* ,"source":"override","override":{...}: the override that applied (never its key). */
+static void override_field(wr *w, const sl_verdict *v) {
+    const sl_vovr *ov = sl_verdict_override(v);
+    if (ov == NULL) return;
+    static const char *const kinds[] = {"none", "plan", "limits", "block", "exempt"};
+    ws(w, ",\"source\":\"override\",\"override\":{\"policy\":");
+    wjson_str(w, ((const sl__epol *)ov->ep)->cp->name);
+    wf(w, ",\"kind\":\"%s\"", kinds[ov->kind <= 4 ? ov->kind : 0]);
+    if (ov->kind == SL_OVR_PLAN) {
+        ws(w, ",\"plan\":");
+        wjson_str(w, ov->plan);
+    }
+    if (ov->label[0]) {
+        ws(w, ",\"label\":");
+        wjson_str(w, ov->label);
+    }
+    ws(w, "}");
+}
+
 int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, size_t len) {
     wr w = {buf, len, 0, false};
     if (buf == NULL || len == 0) return SLUICE_ERANGE;
@@ -329,7 +355,12 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
         const char *why, *shed = sl_verdict_shed(v, &why);
         unsigned plvl;
         const char *pact;
-        if (shed != NULL)
+        const sl_vovr *ov = sl_verdict_override(v);
+        if (ov != NULL && ov->kind == SL_OVR_BLOCK)
+            snprintf(d, sizeof(d), "This key is blocked by an override of policy '%s'%s%s%s.",
+                     ((const sl__epol *)ov->ep)->cp->name, ov->label[0] ? " (" : "",
+                     ov->label, ov->label[0] ? ")" : "");
+        else if (shed != NULL)
             snprintf(d, sizeof(d), "Requests of class '%s' are shed: limit '%s' is %s%s.", shed, who,
                      strcmp(why, "full") == 0 ? "full" : "filled beyond that class's share",
                      strcmp(why, "reserved") == 0 ? " (what is left is reserved for other classes)" : "");
@@ -350,6 +381,7 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
     }
     ws(&w, "]");
     if (v->action == SL_REJECT && !v->missing_key_policy) cap_fields(&w, v);
+    if (v->action == SL_REJECT) override_field(&w, v);
     if (has_tid) wf(&w, ",\"trace_id\":\"%s\"", tid);
     ws(&w, "}");
     return finish(&w);
@@ -402,6 +434,7 @@ int sl_render_json(const sl_verdict *v, bool with_keys, char *buf, size_t len) {
     }
     if (v->action == SL_REJECT && !v->missing_key_policy) cap_fields(&w, v);
     if (v->challenge) ws(&w, ",\"challenge\":true");
+    override_field(&w, v);
     ws(&w, ",\"limits\":[");
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];

@@ -18,6 +18,7 @@
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/server.h"
+#include "store/override.h"
 
 #ifndef SLUICE_COMMIT
 #define SLUICE_COMMIT "unknown"
@@ -128,6 +129,48 @@ static void store(sl_server *s, sl_prom *p) {
     /* sluice_redis_node_up{node,role}: per node, from the Redis store's own text (below) */
 }
 
+typedef struct ovr_scrape {
+    sl_prom *p;
+    const sl_config *cfg;
+    uint64_t orphaned;
+    bool values;
+} ovr_scrape;
+
+static void ovr_policy(void *ud, const char *policy, int64_t n) {
+    ovr_scrape *o = ud;
+    bool in = sl_obs_in_config(o->cfg, policy);
+    if (!o->values) {
+        if (!in && n > 0) o->orphaned += (uint64_t)n;
+        return;
+    }
+    if (!in) return; /* a removed policy's overrides are counted as orphaned, not by name */
+    const char *l[] = {"policy", policy, NULL};
+    sl_prom_u64(o->p, l, n > 0 ? (uint64_t)n : 0);
+}
+
+/* Per-key overrides: how many per policy in force (bounded by the config), how many
+ * dormant because their policy is gone, and decisions decided under one, by kind. */
+static void overrides_metrics(sl_server *s, sl_prom *p) {
+    sl_ovr_table *t = s->redis ? NULL : sl_store_overrides(s->store);
+    if (t == NULL) return;
+    ovr_scrape o = {p, sl_obs_gen_now(s)->cfg, 0, true};
+    sl_prom_family(p, "sluice_overrides", SL_PROM_GAUGE,
+                   "Per-key overrides set, by policy of the configuration in force.");
+    sl_ovr_policy_each(t, ovr_policy, &o);
+    o.values = false;
+    sl_ovr_policy_each(t, ovr_policy, &o);
+    sl_prom_family(p, "sluice_overrides_orphaned", SL_PROM_GAUGE,
+                   "Overrides kept dormant because their policy is not in the configuration.");
+    sl_prom_u64(p, NULL, o.orphaned);
+    sl_prom_family(p, "sluice_override_decisions_total", SL_PROM_COUNTER,
+                   "Decisions of a key under a per-key override, by the override's kind.");
+    static const char *const kinds[5] = {"none", "plan", "limits", "block", "exempt"};
+    for (int k = 1; k < 5; k++) {
+        const char *l[] = {"kind", kinds[k], NULL};
+        sl_prom_u64(p, l, OSUM(ovr_dec[k]));
+    }
+}
+
 static void server_families(sl_server *s, sl_prom *p) {
     sl_obs *o = s->obs;
     static const char *const listeners[SL_KINDS] = {"http", "resp", "admin", "grpc"};
@@ -192,6 +235,7 @@ static void server_families(sl_server *s, sl_prom *p) {
             const char *l[] = {"source", sources[src], "outcome", oc ? "refused" : "ok", NULL};
             sl_prom_u64(p, l, v);
         }
+    overrides_metrics(s, p);
     sl_prom_family(p, "sluice_config_generation", SL_PROM_GAUGE,
                    "The configuration generation in force (1 at start, +1 per applied reload).");
     sl_prom_u64(p, NULL, sl_obs_gen_now(s)->id);

@@ -557,6 +557,8 @@ void sl_server_count_verdict_tp(sl_worker *w, int rc, const sl_verdict *v, const
     sl_obs_w *ow = w->obs;
     const sl_obs_gen *gm = w->gen ? w->gen->obs : NULL;
     if (ow == NULL) return;
+    for (size_t g = 0; g < v->n_ovr; g++) /* per-key overrides: by kind, never by key */
+        if (v->ovr[g].kind != 0 && v->ovr[g].kind < 5) inc(&ow->ovr_dec[v->ovr[g].kind], 1);
     if (v->missing_key_policy != NULL && rc == SLUICE_OK) {
         const sl_obs_gen_ent *e = gen_find(gm, v->missing_key_policy);
         inc(&ow->dec[e ? e->pseries : 0][SL_MET_ERROR], 1);

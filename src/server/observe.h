@@ -40,6 +40,7 @@ typedef struct sl_obs_w {
     _Atomic uint64_t cost[SL_OBS_SERIES];
     _Atomic uint64_t store_err[SL_OBS_STORE_ERRS];
     _Atomic uint64_t refused[SL_KINDS];
+    _Atomic uint64_t ovr_dec[5]; /* decisions under a per-key override, by sl_ovr_kind */
     sl_prom_hist req_lat;
     sl_prom_hist store_lat[SL_OBS_OPS];
     /* explanations waiting for their peek (explain_api.c) */

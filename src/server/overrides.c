@@ -123,7 +123,7 @@ static bool parse_rfc3339(const char *s, int64_t *ns) {
         !digits(s + 11, 2, &h) || s[13] != ':' || !digits(s + 14, 2, &m) || s[16] != ':' ||
         !digits(s + 17, 2, &sec))
         return false;
-    if (Y < 1970 || Y > 2199 || M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
+    if (Y < 1970 || Y > 9999 || M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
         return false;
     const char *p = s + 19;
     int64_t frac = 0;

@@ -231,6 +231,14 @@ atomic_int_fast64_t *sl_ovr_policy_count(sl_ovr_table *t, const char *policy) {
     return c;
 }
 
+void sl_ovr_policy_each(sl_ovr_table *t, void (*fn)(void *ud, const char *policy, int64_t n),
+                        void *ud) {
+    slock(&t->plock);
+    unsigned n = t->npol;
+    sunlock(&t->plock);
+    for (unsigned i = 0; i < n; i++) fn(ud, t->pol[i]->name, atomic_load(&t->pol[i]->n));
+}
+
 static void pol_add(sl_ovr_table *t, const char *policy, int d) {
     if (policy == NULL) return;
     atomic_int_fast64_t *c = sl_ovr_policy_count(t, policy);

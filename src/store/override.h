@@ -95,6 +95,9 @@ sl_hash128 sl_ovr_hash_parts(const sl_ovr_table *t, const char *policy, const vo
 /* Live overrides (and tombstones) of a policy: the decision path skips the lookup at 0. */
 atomic_int_fast64_t *sl_ovr_policy_count(sl_ovr_table *t, const char *policy);
 uint64_t sl_ovr_count(const sl_ovr_table *t);
+/* Each policy name that ever had an override, with its live count (scrape time). */
+void sl_ovr_policy_each(sl_ovr_table *t, void (*fn)(void *ud, const char *policy, int64_t n),
+                        void *ud);
 uint64_t sl_ovr_slots(const sl_ovr_table *t); /* records and tombstones (admin paths) */
 void sl_ovr_clear(sl_ovr_table *t);
 
