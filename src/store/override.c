@@ -5,6 +5,7 @@
  * on the admin path. The decision path takes one shard lock for one probe and copies what
  * it needs; nothing it reads outlives the lock, so records are freed by whoever unlinks them.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,8 @@ typedef struct oshard {
 
 typedef struct opol {
     char name[256];
-    atomic_int_fast64_t n;
+    atomic_int_fast64_t n;    /* slots (records and tombstones): decisions look up at > 0 */
+    atomic_int_fast64_t live; /* live records (metrics) */
 } opol;
 
 struct sl_ovr_table {
@@ -44,7 +46,7 @@ struct sl_ovr_table {
     opol none; /* the counter of policies beyond OVR_POLICIES: never 0 once used */
 };
 
-static void pol_add(sl_ovr_table *t, const char *policy, int d);
+static void pol_add(sl_ovr_table *t, const char *policy, int slots, int live);
 
 static void slock(atomic_uint *l) {
     while (atomic_exchange_explicit(l, 1, memory_order_acquire))
@@ -140,10 +142,8 @@ void sl_ovr_clear(sl_ovr_table *t) {
         for (uint32_t j = 0; j < s->cap; j++) {
             sl_ovr_rec *r = s->s[j].rec;
             if (r == NULL) continue;
-            if (r->kind != SL_OVR_NONE) {
-                atomic_fetch_sub(&t->live, 1);
-                pol_add(t, r->policy, -1);
-            }
+            if (r->kind != SL_OVR_NONE) atomic_fetch_sub(&t->live, 1);
+            pol_add(t, r->policy, -1, r->kind != SL_OVR_NONE ? -1 : 0);
             free(r);
             s->s[j].rec = NULL;
         }
@@ -219,6 +219,7 @@ atomic_int_fast64_t *sl_ovr_policy_count(sl_ovr_table *t, const char *policy) {
         if (p != NULL) {
             memcpy(p->name, policy, strlen(policy));
             atomic_init(&p->n, 0);
+            atomic_init(&p->live, 0);
             t->pol[t->npol++] = p;
             c = &p->n;
         }
@@ -236,13 +237,16 @@ void sl_ovr_policy_each(sl_ovr_table *t, void (*fn)(void *ud, const char *policy
     slock(&t->plock);
     unsigned n = t->npol;
     sunlock(&t->plock);
-    for (unsigned i = 0; i < n; i++) fn(ud, t->pol[i]->name, atomic_load(&t->pol[i]->n));
+    for (unsigned i = 0; i < n; i++) fn(ud, t->pol[i]->name, atomic_load(&t->pol[i]->live));
 }
 
-static void pol_add(sl_ovr_table *t, const char *policy, int d) {
+static void pol_add(sl_ovr_table *t, const char *policy, int slots, int live) {
     if (policy == NULL) return;
     atomic_int_fast64_t *c = sl_ovr_policy_count(t, policy);
-    if (c != &t->none.n) atomic_fetch_add(c, d);
+    if (c == &t->none.n) return;
+    opol *p = (opol *)(void *)((char *)c - offsetof(opol, n));
+    atomic_fetch_add(&p->n, slots);
+    atomic_fetch_add(&p->live, live);
 }
 
 /* ---- slots ------------------------------------------------------------------------ */
@@ -354,11 +358,7 @@ int sl_ovr_put(sl_ovr_table *t, sl_ovr_rec *rec, int64_t now_wall, bool *created
     sunlock(&s->lock);
     if (!counted) {
         atomic_fetch_add(&t->live, 1);
-        pol_add(t, rec->policy, 1);
-    }
-    if (*old != NULL && strcmp((*old)->policy, rec->policy) != 0) { /* not reached: hash has it */
-        pol_add(t, (*old)->policy, -1);
-        pol_add(t, rec->policy, 1);
+        pol_add(t, rec->policy, o == NULL ? 1 : 0, 1);
     }
     return SLUICE_OK;
 }
@@ -377,7 +377,8 @@ sl_ovr_rec *sl_ovr_get(sl_ovr_table *t, sl_hash128 h, int64_t now_wall) {
  * out of memory (nothing changed). Shard locked. */
 static sl_ovr_rec *bury(sl_ovr_table *t, oshard *s, oslot *o, int64_t now_wall) {
     sl_ovr_rec *prev = o->rec;
-    if (o->applied == 0) {
+    bool o_gone = o->applied == 0;
+    if (o_gone) {
         unlink_slot(s, o);
     } else {
         sl_ovr_rec tm;
@@ -391,10 +392,8 @@ static sl_ovr_rec *bury(sl_ovr_table *t, oshard *s, oslot *o, int64_t now_wall) 
         if (tomb == NULL) return NULL;
         o->rec = tomb;
     }
-    if (prev->kind != SL_OVR_NONE) {
-        atomic_fetch_sub(&t->live, 1);
-        pol_add(t, prev->policy, -1);
-    }
+    if (prev->kind != SL_OVR_NONE) atomic_fetch_sub(&t->live, 1);
+    pol_add(t, prev->policy, o_gone ? -1 : 0, prev->kind != SL_OVR_NONE ? -1 : 0);
     return prev;
 }
 
@@ -462,6 +461,7 @@ int sl_ovr_guard_take(const sl_ovr_guard *g) {
         unlink_slot(s, o);
     }
     sunlock(&s->lock);
+    if (drop != NULL) pol_add(g->t, drop->policy, -1, 0);
     free(drop);
     return SLUICE_OK;
 }
@@ -484,6 +484,7 @@ size_t sl_ovr_sweep(sl_ovr_table *t, int64_t now_wall) {
             } else if (r->kind == SL_OVR_NONE && now_wall - r->dead_at_ns > SL_OVR_TOMB_NS) {
                 gone = r;
                 unlink_slot(s, o);
+                pol_add(t, r->policy, -1, 0);
             }
             if (gone != NULL) {
                 free(gone);
@@ -816,10 +817,8 @@ int sl_ovr_decode(sl_ovr_table *t, const unsigned char *p, size_t len, char *eb,
             break;
         }
         if (rec->ver > maxver) maxver = rec->ver;
-        if (rec->kind != SL_OVR_NONE) {
-            atomic_fetch_add(&t->live, 1);
-            pol_add(t, rec->policy, 1);
-        }
+        if (rec->kind != SL_OVR_NONE) atomic_fetch_add(&t->live, 1);
+        pol_add(t, rec->policy, 1, rec->kind != SL_OVR_NONE ? 1 : 0);
     }
     if (rc == SLUICE_OK && r.off != len) rc = dfail(eb, ebn, "bytes after the last record", n);
     if (t != NULL && atomic_load(&t->ver) < maxver) atomic_store(&t->ver, maxver);
