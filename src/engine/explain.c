@@ -56,6 +56,11 @@ struct sl_explain {
     xpol *p;
     const char *missing_key_policy;
     uint64_t cost[SLUICE_MAX_ITEMS]; /* every item's cost before the peek zeroed it */
+    /* per-key overrides: the spans prepare gave their policies (the peek rewrites them) */
+    uint8_t ng;
+    bool spans_fixed;
+    size_t g0first[SL_VERDICT_OVR], g0n[SL_VERDICT_OVR];
+    uint64_t gcost[SL_VERDICT_OVR];
     sl_verdict v;
 };
 
@@ -120,6 +125,73 @@ static void make_peek(sl_explain *x) {
         it->cost = 0;
         it->settle = false;
         it->charge = false;
+    }
+    x->ng = x->v.n_ovr;
+    x->spans_fixed = false;
+    for (size_t g = 0; g < x->v.n_ovr; g++) {
+        x->g0first[g] = x->v.ovr[g].first;
+        x->g0n[g] = x->v.ovr[g].n;
+        x->gcost[g] = x->v.ovr[g].cost;
+        x->v.ovr[g].cost = 0; /* the override's windows are peeked too */
+    }
+}
+
+/* After the peek: the policies' item spans and costs as the overrides rewrote them. */
+static void fix_spans(sl_explain *x) {
+    if (x->ng == 0 || x->spans_fixed) return;
+    x->spans_fixed = true;
+    uint64_t cost[SLUICE_MAX_ITEMS];
+    size_t io = 0, in = 0;
+    for (size_t g = 0; g < x->ng; g++) {
+        const sl_vovr *ov = &x->v.ovr[g];
+        for (; io < x->g0first[g] && in < SLUICE_MAX_ITEMS; io++) cost[in++] = x->cost[io];
+        for (size_t k = 0; k < ov->n && in < SLUICE_MAX_ITEMS; k++) cost[in++] = x->gcost[g];
+        io = x->g0first[g] + x->g0n[g];
+    }
+    for (; io < SLUICE_MAX_ITEMS && in < SLUICE_MAX_ITEMS; io++) cost[in++] = x->cost[io];
+    memcpy(x->cost, cost, sizeof(cost));
+    for (size_t i = 0; i < x->n; i++) {
+        xpol *p = &x->p[i];
+        if (p->n == 0 && p->first == 0) continue;
+        long delta = 0;
+        bool mine = false;
+        for (size_t g = 0; g < x->ng; g++) {
+            if (x->g0first[g] == p->first && x->g0n[g] == p->n && !mine) {
+                p->n = x->v.ovr[g].n;
+                mine = true;
+                continue;
+            }
+            if (x->g0first[g] < p->first) delta += (long)x->v.ovr[g].n - (long)x->g0n[g];
+        }
+        p->first = (size_t)((long)p->first + delta);
+    }
+}
+
+/* The override that applied to policy p's key, as the table holds it now. */
+static void override_json(sl_jw *w, const sl_explain *x, const xpol *p) {
+    for (size_t g = 0; g < x->ng; g++) {
+        const sl_vovr *ov = &x->v.ovr[g];
+        if (ov->kind == SL_OVR_NONE || ((const sl__epol *)ov->ep)->cp != p->cp) continue;
+        static const char *const kinds[] = {"none", "plan", "limits", "block", "exempt"};
+        sl_jw_key(w, "override");
+        sl_jw_obj(w);
+        sl_jw_kstr(w, "kind", kinds[ov->kind <= 4 ? ov->kind : 0]);
+        sl_ovr_table *t = sl_store_overrides(x->e->store);
+        sl_ovr_rec *r = t != NULL ? sl_ovr_get(t, ov->guard.h, x->v.decided_at.wall_ns) : NULL;
+        if (ov->kind == SL_OVR_PLAN) sl_jw_kstr(w, "plan", ov->plan);
+        if (r != NULL) {
+            if (r->kind == SL_OVR_LIMITS && r->body) sl_jw_kstr(w, "limits", r->body);
+            if (r->label) sl_jw_kstr(w, "label", r->label);
+            if (r->reason) sl_jw_kstr(w, "reason", r->reason);
+            sl_jw_kstr(w, "set_by", r->set_by);
+            sl_jw_ki64(w, "set_at_ms", r->set_at_ns / SLUICE_NS_PER_MS);
+            if (r->expires_ns) sl_jw_ki64(w, "expires_at_ms", r->expires_ns / SLUICE_NS_PER_MS);
+            sl_ovr_rec_free(r);
+        } else if (ov->label[0]) {
+            sl_jw_kstr(w, "label", ov->label);
+        }
+        sl_jw_end(w);
+        return;
     }
 }
 
@@ -661,6 +733,7 @@ static void answer_json(sl_jw *w, const sl_explain *x, int rc) {
 
 char *sl_explain_render(const sl_explain *x, int rc, const sl_explain_opts *o, size_t *len) {
     if (x == NULL) return NULL;
+    fix_spans((sl_explain *)x); /* once: the rendering reads the spans as the peek left them */
     sl_jw w;
     sl_jw_init(&w);
     char b[64];
@@ -694,6 +767,7 @@ char *sl_explain_render(const sl_explain *x, int rc, const sl_explain_opts *o, s
         sl_jw_kstr(&w, "policy", p->cp->name);
         if (p->desc >= 0 && matched) sl_jw_ki64(&w, "descriptor", p->desc);
         sl_jw_kbool(&w, "matched", matched);
+        if (matched) override_json(&w, x, p);
         sl_jw_key(&w, "why");
         why_text(&w, x, p);
         if (matched) {
