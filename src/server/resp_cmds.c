@@ -14,6 +14,7 @@
 
 #include "engine/explain.h"
 #include "server/observe.h"
+#include "server/overrides.h"
 #include "server/pending.h"
 #include "server/server.h"
 
@@ -97,8 +98,12 @@ static bool do_auth(resp_ctx *x, size_t at, size_t n, bool reply_ok) {
     }
     size_t pw = at + n - 1; /* the password is the last argument; a user name is ignored */
     bool ok = tok[0] != '\0' && token_ok(tok, cmd->argv[pw], cmd->argl[pw]);
+    if (ok) snprintf(x->c->auth_name, sizeof(x->c->auth_name), "admin");
     for (unsigned i = 0; i < st->n_admin_tokens; i++) /* named tokens (admin.tokens) too */
-        ok |= token_ok(st->admin_tokens[i].token, cmd->argv[pw], cmd->argl[pw]);
+        if (token_ok(st->admin_tokens[i].token, cmd->argv[pw], cmd->argl[pw]) && !ok) {
+            ok = true;
+            snprintf(x->c->auth_name, sizeof(x->c->auth_name), "%s", st->admin_tokens[i].name);
+        }
     if (!ok) {
         x->c->authed = false;
         sl_resp_error(&x->wb, "WRONGPASS invalid username-password pair or user is disabled.");
@@ -767,6 +772,73 @@ bad:
     sl_resp_error(&x->wb, "ERR syntax: SL.CLOCK SET <unix_ms> | SL.CLOCK ADVANCE <ms> | SL.CLOCK GET");
 }
 
+/* ---- SL.OVERRIDE SET|GET|DEL <policy> <key> [JSON] (per-key overrides, overrides.c) ----
+ * The key is the admin API's path form (parts joined by '|', each percent-encoded). */
+static void cmd_override(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    sl_server *s = x->c->w->srv;
+    if (!authorized(x)) return;
+    bool set = cmd->argc == 5 && sl_resp_arg_is(cmd, 1, "SET");
+    bool get = cmd->argc == 4 && sl_resp_arg_is(cmd, 1, "GET");
+    bool del = cmd->argc == 4 && sl_resp_arg_is(cmd, 1, "DEL");
+    char policy[256];
+    if ((!set && !get && !del) || arg_cstr(cmd, 2, policy, sizeof(policy)) != 0) {
+        sl_resp_error(&x->wb, "ERR syntax: SL.OVERRIDE SET <policy> <key> <json> | SL.OVERRIDE "
+                              "GET <policy> <key> | SL.OVERRIDE DEL <policy> <key>");
+        return;
+    }
+    const char *who = auth_required(x->c->w->gen) ? x->c->auth_name : "";
+    if (!sl_admin_may(s, who, set || del ? SL_ADMIN_OVERRIDES : SL_ADMIN_READ)) {
+        sl_resp_error(&x->wb, "NOPERM this token may not do that with overrides");
+        return;
+    }
+    const sl_engine *e = x->c->w->gen->engine;
+    sluice_time now = sluice_clock_now(s->clock);
+    sl_ovr_res res = {0};
+    json_t *out = NULL;
+    if (set) {
+        json_error_t jerr;
+        json_t *body = json_loadb(cmd->argv[4], cmd->argl[4], 0, &jerr);
+        bool created = false;
+        if (body == NULL) {
+            snprintf(res.detail, sizeof(res.detail), "the JSON does not parse: %s", jerr.text);
+            res.status = 400;
+        } else if (sl_ovr_set(s, e, policy, cmd->argv[3], cmd->argl[3], NULL, body, who, now, &out,
+                              &created, &res) == 0) {
+            res.status = 0;
+        }
+        json_decref(body);
+    } else if (get) {
+        out = sl_ovr_get_json(s, e, policy, cmd->argv[3], cmd->argl[3], NULL, now, &res);
+    } else if (sl_ovr_remove(s, e, policy, cmd->argv[3], cmd->argl[3], NULL, who, now, &res) == 0) {
+        sl_resp_int(&x->wb, 1);
+        return;
+    }
+    if (out == NULL) {
+        if (res.status == 404 && get) {
+            sl_resp_null(&x->wb, x->c->proto);
+        } else if (res.status == 404 && del) {
+            sl_resp_int(&x->wb, 0);
+        } else {
+            char m[420];
+            snprintf(m, sizeof(m), "ERR %s%s%s", res.field[0] ? res.field : "", res.field[0] ? ": " : "",
+                     res.detail);
+            for (char *c = m; *c; c++)
+                if (*c == '\r' || *c == '\n') *c = ' ';
+            sl_resp_error(&x->wb, m);
+        }
+        return;
+    }
+    char *txt = json_dumps(out, JSON_COMPACT);
+    json_decref(out);
+    if (txt == NULL) {
+        sl_resp_error(&x->wb, "ERR out of memory");
+        return;
+    }
+    sl_resp_bulk_str(&x->wb, txt);
+    free(txt);
+}
+
 static void write_throttle(sl_conn *c, sl_wbuf *wb, void *arg) {
     sl_pending *p = arg;
     sl_worker *w = c->w;
@@ -975,6 +1047,7 @@ static void cmd_client(resp_ctx *x) {
 void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd) {
     size_t need = REPLY_RESERVE;
     for (size_t i = 1; i < cmd->argc && i < 3; i++) need += cmd->argl[i]; /* ECHO, PING msg */
+    if (cmd->argc > 1 && sl_resp_arg_is(cmd, 0, "SL.OVERRIDE")) need += 16384; /* its JSON */
     if (sl_conn_reserve(c, need + SL_TOKEN_MAX) != 0) {
         c->close_after = true;
         return;
@@ -994,6 +1067,7 @@ void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd) {
         else if (sl_resp_arg_is(cmd, 0, "SL.CLOCK")) cmd_clock(&x);
         else if (sl_resp_arg_is(cmd, 0, "SL.EXPLAIN")) cmd_explain(&x);
         else if (sl_resp_arg_is(cmd, 0, "SL.PASS")) cmd_check(&x, 2);
+        else if (sl_resp_arg_is(cmd, 0, "SL.OVERRIDE")) cmd_override(&x);
         else err_unknown(&x);
     } else if (sl_resp_arg_is(cmd, 0, "CL.THROTTLE")) {
         cmd_throttle(&x);

@@ -144,6 +144,7 @@ typedef struct sl_conn {
     sl_conn_kind kind;
     sl_conn_kind listener;  /* the listener that accepted it (kind may become GRPC) */
     bool authed;            /* RESP: AUTH given with the admin token */
+    char auth_name[64];     /* RESP: that token's name ("admin", an admin.tokens name) */
     sl_dnode timer;
     char *rbuf;
     size_t rlen, rcap;

@@ -356,3 +356,27 @@ def test_import_export_round_trip_and_hostile_lines(make_server):
     assert state(s) == before
     # decisions follow the imported overrides
     assert [auth(s, "i2").status_code for _ in range(8)].count(200) == 7
+
+
+def test_resp_override_commands(make_server):
+    s = make_server(config_text=cfg())
+    c = s.resp()
+    r = c.command("SL.OVERRIDE", "GET", "api", "r1")
+    assert isinstance(r, str) and r.startswith("NOAUTH"), r  # behind AUTH when tokens are set
+    assert c.command("AUTH", TOKEN) in (b"OK", "OK")
+    got = c.command("SL.OVERRIDE", "SET", "api", "r1", json.dumps({"limits": [{"rate": "10/min", "burst": 10}],
+                                                                   "label": "resp"}))
+    o = json.loads(got)
+    assert o["label"] == "resp" and o["set_by"] == "ops"
+    assert json.loads(c.command("SL.OVERRIDE", "GET", "api", "r1"))["kind"] == "limits"
+    assert sum(as_dict(c.command("SL.CHECK", "api", "r1"))["allowed"] for _ in range(12)) == 10
+    err = c.command("SL.OVERRIDE", "SET", "api", "r1", json.dumps({"limits": [{"rate": "0/s"}]}))
+    assert isinstance(err, str) and err.startswith("ERR limits[0].rate"), err
+    assert c.command("SL.OVERRIDE", "SET", "api", "r1", "{nope").startswith("ERR")
+    assert c.command("SL.OVERRIDE", "DEL", "api", "r1") == 1
+    assert c.command("SL.OVERRIDE", "DEL", "api", "r1") == 0
+    assert c.command("SL.OVERRIDE", "GET", "api", "r1") is None
+    assert c.command("SL.OVERRIDE", "FROB", "api", "r1").startswith("ERR syntax")
+    # the HTTP API sees what RESP set, and the other way round
+    assert put(s, "api", "r2", {"block": True}).status_code == 201
+    assert json.loads(c.command("SL.OVERRIDE", "GET", "api", "r2"))["kind"] == "block"
