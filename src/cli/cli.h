@@ -10,6 +10,7 @@ int sl_cli_serve(int argc, char **argv);  /* serve.c */
 int sl_cli_config(int argc, char **argv); /* config_cmd.c: "config check FILE" */
 int sl_cli_reload(int argc, char **argv); /* admin_cmd.c: POST /v1/reload */
 int sl_cli_status(int argc, char **argv); /* admin_cmd.c: GET /readyz, /v1/policies */
+int sl_cli_override(int argc, char **argv); /* override_cmd.c: /v1/overrides */
 int sl_cli_explain(int argc, char **argv); /* explain.c */
 /* compat.c: `--compat envoy-ratelimit`: envoyproxy/ratelimit's environment into the
  * server options and the process-wide envoy settings (before any config is loaded). 0, or

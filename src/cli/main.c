@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  replay -c CONFIG TRACE...  run CONFIG over recorded traffic (access logs, CSV)\n"
             "  reload               ask the running server to reload its config (admin API)\n"
             "  status               the running server's readiness and policies (admin API)\n"
+            "  override COMMAND     per-key overrides: set, get, rm, ls, import, export (admin API)\n"
             "  version              print the version\n");
 }
 
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "explain") == 0) return sl_cli_explain(argc - 1, argv + 1);
     if (strcmp(cmd, "reload") == 0) return sl_cli_reload(argc - 1, argv + 1);
     if (strcmp(cmd, "status") == 0) return sl_cli_status(argc - 1, argv + 1);
+    if (strcmp(cmd, "override") == 0) return sl_cli_override(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("sluice %s\n", sluice_version());
         return 0;
@@ -46,6 +48,10 @@ int main(int argc, char **argv) {
                 char *cs[] = {"config", "--help", NULL};
                 return sl_cli_config(2, cs);
             }
+            if (strcmp(argv[2], "override") == 0) {
+                char *os[] = {"override", "--help", NULL};
+                return sl_cli_override(2, os);
+            }
             static const char *const topics[] = {"serve", "simulate", "replay", "explain", "reload", "status", NULL};
             for (size_t i = 0; topics[i]; i++)
                 if (strcmp(argv[2], topics[i]) == 0) {
@@ -56,7 +62,7 @@ int main(int argc, char **argv) {
                 }
             (void)sub;
             fprintf(stderr, "sluice: no help on '%s' (topics: serve, config, simulate, replay, explain, "
-                            "reload, status; man sluice, man sluice.yaml)\n", argv[2]);
+                            "reload, status, override; man sluice, man sluice.yaml)\n", argv[2]);
             return 2;
         }
         usage(stdout);

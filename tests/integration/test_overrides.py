@@ -380,3 +380,57 @@ def test_resp_override_commands(make_server):
     # the HTTP API sees what RESP set, and the other way round
     assert put(s, "api", "r2", {"block": True}).status_code == 201
     assert json.loads(c.command("SL.OVERRIDE", "GET", "api", "r2"))["kind"] == "block"
+
+
+def test_cli_override_commands(make_server, tmp_path):
+    import subprocess
+    from conftest import BIN
+    s = make_server(config_text=cfg())
+    tokf = tmp_path / "token"
+    tokf.write_text(TOKEN + "\n")
+    env = dict(os.environ, SLUICE_ADMIN="127.0.0.1:%d" % s.admin_port)
+    env.pop("SLUICE_ADMIN_TOKEN", None)
+
+    def run(*args, token="file", stdin=None):
+        e = dict(env)
+        a = [BIN, "override"]
+        if token == "file":
+            a += ["--token-file", str(tokf)]
+        elif token == "env":
+            e["SLUICE_ADMIN_TOKEN"] = TOKEN
+        return subprocess.run(a + list(args), env=e, capture_output=True, text=True, timeout=30,
+                              input=stdin)
+
+    r = run("set", "api", "acme|4711", '{"plan": "enterprise", "label": "Acme"}')
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["label"] == "Acme"
+    # the key's '|' joins parts: the same identity the API's path names
+    import http.client
+
+    def raw_get(path):  # requests would encode the '|' that joins the parts
+        c = http.client.HTTPConnection("127.0.0.1", s.admin_port, timeout=10)
+        c.request("GET", path, headers=H)
+        st = c.getresponse().status
+        c.close()
+        return st
+
+    assert raw_get("/v1/overrides/api/acme%7C4711") == 404  # one part holding a '|'
+    assert raw_get("/v1/overrides/api/acme|4711") == 200
+    r = run("get", "api", "acme|4711", token="env")
+    assert r.returncode == 0 and json.loads(r.stdout)["kind"] == "plan"
+    r = run("get", "api", "acme|4711", token=None)
+    assert r.returncode == 1 and "token was refused" in r.stderr
+    r = run("set", "api", "k", "-", stdin='{"limits": [{"rate": "0/min"}]}')
+    assert r.returncode == 1 and "limits[0].rate" in r.stderr
+    f = tmp_path / "in.ndjson"
+    f.write_text('{"policy": "api", "key": "b1", "block": true}\nnot json\n')
+    r = run("import", str(f))
+    assert r.returncode == 1 and "applied: 1, refused: 1" in r.stdout and "in.ndjson:2:" in r.stderr
+    r = run("ls")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2
+    r = run("export")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2
+    assert run("rm", "api", "b1").returncode == 0
+    assert run("get", "api", "b1").returncode == 1
+    assert run("frob").returncode == 2
+    assert run("get", "api").returncode == 2
