@@ -485,7 +485,7 @@ void sl__load_root(sl__ctx *cx, const sl_ynode *root) {
     }
     static const char *const top[] = {"listen", "workers", "admin", "auth", "headers",
                                       "log", "store", "policies", "domains", "observe",
-                                      "audit", NULL};
+                                      "audit", "overrides", NULL};
     sl__check_fields(cx, root, "the config", top);
     sl__parse_settings(cx, root, &cx->cfg->settings);
     const sl_ynode *pols = sl__get(root, "policies"), *doms = sl__get(root, "domains");

@@ -155,6 +155,7 @@ typedef struct sl_settings {
         uint64_t max_tokens;        /* outstanding settle/release tokens; 0 = SL_TOKENS_DEFAULT */
         sl_redis_conn_cfg redis;    /* redis: credentials, TLS, sentinel */
     } store;
+    uint64_t overrides_max;         /* overrides.max: per-key overrides kept; 0 = 1,000,000 */
     sl_envoy_settings envoy;        /* process-wide (sl_config_set_envoy), not from the file */
 } sl_settings;
 

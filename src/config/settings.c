@@ -324,6 +324,13 @@ static void parse_admin_tokens(sl__ctx *cx, const sl_ynode *x, sl_settings *st) 
 
 void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
     const sl_ynode *x;
+    if ((x = sl__get(root, "overrides")) != NULL) { /* per-key overrides (docs/overrides.md) */
+        static const char *const f[] = {"max", NULL};
+        const sl_ynode *m;
+        if (sl__check_fields(cx, x, "overrides", f) && (m = sl__get(x, "max")) != NULL &&
+            sl__get_u64(cx, m, UINT64_C(1) << 32, &st->overrides_max) && st->overrides_max == 0)
+            sl__err(cx, m, "overrides.max must be at least 1 (leave it out for 1000000)");
+    }
     if ((x = sl__get(root, "listen")) != NULL) {
         static const char *const f[] = {"http", "resp", "grpc", "admin", NULL};
         if (sl__check_fields(cx, x, "listen", f)) {

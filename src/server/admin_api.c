@@ -83,6 +83,11 @@ static const char *admin_caller(http_ctx *x) {
     return who;
 }
 
+const char *sl_admin_caller(sl_conn *c, const sl_http_req *req) {
+    http_ctx x = {.c = c, .req = req};
+    return admin_caller(&x);
+}
+
 static void handle_policies(http_ctx *x) {
     sl_server *s = x->c->w->srv;
     sl_gen *g = x->c->w->gen;

@@ -68,6 +68,8 @@ static void conn_close(sl_conn *c) {
     if (c->kind == SL_KIND_GRPC) w->ngrpc--;
     if (c->hold_until_ns) w->nheld--;
     if (conn_ops[c->kind].free) conn_ops[c->kind].free(c);
+    sl_ovr_stream_free(c->ovr_imp);
+    c->ovr_imp = NULL;
     sl_tls_free(c->tls);
     c->tls = NULL;
     atomic_fetch_sub(c->listener == SL_KIND_ADMIN ? &w->srv->nconns_admin : &w->srv->nconns, 1);
@@ -250,6 +252,8 @@ static void raw_reply(sl_conn *c, const char *s) {
     }
 }
 
+void sl_http_raw(sl_conn *c, const char *s) { raw_reply(c, s); }
+
 static int grow_rbuf(sl_conn *c, size_t max) {
     if (c->rcap >= max) return -1;
     size_t cap = c->rcap * 2;
@@ -323,11 +327,24 @@ static size_t http_process(sl_conn *c, bool draining) {
     sl_server *s = w->srv;
     size_t off = 0;
     while (off < c->rlen && !c->close_after && conn_may_go_on(c)) {
+        if (c->ovr_imp != NULL) { /* a streamed import's body: taken as it comes */
+            off += sl_ovr_stream_feed(c, c->rbuf + off, c->rlen - off);
+            if (c->ovr_imp != NULL) break;
+            continue;
+        }
         bool sample = (w->seq++ & 15) == 0;
         int64_t t0 = sample ? sl_clock_mono_ns() : 0;
         sl_http_req req;
         int rc = sl_http1_parse(c->rbuf + off, c->rlen - off, &s->opt.http_limits, &req,
                                 w->body_buf, s->opt.http_limits.max_body);
+        if ((rc == SL_HTTP_INCOMPLETE || rc == -413) && req.head_done && c->kind == SL_KIND_ADMIN &&
+            sl_ovr_stream_begin(c, &req)) {
+            /* POST /v1/overrides/import: its head is consumed, its body streamed */
+            const char *end = memmem(c->rbuf + off, c->rlen - off, "\r\n\r\n", 4);
+            off = (size_t)(end + 4 - c->rbuf);
+            sl_met_inc(&w->met->http_requests, 1);
+            continue; /* the stream closes the connection after its answer if asked to */
+        }
         if (rc == SL_HTTP_INCOMPLETE) {
             if (req.head_done && req.expect_continue && !c->sent_continue) {
                 raw_reply(c, req.minor == 0 ? "HTTP/1.0 100 Continue\r\n\r\n"

@@ -311,6 +311,7 @@ int sl_ovr_set(sl_server *s, const sl_engine *e, const char *policy, const char 
     res->status = 0;
     sl_ovr_table *t = table_of(s, res);
     if (t == NULL) return -1;
+    sl_ovr_set_max(t, sl_config_settings(sl_engine_config(e))->overrides_max);
     if (!json_is_object(body)) {
         resf(res, 400, "", "the body is a JSON object such as {\"plan\": \"enterprise\"}");
         return -1;

@@ -397,6 +397,133 @@ static void import_body(octx *x) {
     json_decref(o);
 }
 
+/* ---- the streamed import (conn.c hands over the body as it arrives) ------------------- */
+
+#define STREAM_LINE_MAX (1u << 20) /* one NDJSON line; a longer one is refused, skipped */
+
+struct sl_ovr_stream {
+    imp m;
+    octx x;
+    char who[128];
+    int minor;
+    bool keep_alive, skipping, head;
+    uint64_t left; /* body bytes still to come */
+    char *line;
+    size_t len, cap;
+};
+
+bool sl_ovr_stream_begin(sl_conn *c, const sl_http_req *req) {
+    static const char path[] = "/v1/overrides/import";
+    if (req->method_len != 4 || memcmp(req->method, "POST", 4) != 0 || req->chunked ||
+        req->target_len < sizeof(path) - 1 || memcmp(req->target, path, sizeof(path) - 1) != 0 ||
+        (req->target_len > sizeof(path) - 1 && req->target[sizeof(path) - 1] != '?'))
+        return false;
+    const sl_http_header *cl = sl_http1_header(req, "content-length");
+    if (cl == NULL || cl->value_len == 0 || cl->value_len > 19) return false;
+    uint64_t n = 0;
+    for (size_t i = 0; i < cl->value_len; i++) {
+        if (cl->value[i] < '0' || cl->value[i] > '9') return false;
+        n = n * 10 + (uint64_t)(cl->value[i] - '0');
+    }
+    const char *who = sl_admin_caller(c, req);
+    if (who == NULL || !sl_admin_may(c->w->srv, who, SL_ADMIN_OVERRIDES) || c->w->srv->redis)
+        return false; /* answered by the ordinary path (401, 403, 501, or 413 if too large) */
+    struct sl_ovr_stream *st = calloc(1, sizeof(*st));
+    if (st == NULL) return false;
+    snprintf(st->who, sizeof(st->who), "%s", who);
+    st->minor = req->minor;
+    st->keep_alive = req->keep_alive != 0;
+    st->left = n;
+    st->m.refused = json_array();
+    /* the context the line importer reads: the connection and the caller; the request
+     * object is not kept (its bytes are gone once the head is consumed) */
+    st->x.c = c;
+    st->x.who = st->who;
+    st->m.x = &st->x;
+    c->ovr_imp = st;
+    if (req->expect_continue) {
+        const char *cont = req->minor == 0 ? "HTTP/1.0 100 Continue\r\n\r\n" : "HTTP/1.1 100 Continue\r\n\r\n";
+        sl_http_raw(c, cont);
+    }
+    return true;
+}
+
+static void stream_line(struct sl_ovr_stream *st) {
+    if (st->skipping) {
+        st->m.line++;
+        refuse(&st->m, "a line longer than 1 MiB");
+    } else {
+        import_line(&st->m, st->line, st->len);
+    }
+    st->len = 0;
+    st->skipping = false;
+}
+
+size_t sl_ovr_stream_feed(sl_conn *c, const char *p, size_t n) {
+    struct sl_ovr_stream *st = c->ovr_imp;
+    size_t take = n < st->left ? n : (size_t)st->left;
+    for (size_t i = 0; i < take;) {
+        const char *nl = memchr(p + i, '\n', take - i);
+        size_t k = nl ? (size_t)(nl - (p + i)) : take - i;
+        if (!st->skipping) {
+            if (st->len + k > STREAM_LINE_MAX) {
+                st->skipping = true;
+                st->len = 0;
+            } else {
+                if (st->len + k > st->cap) {
+                    size_t cap = st->cap ? st->cap : 4096;
+                    while (cap < st->len + k) cap *= 2;
+                    char *b = realloc(st->line, cap);
+                    if (b == NULL) {
+                        st->skipping = true;
+                        st->len = 0;
+                    } else {
+                        st->line = b;
+                        st->cap = cap;
+                    }
+                }
+                if (!st->skipping) {
+                    memcpy(st->line + st->len, p + i, k);
+                    st->len += k;
+                }
+            }
+        }
+        i += k;
+        if (nl != NULL) {
+            stream_line(st);
+            i++;
+        }
+    }
+    st->left -= take;
+    if (st->left > 0) return take;
+    if (st->len > 0 || st->skipping) stream_line(st); /* the last line without its newline */
+    json_t *o = json_object();
+    json_object_set_new(o, "applied", json_integer((json_int_t)st->m.applied));
+    json_object_set_new(o, "refused", st->m.refused);
+    st->m.refused = NULL;
+    if (st->m.refused_total > json_array_size(json_object_get(o, "refused")))
+        json_object_set_new(o, "refused_total", json_integer((json_int_t)st->m.refused_total));
+    char *out = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!st->keep_alive) c->close_after = true;
+    if (out != NULL) {
+        sl_http_reply(c, st->minor, 200, NULL, "application/json", out, strlen(out), 1);
+        free(out);
+    } else {
+        sl_http_problem(c, st->minor, 500, "out of memory", 1);
+    }
+    c->ovr_imp = NULL;
+    sl_ovr_stream_free(st);
+    return take;
+}
+
+void sl_ovr_stream_free(struct sl_ovr_stream *st) {
+    if (st == NULL) return;
+    json_decref(st->m.refused);
+    free(st->line);
+    free(st);
+}
+
 void sl_overrides_http(sl_conn *c, const sl_http_req *req, const char *path, size_t path_len,
                        bool is_head, const char *who) {
     octx x = {c, req, path, path_len, is_head, who};

@@ -159,6 +159,7 @@ typedef struct sl_conn {
     char peer_ip[64];
     struct sl_conn *next_all, *prev_all;
     struct sl_h2 *h2;   /* the HTTP/2 session of a GRPC connection (src/grpc), or NULL */
+    struct sl_ovr_stream *ovr_imp; /* POST /v1/overrides/import being streamed, or NULL */
     struct sl_tls *tls; /* TLS under the reads and writes (tls.c), or NULL */
     bool proto_known;   /* HTTP: the first bytes were checked for the HTTP/2 preface */
     bool goaway_sent;   /* GRPC: drain already announced */
@@ -339,6 +340,18 @@ void sl_http_error(sl_conn *c, int minor, int status, const char *detail);
 /* One whole response into c's output (`hdrs`: complete header lines, or NULL). */
 void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const char *ctype,
                    const char *body, size_t body_len, int send_body);
+/* POST /v1/overrides/import streamed (overrides_api.c): whether the request whose head is
+ * parsed in `req` (its body still arriving, or beyond the body limit) is one; then the
+ * connection takes its body as it comes (sl_ovr_stream_feed), in bounded memory. */
+bool sl_ovr_stream_begin(sl_conn *c, const sl_http_req *req);
+/* Consumes body bytes of the streamed import (returns how many); answers and ends the
+ * stream when the body is complete. */
+size_t sl_ovr_stream_feed(sl_conn *c, const char *p, size_t n);
+void sl_ovr_stream_free(struct sl_ovr_stream *st);
+/* Bytes written to c's output as they are (an interim 100 Continue). */
+void sl_http_raw(sl_conn *c, const char *s);
+/* The admin caller's token name ("" with no token configured), NULL when unauthorized. */
+const char *sl_admin_caller(sl_conn *c, const sl_http_req *req);
 /* /v1/overrides on the admin listener (overrides_api.c); `who` is the caller's token name. */
 void sl_overrides_http(sl_conn *c, const sl_http_req *req, const char *path, size_t path_len,
                        bool is_head, const char *who);
