@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -149,7 +150,23 @@ static int oexchange(const otarget *t, const char *method, const char *path, con
         free(buf);
         return -1;
     }
+    bool chunked = false;
+    for (char *h = buf; h < sep; h++)
+        if (strncasecmp(h, "\r\ntransfer-encoding: chunked", 28) == 0) chunked = true;
     memmove(buf, sep + 4, len - (size_t)(sep + 4 - buf) + 1);
+    if (chunked) { /* a streamed export: its chunks joined in place */
+        size_t in = 0, o = 0, n = strlen(buf);
+        while (in < n) {
+            char *end = NULL;
+            unsigned long k = strtoul(buf + in, &end, 16);
+            char *crlf = strstr(buf + in, "\r\n");
+            if (crlf == NULL || end == buf + in || k == 0 || (size_t)(crlf + 2 - buf) + k > n) break;
+            memmove(buf + o, crlf + 2, k);
+            o += k;
+            in = (size_t)(crlf + 2 - buf) + k + 2;
+        }
+        buf[o] = '\0';
+    }
     *out = buf;
     return status;
 }

@@ -70,6 +70,8 @@ static void conn_close(sl_conn *c) {
     if (conn_ops[c->kind].free) conn_ops[c->kind].free(c);
     sl_ovr_stream_free(c->ovr_imp);
     c->ovr_imp = NULL;
+    sl_ovr_export_free(c->ovr_exp);
+    c->ovr_exp = NULL;
     sl_tls_free(c->tls);
     c->tls = NULL;
     atomic_fetch_sub(c->listener == SL_KIND_ADMIN ? &w->srv->nconns_admin : &w->srv->nconns, 1);
@@ -273,7 +275,19 @@ static size_t http_rmax(const sl_server *s) {
  * is backed up (backpressure), an answer is held (answers leave in order) or the shared
  * store has not answered the previous one. */
 static bool conn_may_go_on(const sl_conn *c) {
-    return c->wlen - c->woff <= SL_CONN_WHIGH && !c->hold_until_ns && !c->suspended;
+    return c->wlen - c->woff <= SL_CONN_WHIGH && !c->hold_until_ns && !c->suspended &&
+           c->ovr_exp == NULL;
+}
+
+/* A streamed export (GET /v1/overrides/export): more of it whenever the output drained,
+ * until the socket is full (EPOLLOUT brings us back) or the export ends. */
+static int export_pump(sl_conn *c) {
+    while (c->ovr_exp != NULL) {
+        sl_ovr_export_more(c);
+        if (conn_flush(c) != 0) return -1;
+        if (c->woff < c->wlen) break;
+    }
+    return 0;
 }
 
 /* RESP: commands framed and answered in order; consecutive SL.CHECK/SL.PEEK go through
@@ -477,6 +491,10 @@ static void conn_io(void *ud, uint32_t events) {
             conn_close(c);
             return;
         }
+        if (c->woff == c->wlen && c->ovr_exp != NULL && export_pump(c) != 0) {
+            conn_close(c);
+            return;
+        }
         if (c->woff == c->wlen && c->h2 && conn_ops[c->kind].output) {
             conn_ops[c->kind].output(c); /* the session's queued output, now that there is room */
             if (conn_flush(c) != 0) {
@@ -510,7 +528,9 @@ static void conn_io(void *ud, uint32_t events) {
         }
         if (!c->close_after) conn_process(c);
     }
-    if (c->broken || conn_flush(c) != 0 || conn_catch_up(c) != 0) {
+    if (c->broken || conn_flush(c) != 0 ||
+        (c->ovr_exp != NULL && c->woff == c->wlen && export_pump(c) != 0) ||
+        conn_catch_up(c) != 0) {
         conn_close(c);
         return;
     }

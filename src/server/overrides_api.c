@@ -283,24 +283,73 @@ static void export_one(void *ud, const sl_ovr_rec *r) {
     free(line);
 }
 
+/* The export is written as it is walked: an HTTP/1.1 chunked body (HTTP/1.0: ended by
+ * closing), one chunk per piece of the table, so a million overrides never sit in the
+ * output buffer at once. */
+struct sl_ovr_export {
+    unsigned shard;
+    uint32_t slot;
+    bool chunked;
+};
+
+void sl_ovr_export_free(struct sl_ovr_export *x) { free(x); }
+
+void sl_ovr_export_more(sl_conn *c) {
+    struct sl_ovr_export *ex = c->ovr_exp;
+    sl_server *s = c->w->srv;
+    xbuf b = {0};
+    bool more = sl_ovr_scan(sl_store_overrides(s->store), &ex->shard, &ex->slot, 2000,
+                            sluice_clock_now(s->clock).wall_ns, export_one, &b);
+    char head[32];
+    int hn = 0;
+    if (ex->chunked && b.len > 0) hn = snprintf(head, sizeof(head), "%zx\r\n", b.len);
+    const char *tail = !more && ex->chunked ? (b.len > 0 ? "\r\n0\r\n\r\n" : "0\r\n\r\n")
+                       : ex->chunked && b.len > 0 ? "\r\n" : "";
+    size_t need = (size_t)hn + b.len + strlen(tail);
+    if (b.oom || sl_conn_reserve(c, need) != 0) {
+        c->close_after = true; /* the body cannot go on: the client sees it cut */
+        more = false;
+    } else {
+        sl_wbuf wb;
+        sl_conn_wbuf(c, &wb);
+        sl_wbuf_put(&wb, head, (size_t)hn);
+        if (b.len) sl_wbuf_put(&wb, b.p, b.len);
+        sl_wbuf_puts(&wb, tail);
+        sl_conn_commit(c, &wb);
+    }
+    free(b.p);
+    if (!more) {
+        if (!ex->chunked) c->close_after = true;
+        c->ovr_exp = NULL;
+        free(ex);
+    }
+}
+
 static void export_all(octx *x) {
     sl_server *s = x->c->w->srv;
     if (s->redis) {
         fail(x, 501, "", "overrides are kept by the memory store only in this build");
         return;
     }
-    sl_ovr_table *t = sl_store_overrides(s->store);
-    xbuf b = {0};
-    sluice_time now = now_of(x);
-    sl_ovr_each(t, now.wall_ns, export_one, &b);
-    if (b.oom) {
-        free(b.p);
+    struct sl_ovr_export *ex = calloc(1, sizeof(*ex));
+    if (ex == NULL || sl_conn_reserve(x->c, 512) != 0) {
+        free(ex);
         fail(x, 500, "", "out of memory");
         return;
     }
-    sl_http_reply(x->c, x->req->minor, 200, NULL, "application/x-ndjson", b.p ? b.p : "", b.len,
-                  !x->head);
-    free(b.p);
+    ex->chunked = x->req->minor >= 1;
+    sl_wbuf wb;
+    sl_conn_wbuf(x->c, &wb);
+    sl_http1_begin(&wb, x->req->minor, 200);
+    sl_wbuf_puts(&wb, x->c->w->date);
+    sl_wbuf_puts(&wb, "Server: sluice\r\nContent-Type: application/x-ndjson\r\n");
+    sl_wbuf_puts(&wb, ex->chunked ? "Transfer-Encoding: chunked\r\n\r\n" : "Connection: close\r\n\r\n");
+    sl_conn_commit(x->c, &wb);
+    if (x->head) { /* HEAD: the head only */
+        free(ex);
+        return;
+    }
+    x->c->ovr_exp = ex; /* conn.c writes the rest as the output drains */
 }
 
 /* ---- import ----------------------------------------------------------------------- */

@@ -160,6 +160,7 @@ typedef struct sl_conn {
     struct sl_conn *next_all, *prev_all;
     struct sl_h2 *h2;   /* the HTTP/2 session of a GRPC connection (src/grpc), or NULL */
     struct sl_ovr_stream *ovr_imp; /* POST /v1/overrides/import being streamed, or NULL */
+    struct sl_ovr_export *ovr_exp; /* GET /v1/overrides/export being written, or NULL */
     struct sl_tls *tls; /* TLS under the reads and writes (tls.c), or NULL */
     bool proto_known;   /* HTTP: the first bytes were checked for the HTTP/2 preface */
     bool goaway_sent;   /* GRPC: drain already announced */
@@ -348,6 +349,10 @@ bool sl_ovr_stream_begin(sl_conn *c, const sl_http_req *req);
  * stream when the body is complete. */
 size_t sl_ovr_stream_feed(sl_conn *c, const char *p, size_t n);
 void sl_ovr_stream_free(struct sl_ovr_stream *st);
+/* The streamed export: its next piece into c's output (conn.c calls it whenever the
+ * output drained; it frees itself and clears c->ovr_exp after the last). */
+void sl_ovr_export_more(sl_conn *c);
+void sl_ovr_export_free(struct sl_ovr_export *x);
 /* Bytes written to c's output as they are (an interim 100 Continue). */
 void sl_http_raw(sl_conn *c, const char *s);
 /* The admin caller's token name ("" with no token configured), NULL when unauthorized. */

@@ -569,6 +569,37 @@ void sl_ovr_each(sl_ovr_table *t, int64_t now_wall, void (*fn)(void *ud, const s
     }
 }
 
+bool sl_ovr_scan(sl_ovr_table *t, unsigned *shard, uint32_t *slot, size_t max, int64_t now_wall,
+                 void (*fn)(void *ud, const sl_ovr_rec *r), void *ud) {
+    size_t done = 0;
+    while (*shard < OVR_SHARDS && done < max) {
+        oshard *s = &t->sh[*shard];
+        sl_ovr_rec *batch[64];
+        size_t nb = 0;
+        slock(&s->lock);
+        while (*slot < s->cap && nb < 64 && done + nb < max) {
+            const sl_ovr_rec *r = s->s[*slot].rec;
+            (*slot)++;
+            if (r != NULL && sl_ovr_live(r, now_wall)) {
+                sl_ovr_rec *c = sl_ovr_rec_dup(r);
+                if (c != NULL) batch[nb++] = c;
+            }
+        }
+        bool end = *slot >= s->cap;
+        sunlock(&s->lock);
+        for (size_t i = 0; i < nb; i++) {
+            fn(ud, batch[i]);
+            free(batch[i]);
+        }
+        done += nb;
+        if (end) {
+            (*shard)++;
+            *slot = 0;
+        }
+    }
+    return *shard < OVR_SHARDS;
+}
+
 /* ---- snapshot section ---------------------------------------------------------------
  * u32 "OVR1" u64 slots, then per slot: u64 lo u64 hi u64 ver u64 applied u64 from_ver
  * u8 kind u8 nwin u8 nfrom u8 0 i64 expires i64 set_at i64 dead_at, (nwin + nfrom) numbers

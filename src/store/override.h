@@ -153,6 +153,13 @@ size_t sl_ovr_page(sl_ovr_table *t, bool has_cursor, sl_hash128 cursor, size_t l
 void sl_ovr_each(sl_ovr_table *t, int64_t now_wall, void (*fn)(void *ud, const sl_ovr_rec *r),
                  void *ud);
 
+/* Resumable walk in table order from (*shard, *slot): calls fn for at most `max` live
+ * overrides (copies) and moves the position on; false once the table is walked. Not a
+ * snapshot: an override set or removed meanwhile may be seen or not (a shard that grows
+ * meanwhile may be walked in its new order). */
+bool sl_ovr_scan(sl_ovr_table *t, unsigned *shard, uint32_t *slot, size_t max, int64_t now_wall,
+                 void (*fn)(void *ud, const sl_ovr_rec *r), void *ud);
+
 /* Snapshot section (store/snapshot.c): appends/reads every slot, tombstones included. */
 typedef struct sl_ovr_wbuf {
     unsigned char *p;

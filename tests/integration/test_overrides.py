@@ -495,10 +495,12 @@ def test_import_streams_beyond_the_body_limit_in_bounded_memory(make_server):
 def test_keys_of_64_kib(make_server):
     s = make_server(config_text=cfg())
     key = "k" * 65536
-    r = put(s, "api", key, {"limits": [{"rate": "10/min", "burst": 10}]})
-    assert r.status_code in (201, 414, 431), r.status_code  # the admin target limit decides
-    if r.status_code == 201:
-        assert get(s, "api", key).status_code == 200
+    try:  # beyond the admin listener's target limit: 414 (the server may close while we send)
+        r = put(s, "api", key, {"limits": [{"rate": "10/min", "burst": 10}]})
+        assert r.status_code in (414, 431), r.status_code
+    except requests.exceptions.ConnectionError:
+        pass
+    assert requests.get(s.admin + "/healthz", timeout=10).status_code == 200
     # through import (no URL limit) the same key is taken, and decides
     line = json.dumps({"policy": "api", "key": key, "block": True})
     st, body = _post_stream(s, [line.encode()], len(line))
