@@ -14,11 +14,15 @@ int sl_config_override_window(const char *text, size_t len, sluice_algo algo, sl
                               char *label, size_t label_len, char *err, size_t errlen) {
     if (label_len > 0) label[0] = '\0';
     if (errlen > 0) err[0] = '\0';
+    /* one diagnostics list per thread: an import calls this per window, and a zeroed list
+     * of SL_DIAG_MAX messages per call was most of the cost */
+    static _Thread_local sl_diag_list tdl;
+    sl_diag_list *dl = &tdl;
+    dl->n = 0;
+    dl->dropped = 0;
+    dl->file[0] = '\0';
     sl_config *cfg = calloc(1, sizeof(*cfg));
-    sl_diag_list *dl = calloc(1, sizeof(*dl));
-    if (cfg == NULL || dl == NULL) {
-        free(cfg);
-        free(dl);
+    if (cfg == NULL) {
         snprintf(err, errlen, "out of memory");
         return SLUICE_ENOMEM;
     }
@@ -44,6 +48,5 @@ int sl_config_override_window(const char *text, size_t len, sluice_algo algo, sl
     free(cx.dom);
     sl__arena_free(&cfg->arena);
     free(cfg);
-    free(dl);
     return rc;
 }

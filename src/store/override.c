@@ -67,15 +67,23 @@ static char *scopy(char **at, const char *s, size_t n) {
     return d;
 }
 
+/* The bytes of a record that it uses (see sl_ovr_rec). */
+static size_t rec_size(const sl_ovr_rec *r) {
+    size_t n = r->nfrom ? offsetof(sl_ovr_rec, from) + r->nfrom * sizeof(sl_ovr_num)
+                        : offsetof(sl_ovr_rec, win) + r->nwin * sizeof(sl_ovr_num);
+    return (n + 7) & ~(size_t)7;
+}
+
 sl_ovr_rec *sl_ovr_rec_new(const sl_ovr_rec *tmpl, const char *policy, const char *key,
                            size_t key_len, const char *plan, const char *reason,
                            const char *label, const char *set_by, const char *body) {
-    size_t n = sizeof(sl_ovr_rec) + slen(policy) + (key != NULL ? key_len + 1 : 0) + slen(plan) +
+    size_t head = rec_size(tmpl);
+    size_t n = head + slen(policy) + (key != NULL ? key_len + 1 : 0) + slen(plan) +
                slen(reason) + slen(label) + slen(set_by) + slen(body);
     sl_ovr_rec *r = malloc(n);
     if (r == NULL) return NULL;
-    *r = *tmpl;
-    char *at = (char *)(r + 1);
+    memcpy(r, tmpl, head);
+    char *at = (char *)r + head;
     r->policy = scopy(&at, policy, policy ? strlen(policy) : 0);
     r->key = scopy(&at, key, key_len);
     r->key_len = key != NULL ? key_len : 0;
@@ -311,10 +319,10 @@ static void regime_of(const oslot *o, sl_ovr_rec *into) {
     if (o->applied == 0) return;
     if (o->applied == old->ver && old->kind == SL_OVR_LIMITS) {
         into->nfrom = old->nwin;
-        memcpy(into->from, old->win, sizeof(old->win));
+        memcpy(into->from, old->win, old->nwin * sizeof(old->win[0]));
     } else if (o->applied == old->from_ver) {
         into->nfrom = old->nfrom;
-        memcpy(into->from, old->from, sizeof(old->from));
+        memcpy(into->from, old->from, old->nfrom * sizeof(old->from[0]));
     } else {
         into->from_ver = 0; /* not reached: applied is always one of the two */
     }

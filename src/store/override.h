@@ -52,10 +52,12 @@ typedef struct sl_ovr_rec {
     int64_t set_at_ns;
     int64_t dead_at_ns;  /* tombstones: when it was removed or expired */
     uint64_t from_ver;   /* the regime `from` describes (0: the policy's own numbers) */
-    sl_ovr_num win[SL_OVR_MAX_WIN];
-    sl_ovr_num from[SL_OVR_MAX_WIN];
     size_t key_len;
     char *policy, *key, *plan, *reason, *label, *set_by, *body;
+    /* last: a stored record is allocated only up to what it uses (win[nwin], or from[nfrom]
+     * when it has any), so a plan, block or one-window override does not pay for eight */
+    sl_ovr_num win[SL_OVR_MAX_WIN];
+    sl_ovr_num from[SL_OVR_MAX_WIN];
 } sl_ovr_rec;
 
 /* Strings copied into one allocation with the record (NULL stays NULL; key has key_len). */
