@@ -124,6 +124,10 @@ typedef struct sl_settings {
         uint32_t decisions_sample_ppm;  /* eligible decisions logged, per million (1000000) */
         uint32_t decisions_per_s;   /* lines per second at most (100) */
         uint32_t decisions_burst;   /* (100) */
+        /* The rejection summary (log.rejections): one line per policy that refused, every
+         * rejections_every_ns (10 s; 0 = off), with its rejections_top keys and addresses. */
+        int64_t rejections_every_ns;
+        uint32_t rejections_top;    /* (3, at most 4) */
     } log;
     /* Metrics and hot keys (observe:). */
     struct {

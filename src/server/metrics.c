@@ -144,8 +144,12 @@ static void server_families(sl_server *s, sl_prom *p) {
     sl_prom_family(p, "sluice_resp_commands_total", SL_PROM_COUNTER, "RESP commands parsed.");
     sl_prom_u64(p, NULL, SUM(resp_commands));
     sl_prom_family(p, "sluice_bad_requests_total", SL_PROM_COUNTER,
-                   "Requests that could not be parsed (the connection is closed).");
-    sl_prom_u64(p, NULL, SUM(bad_requests));
+                   "Bad requests by reason: parse (could not be parsed; the connection is "
+                   "closed), missing_key (a policy's key is missing and it says on_missing_key: "
+                   "reject; answered 400).");
+    const char *br_parse[] = {"reason", "parse", NULL}, *br_key[] = {"reason", "missing_key", NULL};
+    sl_prom_u64(p, br_parse, SUM(bad_requests));
+    sl_prom_u64(p, br_key, SUM(bad_missing_key));
     sl_prom_family(p, "sluice_timeouts_total", SL_PROM_COUNTER,
                    "Connections closed by a read, idle or write timeout.");
     sl_prom_u64(p, NULL, SUM(timeouts));

@@ -24,6 +24,7 @@
 #include "engine/explain.h"
 #include "redis/store.h"
 #include "server/capacity_metrics.h"
+#include "server/rejections.h"
 #include "store/famstats.h"
 
 const char *const sl_obs_result_names[SL_MET_RESULTS] = {
@@ -43,6 +44,10 @@ const int64_t sl_obs_req_bounds[SL_OBS_REQ_BOUNDS] = {
 
 static const char *const source_names[SL_OBS_SOURCES] = {"startup", "sighup", "admin-api",
                                                          "file-change"};
+
+static _Atomic int g_last_format = -1; /* the format of the last logger made (sl_obs_last_format) */
+
+int sl_obs_last_format(void) { return atomic_load(&g_last_format); }
 
 static _Thread_local sl_worker *tls_worker; /* the worker this thread runs (NULL: main) */
 
@@ -152,6 +157,7 @@ int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen)
     snprintf(o->log_file, sizeof(o->log_file), "%s",
              s->opt.log_file[0] ? s->opt.log_file : st->log.file);
     o->log_format = (int)lc.format;
+    atomic_store(&g_last_format, (int)lc.format);
     lc.path = o->log_file;
     lc.hash_key = &o->hkey;
     lc.raw_keys = st->log_raw_keys;
@@ -174,6 +180,8 @@ int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen)
     apply_decision_log(o, st);
     /* count-only: one summary line per interval, never one per connection */
     sl_log_kind_set(o->log, "conn_refused", SL_LOG_WARN, 0, 0, "connections refused");
+    /* a client without its key can send thousands a second: 1 line/s, the rest summarised */
+    sl_log_kind_set(o->log, "missing_key", SL_LOG_WARN, 1, 5, NULL);
 
     sl_audit_config ac = {.path = st->audit.file[0] ? st->audit.file : NULL, .ring = st->audit.keep};
     rc = sl_audit_create(&o->audit, &ac);
@@ -206,9 +214,17 @@ void sl_obs_destroy(sl_server *s) {
     s->obs = NULL;
 }
 
-sl_obs_w *sl_obs_worker_new(void) { return calloc(1, sizeof(sl_obs_w)); }
+sl_obs_w *sl_obs_worker_new(void) {
+    sl_obs_w *ow = calloc(1, sizeof(sl_obs_w));
+    if (ow != NULL && (ow->rej = sl_rej_worker_new()) == NULL) {
+        free(ow);
+        return NULL;
+    }
+    return ow;
+}
 void sl_obs_worker_free(sl_obs_w *ow) {
     if (ow == NULL) return;
+    sl_rej_worker_free(ow->rej);
     for (int i = 0; i < SL_OBS_EXPLAINS; i++) sl_explain_free(ow->xs_x[i]);
     free(ow);
 }
@@ -527,9 +543,11 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     size_t klen = first->key_len;
     bool rejected = lim || r == SL_MET_FAIL_CLOSED;
     sl_topk **sk = atomic_load_explicit(&o->topk[pslot], memory_order_acquire);
+    bool refused = r == SL_MET_LIMITED || r == SL_MET_FAIL_CLOSED; /* answered as a refusal */
+    uint64_t kh = (sk != NULL || refused) ? sl_topk_key_hash(&o->hkey, key, klen) : 0;
     if (sk != NULL && w->id < o->nworkers)
-        sl_topk_add(sk[w->id], v->decided_at.mono_ns, sl_topk_key_hash(&o->hkey, key, klen), key,
-                    klen, cost ? cost : 1, rejected);
+        sl_topk_add(sk[w->id], v->decided_at.mono_ns, kh, key, klen, cost ? cost : 1, rejected);
+    if (refused) sl_rej_count(w, pslot, kh); /* the rejection summary (rejections.c) */
     if (atomic_load_explicit(&o->dec_on, memory_order_relaxed)) {
         const sluice_result *dr = &v->items[dec].result;
         char tid[33];
@@ -558,8 +576,15 @@ void sl_server_count_verdict_tp(sl_worker *w, int rc, const sl_verdict *v, const
     const sl_obs_gen *gm = w->gen ? w->gen->obs : NULL;
     if (ow == NULL) return;
     if (v->missing_key_policy != NULL && rc == SLUICE_OK) {
+        /* the client's fault, not the server's: a bad request (reason missing_key), and
+         * one line (rate-limited per second, the rest summarised) naming the policy */
         const sl_obs_gen_ent *e = gen_find(gm, v->missing_key_policy);
         inc(&ow->dec[e ? e->pseries : 0][SL_MET_ERROR], 1);
+        sl_met_inc(&w->met->bad_missing_key, 1);
+        sl_obs *o = w->srv->obs;
+        SL_LOG(o->log, SL_LOG_WARN, "missing_key",
+               "request refused with 400: the policy's key is missing (on_missing_key: reject)",
+               SL_LOG_STR("policy", v->missing_key_policy));
         return;
     }
     if (v->store_error) inc(&ow->store_err[store_err_kind(v->error)], 1);
@@ -725,6 +750,7 @@ void sl_obs_started(sl_server *s) {
 
 void sl_obs_stopped(sl_server *s) {
     sl_obs *o = s->obs;
+    sl_rej_flush(s); /* what the last interval refused */
     SL_LOG(o->log, SL_LOG_INFO, "stop", "sluice serve stopped",
            SL_LOG_STR("http", addr_or_off(s->opt.http)), SL_LOG_STR("resp", addr_or_off(s->opt.resp)),
            SL_LOG_STR("grpc", addr_or_off(s->opt.grpc)), SL_LOG_STR("admin", addr_or_off(s->opt.admin)),
@@ -737,6 +763,7 @@ void sl_obs_tick(sl_server *s) {
     sl_obs *o = s->obs;
     if (o == NULL) return;
     int64_t now = sl_clock_mono_ns();
+    sl_rej_tick(s, now); /* the rejection summary's intervals */
     if (s->redis) sl_redis_store_watch(o->log);
     if (now < o->next_store_check_ns || s->redis) return;
     o->next_store_check_ns = now + 10 * SLUICE_NS_PER_S;

@@ -47,6 +47,7 @@ typedef struct sl_obs_w {
     struct sl_pending *xs_p[SL_OBS_EXPLAINS];
     int xs_tok[SL_OBS_EXPLAINS];
     int xs_next;
+    struct sl_rej_w *rej; /* the rejection summary's counters (rejections.c) */
 } sl_obs_w;
 
 /* A (policy, window) series: names copied once, never removed (counters keep their
@@ -114,6 +115,9 @@ typedef struct sl_obs sl_obs;
  * process default (sl_log_default) for code that is not handed one. */
 int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen);
 void sl_obs_destroy(sl_server *s);
+/* The log format of the last logger sl_obs_create made (-1: none yet): a start that fails
+ * after the config was read says why in that format. */
+int sl_obs_last_format(void);
 /* A worker's counters (NULL without memory) and their release. */
 sl_obs_w *sl_obs_worker_new(void);
 void sl_obs_worker_free(sl_obs_w *ow);
