@@ -179,6 +179,9 @@ int sl_envoy_unit_of(int64_t secs);
  * once at start, before any load). */
 void sl_config_set_envoy(const sl_envoy_settings *e);
 const sl_envoy_settings *sl_config_envoy(void);
+/* The envoyproxy/ratelimit rules of cfg as upstream's /rlconfig prints them (malloc'd
+ * text, one line per rule; "" when there are none; NULL without memory). */
+char *sl_config_envoy_dump(const sl_config *cfg, size_t *len);
 
 /* Loads and validates a config file. On success *out is a fully valid config and 0 is
  * returned; on failure every error found is in `diags` (may be NULL), *out is NULL and
