@@ -68,11 +68,13 @@ static const struct {
 
 /* LOG_FORMAT's: lines written before the logger exists use it too. */
 static sl_log_format g_fmt = SL_LOG_TEXT;
+static sl_log_level g_lvl = SL_LOG_WARN; /* LOG_LEVEL's: a warning under error is not said */
 
 /* One line before the server starts (an error that stops the start, or the warning), in
  * the format LOG_FORMAT asks for. */
 static void say(sl_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(sl_log_level lvl, const char *fmt, ...) {
+    if (lvl > g_lvl) return;
     char msg[2048];
     va_list ap;
     va_start(ap, fmt);
@@ -269,6 +271,7 @@ static int log_env(sl_server_opts *o) {
     for (size_t i = 0; i < sizeof(lv) / sizeof(lv[0]); i++)
         if (strcasecmp(l, lv[i].name) == 0) {
             snprintf(o->log_level, sizeof(o->log_level), "%s", lv[i].ours);
+            sl_log_level_parse(lv[i].ours, &g_lvl);
             return 0;
         }
     return fail("LOG_LEVEL", l, "panic, fatal, error, warn, info, debug or trace");

@@ -48,7 +48,8 @@ static void decisions(sl_server *s, sl_prom *p) {
     unsigned n = atomic_load(&o->nseries);
     sl_prom_family(p, "sluice_decisions_total", SL_PROM_COUNTER,
                    "Decisions, counted under every policy that saw the request, by that policy's "
-                   "result and the window that decided (empty when none did).");
+                   "result and the name of the window that decided (empty when none did); "
+                   "policy=\"(no rule)\": requests no policy or rule matched.");
     for (unsigned i = 0; i < n; i++)
         for (int r = 0; r < SL_MET_RESULTS; r++) {
             uint64_t t = OSUM(dec[i][r]);
@@ -65,6 +66,18 @@ static void decisions(sl_server *s, sl_prom *p) {
         if (t == 0) continue;
         const char *l[] = {"policy", o->series[i].policy, "window", o->series[i].window, NULL};
         sl_prom_u64(p, l, t);
+    }
+    sl_prom_family(p, "sluice_window_info", SL_PROM_GAUGE,
+                   "1 for every window of the config: its `window` label (the window's name) "
+                   "and its rate as written (rate), to join on (policy, window).");
+    const sl_config *wcfg = sl_obs_gen_now(s)->cfg;
+    for (unsigned i = 1; i < n; i++) {
+        if (o->series[i].window[0] == '\0' || o->series[i].rate[0] == '\0' ||
+            !sl_obs_in_config(wcfg, o->series[i].policy))
+            continue;
+        const char *l[] = {"policy", o->series[i].policy, "window", o->series[i].window, "rate",
+                           o->series[i].rate, NULL};
+        sl_prom_u64(p, l, 1);
     }
     sl_prom_family(p, "sluice_admitted_cost_total", SL_PROM_COUNTER,
                    "Cost units admitted by the policy (1 per request, the operation's weight, "

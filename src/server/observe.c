@@ -130,7 +130,8 @@ int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen)
     o->srv = s;
     pthread_mutex_init(&o->mu, NULL);
     pthread_mutex_init(&o->census_mu, NULL);
-    atomic_store(&o->nseries, 1); /* series 0: policy="" (nothing matched) */
+    atomic_store(&o->nseries, 1); /* series 0: nothing matched, or an error before a policy */
+    snprintf(o->series[0].policy, sizeof(o->series[0].policy), "%s", SL_OBS_NO_RULE);
     s->obs = o;
     if (sl_hash_random_key(&o->hkey) != 0) {
         snprintf(err, errlen, "cannot read random bytes for the key hash");
@@ -370,6 +371,17 @@ static void gen_put(sl_obs_gen *g, const sl_obs_gen_ent *e) {
         }
 }
 
+void sl_obs_window_label(const sl_window_info *wi, char *out, size_t cap) {
+    char d[48];
+    sl_window_describe(wi, d, sizeof(d));
+    if (strncmp(d, "override/", 9) == 0 || wi == NULL || wi->name == NULL || wi->name[0] == '\0')
+        snprintf(out, cap, "%s", d);
+    else if (wi->plan != NULL)
+        snprintf(out, cap, "%s/%s", wi->plan, wi->name);
+    else
+        snprintf(out, cap, "%s", wi->name);
+}
+
 /* Sketches for a policy seen for the first time (memory fixed by observe.hot_keys). */
 static void ensure_topk(sl_obs *o, unsigned pslot) {
     if (o->hot_counters == 0 || pslot == 0 || atomic_load(&o->topk[pslot]) != NULL) return;
@@ -399,10 +411,13 @@ sl_obs_gen *sl_obs_gen_create(sl_server *s, const sl_engine *e) {
     for (size_t i = 0; i < nw; i++) {
         sl_window_meta m;
         sl_window_meta_get(wins[i], &m);
-        char label[48];
-        sl_window_describe(wins[i], label, sizeof(label));
+        char label[128], rate[48];
+        sl_obs_window_label(wins[i], label, sizeof(label));
+        sl_window_describe(wins[i], rate, sizeof(rate));
         unsigned ps = sl_obs_series_for(o, m.policy, "");
         unsigned ws = sl_obs_series_for(o, m.policy, label);
+        if (ws != 0 && o->series[ws].rate[0] == '\0') /* set once, before any scrape reads it */
+            snprintf(o->series[ws].rate, sizeof(o->series[ws].rate), "%s", rate);
         uint8_t f = (uint8_t)((m.shadow ? SL_OBSF_SHADOW : 0) |
                               (!m.shadow && m.rollout_pct < 100 ? SL_OBSF_ROLLOUT : 0) |
                               (m.fail_closed ? SL_OBSF_CLOSED : 0) | (m.delay ? SL_OBSF_DELAY : 0));

@@ -47,9 +47,11 @@ struct sl_rej_w {
     rej_slot s[2][REJ_SLOTS];
 };
 
-/* The open interval (0: the summary is off). Written by the main thread only. */
-static _Atomic uint64_t g_epoch;
-static uint64_t g_last_epoch, g_to_read;
+/* The open interval (0: the summary is off). Written by the main thread only. The first
+ * is open from the start (refusals before the first tick count in it); the first tick
+ * sets its end, or turns the summary off. */
+static _Atomic uint64_t g_epoch = 1;
+static uint64_t g_last_epoch = 1, g_to_read;
 static int64_t g_next_ns, g_read_every_ns;
 
 static _Thread_local const char *tls_addr;
@@ -266,6 +268,10 @@ void sl_rej_tick(sl_server *s, int64_t now_ns) {
     }
     if (e == 0) { /* (re)starting: a new interval */
         atomic_store(&g_epoch, ++g_last_epoch);
+        g_next_ns = now_ns + every;
+        return;
+    }
+    if (g_next_ns == 0) { /* the first tick: the interval open since the start ends then */
         g_next_ns = now_ns + every;
         return;
     }
