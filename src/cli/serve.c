@@ -196,12 +196,16 @@ static int find_config(sl_server_opts *o) {
         snprintf(o->config_path, sizeof(o->config_path), "%s", tried[i].path);
         char msg[SL_PATH_MAX + 64];
         snprintf(msg, sizeof(msg), "using %s config %s", tried[i].why, tried[i].path);
-        sl_log_emit_once(flag_format(o), SL_LOG_INFO, "config_found", msg);
+        sl_log_level lv = SL_LOG_INFO; /* --log-level (or its variable) when given */
+        if (!o->log_level[0] || sl_log_level_parse(o->log_level, &lv) != 0 || lv >= SL_LOG_INFO)
+            sl_log_emit_once(flag_format(o), SL_LOG_INFO, "config_found", msg);
         return 0;
     }
-    fprintf(stderr, "sluice serve: no config file: none of ./sluice.yaml, $SLUICE_CONFIG (%s), %s exists "
-                    "(expected -c FILE; examples/sluice.yaml in the source tree is a start)\n",
-            env && env[0] ? env : "unset", SLUICE_INSTALLED_CONFIG);
+    char msg[2 * SL_PATH_MAX + 200];
+    snprintf(msg, sizeof(msg), "no config file: none of ./sluice.yaml, $SLUICE_CONFIG (%s), %s exists "
+             "(expected -c FILE; examples/sluice.yaml in the source tree is a start)",
+             env && env[0] ? env : "unset", SLUICE_INSTALLED_CONFIG);
+    sl_log_emit_once(flag_format(o), SL_LOG_ERROR, "start_failed", msg);
     return 1;
 }
 
