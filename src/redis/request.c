@@ -262,6 +262,7 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
                                                   sl_window_start(now.wall_ns, lims[k]->period_ns), dst)
                      : sl_redis_state_parse(its[k]->lim, b->str, b->len, dst);
         if (pr < 0) return false;
+        if (pr == 1 && !its[k]->xlen) sl_redis_state_unstep(its[k]->lim, dst, now.mono_ns);
         stored[key] = pr == 1 ? dst : NULL;
     }
     if (peek_size > SMALL_STATE) {
@@ -355,6 +356,7 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
                                                            sl_window_start(now.wall_ns, l->period_ns), srcp[k])
                               : sl_redis_state_parse(it->lim, b->str, b->len, srcp[k]);
             if (pr < 0) return false;
+            if (pr == 1 && !it->xlen) sl_redis_state_unstep(it->lim, srcp[k], now.mono_ns);
             has[k] = pr == 1;
         }
         sl_result res;
