@@ -380,3 +380,30 @@ def test_rls_call_matching_no_rule_counts_under_no_rule(pb):
     assert "# HELP sluice_config_load_success_total Deprecated" in m
     ok = sum(float(x) for x in re.findall(r'sluice_reloads_total\{source="[^"]+",outcome="ok"\} (\d+)', m))
     assert metric(m, "sluice_config_load_success_total") == ok == 1
+
+
+RLS_ADDR = """
+workers: 1
+log: { format: json, rejections: { every: 1s } }
+domains:
+  - domain: edge
+    descriptors:
+      - key: remote_address
+        rate_limit: { unit: minute, requests_per_unit: 1 }
+policies: []
+"""
+
+
+def test_rejection_summary_names_the_remote_address_of_rls_calls(pb):
+    s = Server(config_text=RLS_ADDR, workers=1, test_clock=False)
+    try:
+        note_raw_key("198.51.100.7")
+        c = Client(pb, s)
+        codes = [c.check("edge", [[("remote_address", "198.51.100.7")]]).overall_code for _ in range(4)]
+        assert codes == [1, 2, 2, 2], codes  # OK, then OVER_LIMIT
+        line = wait_for(lambda: [x for x in json_lines(s.output()) if x["event"] == "rejections"], 6)
+    finally:
+        s.stop()
+    s.assert_clean()
+    assert line and line[0]["rejected"] == 3 and line[0]["top_clients"] == "198.51.100.0/24=3", line
+    assert "198.51.100.7" not in s.output()
