@@ -558,7 +558,7 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     size_t klen = first->key_len;
     bool rejected = lim || r == SL_MET_FAIL_CLOSED;
     sl_topk **sk = atomic_load_explicit(&o->topk[pslot], memory_order_acquire);
-    bool refused = r == SL_MET_LIMITED || r == SL_MET_FAIL_CLOSED; /* answered as a refusal */
+    bool refused = (r == SL_MET_LIMITED || r == SL_MET_FAIL_CLOSED) && sl_rej_enabled();
     uint64_t kh = (sk != NULL || refused) ? sl_topk_key_hash(&o->hkey, key, klen) : 0;
     if (sk != NULL && w->id < o->nworkers)
         sl_topk_add(sk[w->id], v->decided_at.mono_ns, kh, key, klen, cost ? cost : 1, rejected);

@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +103,8 @@ static int addr_pick(rej_addr *t, uint64_t h, const char *a, size_t n) {
     ST(t[k].h, h);
     return k;
 }
+
+bool sl_rej_enabled(void) { return LD(g_epoch) != 0; }
 
 void sl_rej_count(sl_worker *w, unsigned pslot, uint64_t key_hash) {
     sl_rej_w *r = w->obs ? w->obs->rej : NULL;

@@ -8,6 +8,7 @@
 #ifndef SL_SERVER_REJECTIONS_H
 #define SL_SERVER_REJECTIONS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +24,9 @@ void sl_rej_worker_free(sl_rej_w *r);
 /* One refusal by policy series `pslot` for the key whose keyed hash is `key_hash`: worker
  * thread only. The client address comes from sl_rej_client_set (NULL: unknown). */
 void sl_rej_count(struct sl_worker *w, unsigned pslot, uint64_t key_hash);
+
+/* Whether the summary counts now (off: the caller skips the key's hash). One relaxed load. */
+bool sl_rej_enabled(void);
 
 /* The client address of the request being counted on this thread (HTTP handlers set it
  * around their count call; NULL clears). Not copied: valid until cleared. */
