@@ -257,12 +257,14 @@ static void note(char *buf, size_t cap, const char *name) {
 }
 
 /* LOG_LEVEL (logrus's names, any case; upstream's default WARN) and LOG_FORMAT ("json",
- * any case; anything else is text, as upstream) into --log-level and --log-format, which
- * flags given after still override. A level logrus would not parse stops the start. */
+ * any case; anything else is text, as upstream; unset: the settings file's, else text)
+ * into --log-level and --log-format, which flags given after still override. A level
+ * logrus would not parse stops the start. */
 static int log_env(sl_server_opts *o) {
-    const char *f = env("LOG_FORMAT", "text");
-    g_fmt = strcasecmp(f, "json") == 0 ? SL_LOG_JSON : SL_LOG_TEXT;
-    snprintf(o->log_format, sizeof(o->log_format), "%s", g_fmt == SL_LOG_JSON ? "json" : "text");
+    const char *f = env("LOG_FORMAT", NULL);
+    g_fmt = f != NULL && strcasecmp(f, "json") == 0 ? SL_LOG_JSON : SL_LOG_TEXT;
+    if (f != NULL) /* unset: upstream's text, unless a sluice settings file says json */
+        snprintf(o->log_format, sizeof(o->log_format), "%s", g_fmt == SL_LOG_JSON ? "json" : "text");
     const char *l = env("LOG_LEVEL", "WARN");
     static const struct {
         const char *name, *ours;
