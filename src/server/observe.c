@@ -183,6 +183,9 @@ int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen)
     sl_log_kind_set(o->log, "conn_refused", SL_LOG_WARN, 0, 0, "connections refused");
     /* a client without its key can send thousands a second: 1 line/s, the rest summarised */
     sl_log_kind_set(o->log, "missing_key", SL_LOG_WARN, 1, 5, NULL);
+    /* the rejection summary: one line per refusing policy per interval, every one of them
+     * (bounded by the config's policies, SL_OBS_SERIES) */
+    sl_log_kind_set(o->log, "rejections", SL_LOG_WARN, 1000, SL_OBS_SERIES, NULL);
 
     sl_audit_config ac = {.path = st->audit.file[0] ? st->audit.file : NULL, .ring = st->audit.keep};
     rc = sl_audit_create(&o->audit, &ac);

@@ -432,3 +432,28 @@ def test_distinct_keys_is_a_bounded_estimate():
     est, got = big["distinct_keys"], big["rejected"]
     assert 0.5 * got <= est <= got, (est, got)
     assert "op-many-" not in s.output()
+
+
+def test_every_refusing_policy_gets_its_line():
+    """150 policies refusing in one interval: 150 lines, none lost to the per-event rate
+    limit (whose default burst is 100)."""
+    n = 150
+    pols = "".join("  - { name: p%d, objective: protection, match: { path_prefix: /p%d/ }, key: [], "
+                   "algorithm: fixed_window, limits: [ { rate: 1/h } ] }\n" % (i, i) for i in range(n))
+    s = Server(config_text="workers: 1\nlog: { format: json, rejections: { every: 2s } }\n"
+                           "policies:\n" + pols, workers=1, test_clock=False)
+    try:
+        c = s.resp()
+        for i in range(n):
+            for _ in range(2):
+                c.command("SL.CHECK", "p%d" % i, "")
+        c.close()
+        wait_for(lambda: len({x["policy"] for x in json_lines(s.output())
+                              if x["event"] == "rejections"}) >= n, 8)
+    finally:
+        s.stop()
+    s.assert_clean()
+    lines = [x for x in json_lines(s.output()) if x["event"] == "rejections"]
+    assert {x["policy"] for x in lines if "policy" in x} == {"p%d" % i for i in range(n)}
+    assert sum(x.get("rejected", 0) for x in lines) == n
+    assert not [x for x in lines if "suppressed" in x]
