@@ -16,6 +16,7 @@
 
 #define YAML_MAX_DEPTH 64
 #define YAML_MAX_NODES 1000000
+#define YAML_MAX_MERGED 256 /* keys of a map built with merge keys (compared pairwise) */
 
 /* ---- arena ------------------------------------------------------------------------ */
 
@@ -111,7 +112,7 @@ typedef struct ybuild {
     yaml_parser_t parser;
     size_t nodes;
     size_t expanded; /* nodes with aliases expanded: bounded like nodes (billion laughs) */
-    yanchor *anch;
+    yanchor *anch; /* the anchors by name (anchor_slot) */
     size_t nanch, capanch;
     bool failed;
     const char *buf; /* the input, for positions of reader errors */
@@ -172,27 +173,51 @@ static sl_ynode *ynode_new(ybuild *b, sl_ykind k, const yaml_mark_t *m) {
 
 static sl_ynode *ybuild_node_in(ybuild *b, yaml_event_t *ev, int depth);
 
+/* FNV-1a of an anchor's name (the anchor table's hash). */
+static uint64_t anchor_hash(const char *s) {
+    uint64_t h = UINT64_C(1469598103934665603);
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+    return h;
+}
+
+/* The slot of `name` in the anchor table (open addressing, a power of two, at most half
+ * full): its entry, or the free slot where it goes. */
+static yanchor *anchor_slot(yanchor *t, size_t cap, const char *name) {
+    for (size_t i = (size_t)anchor_hash(name) & (cap - 1);; i = (i + 1) & (cap - 1))
+        if (t[i].name == NULL || strcmp(t[i].name, name) == 0) return &t[i];
+}
+
 /* Keeps `node` under its anchor's name (a later anchor of the same name wins, as YAML
- * says); weight: what the node counts when expanded. */
+ * says); weight: what the node counts when expanded. A hash table: a file of many
+ * anchors and aliases costs one probe per alias. */
 static void anchor_add(ybuild *b, const yaml_char_t *name, sl_ynode *node, size_t weight) {
     if (name == NULL || node == NULL) return;
-    if (b->nanch == b->capanch) {
-        size_t nc = b->capanch ? b->capanch * 2 : 16;
-        yanchor *na = realloc(b->anch, nc * sizeof(*na));
+    if (2 * (b->nanch + 1) > b->capanch) {
+        size_t nc = b->capanch ? b->capanch * 2 : 32;
+        yanchor *na = calloc(nc, sizeof(*na));
         if (na == NULL) {
             b->cx->cfg->arena.oom = true;
             b->failed = true;
             return;
         }
+        for (size_t i = 0; i < b->capanch; i++)
+            if (b->anch[i].name != NULL) *anchor_slot(na, nc, b->anch[i].name) = b->anch[i];
+        free(b->anch);
         b->anch = na;
         b->capanch = nc;
     }
-    const char *nm = sl__strndup(&b->cx->tmp, (const char *)name, strlen((const char *)name));
-    if (nm == NULL) {
-        b->failed = true;
-        return;
+    yanchor *e = anchor_slot(b->anch, b->capanch, (const char *)name);
+    if (e->name == NULL) {
+        const char *nm = sl__strndup(&b->cx->tmp, (const char *)name, strlen((const char *)name));
+        if (nm == NULL) {
+            b->failed = true;
+            return;
+        }
+        e->name = nm;
+        b->nanch++;
     }
-    b->anch[b->nanch++] = (yanchor){nm, node, weight};
+    e->node = node;
+    e->weight = weight;
 }
 
 /* *name: the anchored node itself (shared, never copied: the tree is read-only), its
@@ -201,17 +226,17 @@ static void anchor_add(ybuild *b, const yaml_char_t *name, sl_ynode *node, size_
 static sl_ynode *alias_node(ybuild *b, const yaml_event_t *ev) {
     const char *name = (const char *)ev->data.alias.anchor;
     int line = (int)ev->start_mark.line + 1, col = (int)ev->start_mark.column + 1;
-    for (size_t i = b->nanch; i-- > 0;) {
-        if (strcmp(b->anch[i].name, name) != 0) continue;
-        if (b->anch[i].weight > YAML_MAX_NODES - b->expanded) {
+    yanchor *a = b->capanch ? anchor_slot(b->anch, b->capanch, name) : NULL;
+    if (a != NULL && a->name != NULL) {
+        if (a->weight > YAML_MAX_NODES - b->expanded) {
             diag_add(b->cx, line, col,
                      "YAML aliases expand to more than 1000000 nodes (expected aliases that do "
                      "not multiply: each alias copies its anchor's whole value)");
             b->failed = true;
             return NULL;
         }
-        b->expanded += b->anch[i].weight;
-        return b->anch[i].node;
+        b->expanded += a->weight;
+        return a->node;
     }
     char msg[SL_DIAG_MSG];
     snprintf(msg, sizeof(msg), "unknown YAML alias '*%.60s' (expected an anchor &%.60s defined "
@@ -248,6 +273,13 @@ static sl_ynode **merge_keys(ybuild *b, sl_ynode **kids, size_t *cnt) {
             }
             total += 2 * m[j]->n;
         }
+    }
+    /* keys are compared pairwise below: a merged map is bounded (config maps are small) */
+    if (total > 2 * YAML_MAX_MERGED) {
+        diag_add(b->cx, kids[0]->line, kids[0]->col,
+                 "a map with merge keys '<<' has more than 256 keys (expected a smaller map)");
+        b->failed = true;
+        return kids;
     }
     sl_ynode **out = malloc((total ? total : 1) * sizeof(*out));
     if (out == NULL) {

@@ -489,6 +489,13 @@ static void yaml_aliases(void) {
     load_err(bomb, "YAML aliases expand to more than 1000000 nodes");
     load_err("a: &m 1\nb: {<<: *m}\n", "a merge key '<<' takes a mapping");
     load_err("a: &x [*x]\n", "unknown YAML alias '*x'");
+    /* merged maps are bounded: the keys are compared pairwise */
+    char *big = malloc(40000);
+    size_t bo = (size_t)snprintf(big, 40000, "a: &m {");
+    for (int i = 0; i < 300; i++) bo += (size_t)snprintf(big + bo, 40000 - bo, "%sk%d: 1", i ? ", " : "", i);
+    snprintf(big + bo, 40000 - bo, "}\nb: {<<: *m}\n");
+    load_err(big, "more than 256 keys");
+    free(big);
 }
 
 static void diagnostics_are_bounded(void) {
