@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "core/log.h"
 #include "server/observe.h"
 #include "server/server.h"
@@ -53,7 +54,7 @@ struct sl_rej_w {
  * sets its end, or turns the summary off. */
 static _Atomic uint64_t g_epoch = 1;
 static uint64_t g_last_epoch = 1, g_to_read;
-static int64_t g_next_ns, g_read_every_ns;
+static int64_t g_next_ns, g_read_every_ns, g_open_ns; /* g_open_ns: when the open one began */
 
 static _Thread_local const char *tls_addr;
 static _Thread_local size_t tls_addr_len;
@@ -272,17 +273,20 @@ void sl_rej_tick(sl_server *s, int64_t now_ns) {
     if (e == 0) { /* (re)starting: a new interval */
         atomic_store(&g_epoch, ++g_last_epoch);
         g_next_ns = now_ns + every;
+        g_open_ns = now_ns;
         return;
     }
     if (g_next_ns == 0) { /* the first tick: the interval open since the start ends then */
         g_next_ns = now_ns + every;
+        g_open_ns = now_ns;
         return;
     }
     if (now_ns >= g_next_ns) {
         g_to_read = e;
-        g_read_every_ns = every;
+        g_read_every_ns = now_ns - g_open_ns; /* what the line says: the interval's length */
         atomic_store(&g_epoch, ++g_last_epoch);
         g_next_ns = now_ns + every;
+        g_open_ns = now_ns;
     }
 }
 
@@ -295,5 +299,6 @@ void sl_rej_flush(sl_server *s) {
     if (g_to_read != 0) emit(s, g_to_read, g_read_every_ns, top);
     g_to_read = 0;
     uint64_t e = atomic_exchange(&g_epoch, 0);
-    if (e != 0) emit(s, e, st->log.rejections_every_ns, top);
+    int64_t now = sl_clock_mono_ns();
+    if (e != 0) emit(s, e, g_open_ns && now > g_open_ns ? now - g_open_ns : st->log.rejections_every_ns, top);
 }

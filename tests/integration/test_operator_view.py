@@ -114,7 +114,7 @@ def test_rejection_summary_per_policy_with_counts_and_no_raw_key():
     assert sum(x["rejected"] for x in by["login"]) == 6
     assert sum(x["rejected"] for x in by["api"]) == 4
     login, api = by["login"][0], by["api"][0]
-    assert login["level"] == "warn" and login["interval"] == 1
+    assert login["level"] == "warn" and 0 < login["interval"] <= 1.5  # 1 s, or the part at stop
     assert login["distinct_keys"] == 1
     hashes = re.findall(r"k:[0-9a-f]{16}=\d+", login["top_keys"])
     assert len(hashes) == 1 and hashes[0].endswith("=%d" % login["rejected"]), login
