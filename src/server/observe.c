@@ -566,7 +566,7 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     if (sk != NULL && w->id < o->nworkers)
         sl_topk_add(sk[w->id], v->decided_at.mono_ns, kh, key, klen, cost ? cost : 1, rejected);
     if (refused) sl_rej_count(w, pslot, kh); /* the rejection summary (rejections.c) */
-    if (atomic_load_explicit(&o->dec_on, memory_order_relaxed)) {
+    if (atomic_load_explicit(&o->dec_on, memory_order_relaxed) && sl_log_enabled(o->log, SL_LOG_INFO)) {
         const sluice_result *dr = &v->items[dec].result;
         char tid[33];
         char raw[512];
