@@ -137,6 +137,8 @@ int sl_cli_config(int argc, char **argv) {
         int line = 0, col = 0;
         if (sl_config_policy_needs_finish(cfg, i, msg, sizeof(msg), &line, &col))
             fprintf(stderr, "%s:%d:%d: warning: %s\n", path, line, col, msg);
+        if (sl_config_policy_grpc_shaping(cfg, i, msg, sizeof(msg), &line, &col))
+            fprintf(stderr, "%s:%d:%d: warning: %s\n", path, line, col, msg);
     }
     {
         char msg[700];

@@ -696,6 +696,29 @@ bool sl_config_client_ip_warning(const sl_config *cfg, char *msg, size_t len, in
     return false;
 }
 
+bool sl_config_policy_grpc_shaping(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
+                                   int *col) {
+    if (cfg == NULL || i >= cfg->n_pol) return false;
+    const sl_cpolicy *cp = &cfg->pol[i];
+    if (cp->envoy || cp->domain == NULL) return false; /* only a domain policy meets gRPC */
+    bool leaky = cp->algo == SLUICE_LEAKY_BUCKET;
+    for (size_t w = 0; w < cp->nwin; w++) leaky |= cp->win[w].spec.algo == SLUICE_LEAKY_BUCKET;
+    bool react = cp->react == SL_REACT_DELAY;
+    if (!leaky && !react) return false;
+    if (line) *line = cp->line;
+    if (col) *col = cp->col;
+    if (msg != NULL && len > 0)
+        snprintf(msg, len,
+                 "policy '%.100s' (domain '%.60s') %s: over gRPC Envoy cannot hold a request, so %s",
+                 cp->name, cp->domain, leaky ? "shapes with a leaky_bucket" : "delays with on_exceed: delay",
+                 leaky ? "a delayed admission is answered OK at once (counted, not held) with "
+                         "X-Sluice-Delay-Ms in response_headers_to_add: the rate holds only as a burst "
+                         "of the bucket's size; for a hard rate use token_bucket or gcra"
+                       : "the delay is answered OVER_LIMIT with Retry-After and a problem body "
+                         "(nothing counted): the client retries, Envoy does not wait");
+    return true;
+}
+
 bool sl_config_policy_needs_finish(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
                                    int *col) {
     if (cfg == NULL || i >= cfg->n_pol) return false;

@@ -219,6 +219,10 @@ bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i);
 bool sl_config_policy_needs_finish(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
                                    int *col);
 
+/* Whether policy i shapes (a leaky_bucket window, or on_exceed: delay) and is reachable
+ * over gRPC (match.domain): Envoy cannot hold a request; msg says what it gets instead. */
+bool sl_config_policy_grpc_shaping(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
+                                   int *col);
 /* Whether a policy keys on client_ip while /v1/auth reads it from a header with no
  * trusted proxy (no client_ip setting, or `client_ip: HEADER`): a client choosing its own
  * key. msg receives the warning (config check prints it), line/col where it applies. */
