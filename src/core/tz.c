@@ -497,7 +497,7 @@ static void hour_bounds(const sl_tz *tz, int64_t t, int64_t *start, int64_t *nex
     /* the latest change of offset in (b, t]: the hour began there instead */
     int64_t s = b, pend;
     int32_t prev = piece(tz, b, &pend);
-    for (int i = 0; i < 64 && pend <= t; i++) {
+    for (int i = 0; i < 4100 && pend <= t; i++) { /* at most one change a second */
         int64_t u = pend;
         int32_t o = piece(tz, u, &pend);
         if (o != prev) s = u;
@@ -505,7 +505,7 @@ static void hour_bounds(const sl_tz *tz, int64_t t, int64_t *start, int64_t *nex
     }
     /* the first change of offset in (t, b + 3600): the hour ends there */
     int64_t n = b + 3600;
-    for (int i = 0; i < 64 && end < n; i++) {
+    for (int i = 0; i < 4100 && end < n; i++) {
         int64_t u = end;
         if (piece(tz, u, &end) != off) {
             n = u;
