@@ -33,6 +33,7 @@ typedef struct sl_client_ip_cfg {
     sl_cip_mode mode;
     char header[64];   /* lowercase; "x-forwarded-for" unless configured */
     bool forwarded;    /* the header is RFC 7239 `Forwarded` */
+    bool mapping;      /* written as a mapping (a header with nothing trusted is never read) */
     unsigned hops;     /* the N nearest addresses (the peer first) are proxies whatever they are */
     unsigned n_trusted;
     sl_cidr trusted[SL_CIP_TRUSTED_MAX];

@@ -693,6 +693,17 @@ bool sl_config_client_ip_warning(const sl_config *cfg, char *msg, size_t len, in
                  c->mode == SL_CIP_LEGACY ? "X-Forwarded-For" : c->header);
         return true;
     }
+    if (c->mode == SL_CIP_PEER && c->mapping) {
+        /* {header: X} alone: nothing trusted, so the header is never read */
+        *line = c->line;
+        *col = c->col;
+        snprintf(msg, len,
+                 "policy '%.100s' keys on client_ip, but client_ip trusts no proxy (no trusted:, no "
+                 "hops:): %s is never read and /v1/auth counts the peer, so every client behind one "
+                 "gateway shares a key; add trusted: [the gateway's address] (or write client_ip: peer)",
+                 cp->name, c->header);
+        return true;
+    }
     return false;
 }
 

@@ -365,6 +365,7 @@ static void parse_client_ip(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
         return;
     }
     if (!sl__check_fields(cx, x, "client_ip", f)) return;
+    c->mapping = true;
     const sl_ynode *a;
     if ((a = sl__get(x, "header")) != NULL) header_name(cx, a, "client_ip header", c->header, sizeof(c->header));
     c->forwarded = strcmp(c->header, "forwarded") == 0;

@@ -219,7 +219,7 @@ static void config_errors(void) {
         {"", SL_CIP_LEGACY, true},
         {"client_ip: X-Real-IP\n", SL_CIP_PLAIN, true},
         {"client_ip: peer\n", SL_CIP_PEER, false},
-        {"client_ip: {header: X-Forwarded-For}\n", SL_CIP_PEER, false},
+        {"client_ip: {header: X-Forwarded-For}\n", SL_CIP_PEER, true}, /* never read: said */
         {"client_ip: {header: X-Forwarded-For, trusted: [127.0.0.1, \"::1\", 10.0.0.0/8]}\n", SL_CIP_WALK, false},
         {"client_ip: {header: Forwarded, hops: 2}\n", SL_CIP_WALK, false},
     };
@@ -238,6 +238,7 @@ static void config_errors(void) {
         bool w = sl_config_client_ip_warning(cfg, m, sizeof(m), &line, &col);
         if (w != good[i].warn) T_FAIL("good case %zu: warning %d", i, w);
         if (w) T_CHECK(strstr(m, "policy 'a' keys on client_ip") != NULL && line > 0 && col > 0);
+        if (w && good[i].mode == SL_CIP_PEER) T_CHECK(strstr(m, "x-forwarded-for is never read") != NULL);
         sl_config_destroy(cfg);
     }
     /* a policy that does not key on client_ip draws no warning */
