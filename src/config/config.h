@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/client_ip.h"
+
 #include "sluice.h"
 
 /* ---- diagnostics ------------------------------------------------------------------ */
@@ -105,6 +107,8 @@ typedef struct sl_settings {
     unsigned workers;               /* 0 = one per CPU */
     char admin_token[128];          /* "" = no token required on the admin listener */
     int auth_deny_status;           /* status of /v1/auth on a rejection: 429 (400-599) */
+    char auth_route_header[64];     /* /v1/auth: the route name's header, lowercase ("x-sluice-route") */
+    sl_client_ip_cfg client_ip;     /* who the client is behind proxies (client_ip.h) */
     bool legacy_headers;            /* also emit X-RateLimit-Limit/Remaining/Reset */
     bool log_raw_keys;              /* default false: keys are personal data */
     /* Named admin tokens (admin.tokens): the audit trail names the caller by its token's
@@ -221,6 +225,15 @@ bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i);
  * the policy is written. */
 bool sl_config_policy_needs_finish(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
                                    int *col);
+
+/* Whether policy i shapes (a leaky_bucket window, or on_exceed: delay) and is reachable
+ * over gRPC (match.domain): Envoy cannot hold a request; msg says what it gets instead. */
+bool sl_config_policy_grpc_shaping(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
+                                   int *col);
+/* Whether a policy keys on client_ip while /v1/auth reads it from a header with no
+ * trusted proxy (no client_ip setting, or `client_ip: HEADER`): a client choosing its own
+ * key. msg receives the warning (config check prints it), line/col where it applies. */
+bool sl_config_client_ip_warning(const sl_config *cfg, char *msg, size_t len, int *line, int *col);
 
 /* The unit a policy counts in (RateLimit-Policy qu=). */
 typedef enum sl_quota_unit {

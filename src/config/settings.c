@@ -166,6 +166,8 @@ void sl__settings_defaults(sl_settings *st) {
     snprintf(st->listen_admin, sizeof(st->listen_admin), "127.0.0.1:9090");
     snprintf(st->listen_grpc, sizeof(st->listen_grpc), "127.0.0.1:8081");
     st->auth_deny_status = 429;
+    snprintf(st->auth_route_header, sizeof(st->auth_route_header), "x-sluice-route");
+    snprintf(st->client_ip.header, sizeof(st->client_ip.header), "x-forwarded-for");
     st->store.redis_timeout_ns = 20 * SLUICE_NS_PER_MS;
     st->log.level = 2; /* info */
     st->log.decisions_rejections_only = true;
@@ -347,6 +349,75 @@ static void parse_admin_tokens(sl__ctx *cx, const sl_ynode *x, sl_settings *st) 
     }
 }
 
+/* A header name as the config writes it, kept lowercase in out (64 bytes). */
+static bool header_name(sl__ctx *cx, const sl_ynode *n, const char *what, char *out, size_t len) {
+    const char *s = sl__get_str(cx, n, what);
+    if (s == NULL) return false;
+    size_t l = strlen(s);
+    bool ok = l > 0 && l < len;
+    for (size_t i = 0; ok && i < l; i++) /* an HTTP token (RFC 9110) */
+        ok = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+             strchr("!#$%&'*+-.^_`|~", s[i]) != NULL;
+    if (!ok) {
+        sl__err(cx, n, "bad %s '%.60s' (expected a header name such as X-Forwarded-For, at most %zu bytes)",
+                what, s, len - 1);
+        return false;
+    }
+    for (size_t i = 0; i <= l; i++) out[i] = (char)((s[i] >= 'A' && s[i] <= 'Z') ? s[i] + 32 : s[i]);
+    return true;
+}
+
+/* client_ip: peer | HEADER | {header, trusted: [CIDR...], hops: N} (docs/config.md). */
+static void parse_client_ip(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
+    sl_client_ip_cfg *c = &st->client_ip;
+    c->line = x->line, c->col = x->col;
+    if (sl__is_scalar(x)) {
+        if (strcmp(x->s, "peer") == 0) {
+            c->mode = SL_CIP_PEER;
+        } else if (header_name(cx, x, "client_ip header", c->header, sizeof(c->header))) {
+            c->mode = SL_CIP_PLAIN;
+            c->forwarded = strcmp(c->header, "forwarded") == 0;
+            if (c->forwarded)
+                sl__err(cx, x, "client_ip: Forwarded needs trusted proxies (expected client_ip: "
+                        "{header: Forwarded, trusted: [10.0.0.0/8]})");
+        }
+        return;
+    }
+    static const char *const f[] = {"header", "trusted", "hops", NULL};
+    if (x->kind != SL_YMAP) {
+        sl__err(cx, x, "bad client_ip (expected peer, a header name, or {header: X-Forwarded-For, "
+                "trusted: [10.0.0.0/8], hops: N})");
+        return;
+    }
+    if (!sl__check_fields(cx, x, "client_ip", f)) return;
+    c->mapping = true;
+    const sl_ynode *a;
+    if ((a = sl__get(x, "header")) != NULL) header_name(cx, a, "client_ip header", c->header, sizeof(c->header));
+    c->forwarded = strcmp(c->header, "forwarded") == 0;
+    if ((a = sl__get(x, "hops")) != NULL) {
+        uint64_t v;
+        if (sl__get_u64(cx, a, SL_CIP_WALK_MAX, &v)) c->hops = (unsigned)v;
+    }
+    if ((a = sl__get(x, "trusted")) != NULL) {
+        if (!sl__is_seq(a)) {
+            sl__err(cx, a, "client_ip.trusted must be a list (expected trusted: [10.0.0.0/8, ::1])");
+        } else if (a->n > SL_CIP_TRUSTED_MAX) {
+            sl__err(cx, a, "client_ip.trusted has %zu networks (expected at most %d)", a->n, SL_CIP_TRUSTED_MAX);
+        } else {
+            for (size_t i = 0; i < a->n; i++) {
+                const sl_ynode *e = a->v[i];
+                if (!sl__is_scalar(e) || !sl_cidr_parse(e->s, e->len, &c->trusted[c->n_trusted])) {
+                    sl__err(cx, e, "bad trusted proxy '%.60s' (expected an address or network such as "
+                            "127.0.0.1, 10.0.0.0/8 or 2001:db8::/32)", sl__is_scalar(e) ? e->s : "");
+                    continue;
+                }
+                c->n_trusted++;
+            }
+        }
+    }
+    c->mode = (c->n_trusted > 0 || c->hops > 0) ? SL_CIP_WALK : SL_CIP_PEER;
+}
+
 void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
     const sl_ynode *x;
     if ((x = sl__get(root, "listen")) != NULL) {
@@ -372,9 +443,13 @@ void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
         if (sl__get(x, "tokens") != NULL) parse_admin_tokens(cx, sl__get(x, "tokens"), st);
     }
     if ((x = sl__get(root, "auth")) != NULL) {
-        static const char *const f[] = {"deny_status", NULL};
+        static const char *const f[] = {"deny_status", "route_header", NULL};
         uint64_t v;
-        if (sl__check_fields(cx, x, "auth", f) && sl__get(x, "deny_status") != NULL &&
+        bool fields_ok = sl__check_fields(cx, x, "auth", f);
+        if (fields_ok && sl__get(x, "route_header") != NULL)
+            header_name(cx, sl__get(x, "route_header"), "auth.route_header", st->auth_route_header,
+                        sizeof(st->auth_route_header));
+        if (fields_ok && sl__get(x, "deny_status") != NULL &&
             sl__get_u64(cx, sl__get(x, "deny_status"), 999, &v)) {
             if (v < 400 || v > 599)
                 sl__err(cx, sl__get(x, "deny_status"), "deny_status %llu is not an error "
@@ -388,6 +463,7 @@ void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
         if (sl__check_fields(cx, x, "headers", f) && sl__get(x, "legacy") != NULL)
             sl__get_bool(cx, sl__get(x, "legacy"), &st->legacy_headers);
     }
+    if ((x = sl__get(root, "client_ip")) != NULL) parse_client_ip(cx, x, st);
     if ((x = sl__get(root, "log")) != NULL) parse_log(cx, x, st);
     if ((x = sl__get(root, "observe")) != NULL) parse_observe(cx, x, st);
     if ((x = sl__get(root, "audit")) != NULL) parse_audit(cx, x, st);

@@ -244,16 +244,37 @@ static void handle_auth(http_ctx *x) {
     r.path = (sl_str){uri.p, q ? (size_t)(q - uri.p) : uri.len};
     r.host = hstr(sl_http1_header(req, "x-forwarded-host"));
     if (!r.host.p) r.host = hstr(sl_http1_header(req, "host"));
-    if ((h = sl_http1_header(req, "x-forwarded-for")) != NULL && h->value_len) {
-        /* the left-most address is the client as the first proxy saw it */
-        const char *comma = memchr(h->value, ',', h->value_len);
-        size_t n = comma ? (size_t)(comma - h->value) : h->value_len;
-        while (n && (h->value[n - 1] == ' ' || h->value[n - 1] == '\t')) n--;
-        r.client_ip = (sl_str){h->value, n};
-    } else if ((h = sl_http1_header(req, "x-real-ip")) != NULL && h->value_len) {
-        r.client_ip = hstr(h);
-    } else {
-        r.client_ip = (sl_str){c->peer_ip, strlen(c->peer_ip)};
+    /* the client: client_ip's walk over the forwarded chain (or, with no setting, the
+     * left-most X-Forwarded-For, else X-Real-IP, else the peer) */
+    const sl_settings *st = sl_config_settings(w->gen->cfg);
+    const sl_client_ip_cfg *cip = &st->client_ip;
+    const char *vals[SL_CIP_VALUES_MAX];
+    size_t lens[SL_CIP_VALUES_MAX], nv = 0;
+    for (size_t i = 0; i < req->nheaders && cip->mode != SL_CIP_PEER; i++) {
+        const sl_http_header *hh = &req->headers[i];
+        if (hh->name_len != strlen(cip->header) || strncasecmp(hh->name, cip->header, hh->name_len) != 0) continue;
+        if (nv == SL_CIP_VALUES_MAX) { /* the last lines are the nearest proxies' */
+            memmove(vals, vals + 1, sizeof(vals[0]) * (nv - 1));
+            memmove(lens, lens + 1, sizeof(lens[0]) * (nv - 1));
+            nv--;
+        }
+        vals[nv] = hh->value, lens[nv++] = hh->value_len;
+    }
+    const sl_http_header *rip = cip->mode == SL_CIP_LEGACY ? sl_http1_header(req, "x-real-ip") : NULL;
+    char ipbuf[SL_CIP_TEXT_MAX];
+    const char *ipp;
+    size_t ipn;
+    sl_client_ip_pick(cip, vals, lens, nv, rip ? rip->value : NULL, rip ? rip->value_len : 0, c->peer_ip, ipbuf,
+                      &ipp, &ipn);
+    r.client_ip = (sl_str){ipp, ipn};
+    /* the route the gateway names (auth.route_header; the recipes strip a client's own) */
+    for (size_t i = 0; i < req->nheaders; i++) {
+        const sl_http_header *hh = &req->headers[i];
+        if (hh->name_len == strlen(st->auth_route_header) &&
+            strncasecmp(hh->name, st->auth_route_header, hh->name_len) == 0 && hh->value_len > 0) {
+            r.route = (sl_str){hh->value, hh->value_len};
+            break;
+        }
     }
     /* the original request's size (cost: body_bytes): a gateway forwards it in
      * X-Original-Length (its auth request has no body), or sends the body itself */
