@@ -353,7 +353,24 @@ int sl_ovr_put(sl_ovr_table *t, sl_ovr_rec *rec, int64_t now_wall, bool *created
         place(s->s, s->cap, &n);
         s->used++;
     } else {
-        regime_of(o, rec);
+        /* the counters' regime goes with the new record: it was allocated without room
+         * for those numbers, so it is made again with them when there are some */
+        sl_ovr_rec tmp;
+        memcpy(&tmp, rec, rec_size(rec));
+        regime_of(o, &tmp);
+        if (tmp.nfrom > 0) {
+            sl_ovr_rec *nr = sl_ovr_rec_new(&tmp, rec->policy, rec->key, rec->key_len, rec->plan,
+                                            rec->reason, rec->label, rec->set_by, rec->body);
+            if (nr == NULL) {
+                sunlock(&s->lock);
+                return SLUICE_ENOMEM; /* rec not taken */
+            }
+            free(rec);
+            rec = nr;
+        } else {
+            rec->from_ver = tmp.from_ver;
+            rec->nfrom = 0;
+        }
         sl_ovr_rec *prev = o->rec;
         o->rec = rec;
         if (was_live) {
