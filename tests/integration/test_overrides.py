@@ -487,9 +487,13 @@ def test_import_streams_beyond_the_body_limit_in_bounded_memory(make_server):
     assert _rss_kib(s.proc.pid) - before < 64 * 1024, (before, _rss_kib(s.proc.pid))
     assert get(s, "api", "m0").json()["kind"] == "exempt"
     # PUT keeps the body limit
-    r = requests.put(s.admin + "/v1/overrides/api/big", data=b"{" + b" " * (2 << 20) + b"}",
-                     headers=H, timeout=30)
-    assert r.status_code == 413
+    try:  # the server answers 413 and may close while the body is still being sent
+        r = requests.put(s.admin + "/v1/overrides/api/big", data=b"{" + b" " * (2 << 20) + b"}",
+                         headers=H, timeout=30)
+        assert r.status_code == 413
+    except requests.exceptions.ConnectionError:
+        pass
+    assert get(s, "api", "big").status_code == 404
 
 
 def test_keys_of_64_kib(make_server):
