@@ -3,8 +3,10 @@
  * tokens.c -- the table of outstanding settle/release tokens: what makes a token single
  * use. A bounded, sharded, thread-safe set of 64-bit ids, each with the operations still
  * pending (settle, release) and an expiry on the monotonic clock (the reservation's window
- * or the lease). Fixed capacity, allocated once: nothing here allocates after creation.
- * One table lives as long as the store it accompanies, across engines (reloads).
+ * or the lease). Fixed capacity (store.max_tokens live ids, each policy an equal share),
+ * allocated once: nothing here allocates after creation. An id is reserved before the
+ * store decides, so a full share refuses the request instead of admitting it with a
+ * token nobody can use. One table lives as long as its store, across engines (reloads).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,12 +18,17 @@
 #include "engine/internal.h"
 
 #define TOK_SHARDS 64
-#define TOK_WAYS 8 /* an id lives in one bucket of TOK_WAYS slots of its shard */
+#define TOK_WAYS 8    /* an id lives in one bucket of TOK_WAYS slots of its shard */
+#define TOK_TRIES 8   /* ids tried (each its own bucket) before a reservation gives up */
+#define TOK_OWNERS 1024 /* policies whose outstanding tokens are counted apart; + 1 overflow */
+#define TOK_RESERVED 4u /* pending: the store has not answered yet */
+#define TOK_SWEEP_NS (SLUICE_NS_PER_S / 10) /* a full sweep of expired ids at most this often */
 
 typedef struct tok_slot {
     uint64_t id;     /* 0 = free */
     int64_t expires; /* monotonic ns */
-    unsigned pending;
+    uint32_t pending;
+    uint32_t owner;  /* index into owner[] */
 } tok_slot;
 
 typedef struct tok_shard {
@@ -31,11 +38,30 @@ typedef struct tok_shard {
     char pad[64];
 } tok_shard;
 
+/* A policy's count of live ids (its share is checked against it). */
+typedef struct tok_owner {
+    _Atomic uint64_t name; /* hash of the policy name; 0 = unused */
+    _Atomic int64_t held;
+} tok_owner;
+
+/*
+ * Why a stated bound with a share per policy: every live id is a lease or a reservation
+ * some client holds, and one client on its own keys can hold tens of thousands. The table
+ * holds exactly `capacity` (store.max_tokens) live ids; each policy at most `share` of
+ * them (the engine's capacity / policies that issue tokens, so every policy's share fits
+ * at once); a request that would go beyond either is refused before the store is asked
+ * (nothing charged, SL_ETOKENS_FULL), never admitted with a token that cannot be used. The
+ * slots are twice the bound so that a random id's bucket is almost never full.
+ */
 struct sl_token_table {
     tok_shard shard[TOK_SHARDS];
     sl_hash_key key;       /* ids are keyed hashes of a counter: unpredictable, unique */
     _Atomic uint64_t next; /* counter */
-    size_t capacity;
+    size_t capacity;       /* the bound on live ids */
+    _Atomic int64_t held;  /* live ids, all policies */
+    _Atomic uint64_t refused;
+    _Atomic int64_t swept_at;
+    tok_owner owner[TOK_OWNERS + 1];
 };
 
 sl_token_table *sl_token_table_create(size_t capacity, int *err) {
@@ -46,10 +72,11 @@ sl_token_table *sl_token_table_create(size_t capacity, int *err) {
         if (err) *err = t == NULL ? SLUICE_ENOMEM : SLUICE_EIO;
         return NULL;
     }
-    size_t per = (capacity + TOK_SHARDS - 1) / TOK_SHARDS;
+    size_t per = (2 * capacity + TOK_SHARDS - 1) / TOK_SHARDS;
     size_t nb = 1;
     while (nb * TOK_WAYS < per) nb *= 2;
-    t->capacity = nb * TOK_WAYS * TOK_SHARDS;
+    t->capacity = capacity;
+    atomic_init(&t->swept_at, INT64_MIN);
     for (int i = 0; i < TOK_SHARDS; i++) {
         pthread_mutex_init(&t->shard[i].mu, NULL);
         t->shard[i].nbuckets = nb;
@@ -75,15 +102,64 @@ void sl_token_table_destroy(sl_token_table *t) {
 
 size_t sl_token_table_capacity(const sl_token_table *t) { return t ? t->capacity : 0; }
 
+void sl_token_table_stats(sl_token_table *t, uint64_t *held, uint64_t *refused) {
+    int64_t h = t ? atomic_load(&t->held) : 0;
+    if (held) *held = h > 0 ? (uint64_t)h : 0;
+    if (refused) *refused = t ? atomic_load(&t->refused) : 0;
+}
+
 static tok_slot *bucket(sl_token_table *t, uint64_t id, tok_shard **sh) {
     *sh = &t->shard[id % TOK_SHARDS];
     size_t b = (size_t)(id / TOK_SHARDS) & ((*sh)->nbuckets - 1);
     return (*sh)->slot + b * TOK_WAYS;
 }
 
-/* Why refuse rather than evict when a bucket is full of live ids: evicting would make a
- * legitimate holder's settle fail anyway; refusing leaves the reservation charged and the
- * lease to expire on its own, both of which err on the side of limiting. */
+/* The counter of policy `name` (a hash; found or claimed, lock-free); the overflow one
+ * once TOK_OWNERS policies have been seen. */
+static uint32_t owner_of(sl_token_table *t, uint64_t name) {
+    if (name == 0) name = 1;
+    for (uint32_t k = 0; k < TOK_OWNERS; k++) {
+        uint32_t i = (uint32_t)((name + k) % TOK_OWNERS);
+        uint64_t cur = atomic_load(&t->owner[i].name);
+        if (cur == name) return i;
+        if (cur == 0) {
+            uint64_t zero = 0;
+            if (atomic_compare_exchange_strong(&t->owner[i].name, &zero, name) || zero == name) return i;
+        }
+    }
+    return TOK_OWNERS;
+}
+
+/* A live slot leaves the table (caller holds its shard's lock). */
+static void slot_free(sl_token_table *t, tok_slot *s) {
+    s->id = 0;
+    atomic_fetch_sub(&t->owner[s->owner].held, 1);
+    atomic_fetch_sub(&t->held, 1);
+}
+
+/* Frees every expired id, at most every TOK_SWEEP_NS: ids nobody settles or releases
+ * would otherwise count against their policy until their slot happens to be reused.
+ * One shard's lock at a time. */
+static void sweep(sl_token_table *t, int64_t now) {
+    int64_t last = atomic_load(&t->swept_at);
+    if (last != INT64_MIN && now - last < TOK_SWEEP_NS && now >= last) return;
+    if (!atomic_compare_exchange_strong(&t->swept_at, &last, now)) return;
+    for (int i = 0; i < TOK_SHARDS; i++) {
+        tok_shard *sh = &t->shard[i];
+        pthread_mutex_lock(&sh->mu);
+        for (size_t j = 0; j < sh->nbuckets * TOK_WAYS; j++)
+            if (sh->slot[j].id != 0 && sh->slot[j].expires <= now) slot_free(t, &sh->slot[j]);
+        pthread_mutex_unlock(&sh->mu);
+    }
+}
+
+/* One more for counter c when below `bound`. */
+static bool count_in(_Atomic int64_t *c, int64_t bound) {
+    if (atomic_fetch_add(c, 1) < bound) return true;
+    atomic_fetch_sub(c, 1);
+    return false;
+}
+
 uint64_t sl__token_id(sl_token_table *t) {
     if (t == NULL) return 0;
     uint64_t n = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
@@ -91,39 +167,93 @@ uint64_t sl__token_id(sl_token_table *t) {
     return h.lo ? h.lo : 1;
 }
 
+uint64_t sl__token_reserve(sl_token_table *t, uint64_t owner, size_t share, int64_t expires,
+                           int64_t now) {
+    if (t == NULL) return 0;
+    if (share == 0 || share > t->capacity) share = t->capacity;
+    uint32_t o = owner_of(t, owner);
+    bool in = false;
+    for (int attempt = 0; attempt < 2 && !in; attempt++) {
+        if (attempt == 1) sweep(t, now);
+        if (count_in(&t->owner[o].held, (int64_t)share)) {
+            if (count_in(&t->held, (int64_t)t->capacity)) in = true;
+            else atomic_fetch_sub(&t->owner[o].held, 1);
+        }
+    }
+    if (!in) {
+        atomic_fetch_add(&t->refused, 1);
+        return 0;
+    }
+    for (int k = 0; k < TOK_TRIES; k++) {
+        uint64_t id = sl__token_id(t);
+        tok_shard *sh;
+        tok_slot *b = bucket(t, id, &sh);
+        pthread_mutex_lock(&sh->mu);
+        for (int i = 0; i < TOK_WAYS; i++)
+            if (b[i].id == 0 || b[i].expires <= now) {
+                if (b[i].id != 0) slot_free(t, &b[i]);
+                b[i] = (tok_slot){id, expires, TOK_RESERVED, o};
+                pthread_mutex_unlock(&sh->mu);
+                return id;
+            }
+        pthread_mutex_unlock(&sh->mu);
+    }
+    /* TOK_TRIES full buckets at half load: not seen in practice, still refused cleanly */
+    atomic_fetch_sub(&t->owner[o].held, 1);
+    atomic_fetch_sub(&t->held, 1);
+    atomic_fetch_add(&t->refused, 1);
+    return 0;
+}
+
+/* The slot of live id `id` (caller holds *sh's lock), or NULL. */
+static tok_slot *find(sl_token_table *t, uint64_t id, tok_shard **sh) {
+    tok_slot *b = bucket(t, id, sh);
+    pthread_mutex_lock(&(*sh)->mu);
+    for (int i = 0; i < TOK_WAYS; i++)
+        if (b[i].id == id) return &b[i];
+    return NULL;
+}
+
+bool sl__token_commit(sl_token_table *t, uint64_t id, unsigned pending, int64_t expires) {
+    if (t == NULL || id == 0) return false;
+    tok_shard *sh;
+    tok_slot *s = find(t, id, &sh);
+    if (s != NULL) {
+        s->pending = pending;
+        s->expires = expires;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return s != NULL;
+}
+
+void sl__token_drop(sl_token_table *t, uint64_t id) {
+    if (t == NULL || id == 0) return;
+    tok_shard *sh;
+    tok_slot *s = find(t, id, &sh);
+    if (s != NULL) slot_free(t, s);
+    pthread_mutex_unlock(&sh->mu);
+}
+
 uint64_t sl__token_issue(sl_token_table *t, unsigned pending, int64_t expires, int64_t now) {
     if (t == NULL || pending == 0) return 0;
-    uint64_t id = sl__token_id(t);
-    tok_shard *sh;
-    tok_slot *b = bucket(t, id, &sh);
-    uint64_t got = 0;
-    pthread_mutex_lock(&sh->mu);
-    for (int i = 0; i < TOK_WAYS; i++)
-        if (b[i].id == 0 || b[i].expires <= now) {
-            b[i] = (tok_slot){id, expires, pending};
-            got = id;
-            break;
-        }
-    pthread_mutex_unlock(&sh->mu);
-    return got;
+    uint64_t id = sl__token_reserve(t, 0, 0, expires, now);
+    if (id != 0) sl__token_commit(t, id, pending, expires);
+    return id;
 }
 
 /* Takes operation `op` of `id`: true exactly once per operation while the id is live. */
 bool sl__token_take(sl_token_table *t, uint64_t id, unsigned op, int64_t now) {
     if (t == NULL || id == 0) return false;
     tok_shard *sh;
-    tok_slot *b = bucket(t, id, &sh);
+    tok_slot *s = find(t, id, &sh);
     bool ok = false;
-    pthread_mutex_lock(&sh->mu);
-    for (int i = 0; i < TOK_WAYS; i++)
-        if (b[i].id == id) {
-            if (b[i].expires > now && (b[i].pending & op)) {
-                b[i].pending &= ~op;
-                ok = true;
-            }
-            if (b[i].pending == 0 || b[i].expires <= now) b[i].id = 0;
-            break;
+    if (s != NULL && !(s->pending & TOK_RESERVED)) {
+        if (s->expires > now && (s->pending & op)) {
+            s->pending &= ~op;
+            ok = true;
         }
+        if (s->pending == 0 || s->expires <= now) slot_free(t, s);
+    }
     pthread_mutex_unlock(&sh->mu);
     return ok;
 }
@@ -404,6 +534,11 @@ void sl__issue_token(const sl_engine *e, sl_verdict *v, sluice_time now) {
         return;
     }
     int64_t exp = now.mono_ns > INT64_MAX - life ? INT64_MAX : now.mono_ns + life;
+    if (v->run.tok_resv != 0) { /* reserved before the store was asked (decide.c) */
+        v->token_id = sl__token_commit(e->tokens, v->run.tok_resv, pending, exp) ? v->run.tok_resv : 0;
+        v->run.tok_resv = 0;
+        return;
+    }
     v->token_id = sl__token_issue(e->tokens, pending, exp, now.mono_ns);
 }
 

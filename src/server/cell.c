@@ -116,6 +116,8 @@ const sluice_limiter *sl_cell_get(sl_server *s, int64_t max_burst, int64_t count
     return l;
 }
 
+uint64_t sl_cell_refused(sl_server *s) { return atomic_load(&s->cell.refused); }
+
 /* A reply's whole seconds as redis-cell 0.4+ rounds them (lib.rs): `as_seconds_f64() as
  * i64`, plus 1 when `subsec_milliseconds() > 0`, i.e. up only when at least 1 ms is left
  * over (redis-cell 0.3.1 added 1 whenever the duration was >= 1 ms, earlier versions

@@ -116,6 +116,7 @@ typedef struct sl_cell_cache {
     pthread_mutex_t mu; /* creation only; lookups are lock-free */
     sl_cell_entry e[SL_CELL_CAP];
     size_t used;
+    _Atomic uint64_t refused; /* new sets refused (sluice_table_refusals_total) */
 } sl_cell_cache;
 
 /* ---- connections ---- */
@@ -369,6 +370,8 @@ void sl_cell_deinit(sl_cell_cache *cc);
 /* The GCRA limiter for CL.THROTTLE's parameters, created and registered on first use. */
 const sluice_limiter *sl_cell_get(sl_server *s, int64_t max_burst, int64_t count,
                                   int64_t period_s, int *err);
+/* New parameter sets refused so far. */
+uint64_t sl_cell_refused(sl_server *s);
 /* redis-cell's rounding of a duration to whole seconds: truncate, +1 if >= 1 ms left. */
 int64_t sl_cell_round_s(int64_t ns);
 
