@@ -145,6 +145,8 @@ typedef struct sl_conn {
     sl_conn_kind kind;
     sl_conn_kind listener;  /* the listener that accepted it (kind may become GRPC) */
     bool authed;            /* RESP: AUTH given with the admin token */
+    uint64_t auth_tag[2];   /* RESP: a keyed hash of that token, checked against the
+                               tokens in force at each command (a reload may revoke it) */
     sl_dnode timer;
     char *rbuf;
     size_t rlen, rcap;

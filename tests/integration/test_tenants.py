@@ -130,3 +130,50 @@ def test_token_table_exhaustion_redis_key_secret(redis, make_server):
     ok, admitted, refusals = flood_and_cycle(srv)
     assert ok == 20, ok
     assert admitted == 70000 and not refusals, (admitted, refusals)
+
+
+# ---- a revoked admin token on a connection already open -----------------------------------
+
+ADMIN_CONFIG = """
+workers: 2
+admin:
+  tokens: [ { name: ops, token: %s } ]
+policies:
+  - name: api
+    objective: fairness
+    key: [header.x-api-key]
+    algorithm: token_bucket
+    limits:
+      - { rate: 10/s, burst: 20 }
+"""
+
+
+def test_revoked_admin_token_refused_on_open_connections(make_server):
+    old, new = "old-admin-token-1", "new-admin-token-2"
+    srv = make_server(config_text=ADMIN_CONFIG % old)
+    conns = [srv.resp() for _ in range(4)]  # spread over the workers
+    for c in conns:
+        assert c.command("AUTH", old) == "OK"
+        assert c.command("SL.RESET", "api", "k") == 1
+        assert isinstance(c.command("SL.CLOCK", "ADVANCE", 1), int)
+    hello = srv.resp()
+    assert isinstance(hello.command("HELLO", "2", "AUTH", "default", old), list)
+    conns.append(hello)
+    with open(srv.config_path, "w") as f:
+        f.write(ADMIN_CONFIG % new)
+    r = requests.post(srv.admin + "/v1/reload", headers={"Authorization": "Bearer " + old}, timeout=10)
+    assert r.status_code == 200, r.text
+    for c in conns:  # the very next command is refused, on every open connection
+        e = c.command("SL.RESET", "api", "k")
+        assert isinstance(e, RespError) and e.startswith("NOAUTH"), e
+        e = c.command("SL.CLOCK", "ADVANCE", 1)
+        assert isinstance(e, RespError) and e.startswith("NOAUTH"), e
+    # HTTP refuses the old token too; the new one works on the same connection after AUTH
+    assert requests.post(srv.admin + "/v1/reload", headers={"Authorization": "Bearer " + old},
+                         timeout=10).status_code == 401
+    c = conns[0]
+    assert isinstance(c.command("AUTH", old), RespError)
+    assert c.command("AUTH", new) == "OK"
+    assert c.command("SL.RESET", "api", "k") == 1
+    for c in conns:
+        c.close()
