@@ -177,3 +177,112 @@ def test_revoked_admin_token_refused_on_open_connections(make_server):
     assert c.command("SL.RESET", "api", "k") == 1
     for c in conns:
         c.close()
+
+
+# ---- credentials never in any output --------------------------------------------------------
+
+PW = "Pw-9f3c-S3CRET"
+
+CRED_BASE = """
+workers: 1
+admin:
+  tokens: [ { name: ops, token: admin-tok-%(pw)s } ]
+log: { format: %(fmt)s, file: sluice.log }
+audit: { file: audit.jsonl }
+%(store)s
+policies:
+  - name: api
+    objective: fairness
+    key: [header.x-api-key]
+    algorithm: token_bucket
+    limits:
+      - { rate: 10/s, burst: 20 }
+"""
+
+# every field a store password can come through, each made invalid so the config is refused
+BAD_STORES = [
+    'store: {type: redis, addr: "redis://app:%s@127.0.0.1:6379x"}' % PW,
+    'store: {type: redis, addr: "redis://%s@127.0.0.1:6379x"}' % PW,
+    'store: {type: redis, addr: "redis://app:%s@127.0.0.1:6379/0?password=%s&bogus=1x"}' % (PW, PW),
+    'store: {type: redis, addr: "rediss://app:%s%s@127.0.0.1:6379x"}' % (PW, "x" * 80),
+    'store: {type: redis, sentinel: {master: m, addrs: ["app:%s@127.0.0.1:2x", "redis://u:%s@h:1x"]}}' % (PW, PW),
+]
+
+
+def all_outputs(srv):
+    out = [srv.output()]
+    for name in ("sluice.log", "audit.jsonl"):
+        try:
+            with open(os.path.join(srv.dir, name)) as f:
+                out.append(f.read())
+        except OSError:
+            pass
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_no_password_in_any_output_of_a_refused_config(make_server, fmt):
+    good = CRED_BASE % {"pw": PW, "fmt": fmt, "store": ""}
+    srv = make_server(config_text=good)
+    auth = {"Authorization": "Bearer admin-tok-" + PW}
+    seen, marks = [], 0
+    for bad in BAD_STORES:
+        text = CRED_BASE % {"pw": PW, "fmt": fmt, "store": bad}
+        with open(srv.config_path, "w") as f:
+            f.write(text)
+        r = requests.post(srv.admin + "/v1/reload", headers=auth, timeout=10)
+        assert r.status_code != 200, r.text  # refused
+        seen.append(r.text)
+        marks += r.text.count("***")
+        srv.signal(signal_hup())
+        time.sleep(0.3)
+        c = subprocess.run([BIN, "config", "check", srv.config_path], capture_output=True, text=True, timeout=30)
+        assert c.returncode != 0
+        seen += [c.stdout, c.stderr]
+        c = subprocess.run([BIN, "config", "check", "--no-state", srv.config_path],
+                           capture_output=True, text=True, timeout=30)
+        seen += [c.stdout, c.stderr]
+    seen.append(requests.get(srv.admin + "/v1/audit", headers=auth, timeout=10).text)
+    seen.append(requests.get(srv.admin + "/metrics", timeout=10).text)
+    with open(srv.config_path, "w") as f:
+        f.write(good)
+    srv.stop()
+    seen.append(all_outputs(srv))
+    blob = "\n".join(seen)
+    assert "reload_refused" in blob or "refused" in blob  # the outputs were there to search
+    assert marks >= len(BAD_STORES), seen[:2]  # the answers show where a password was
+    for leak in (PW, PW.replace("-", "%2D")):
+        assert leak not in blob, blob[max(0, blob.find(leak) - 300):blob.find(leak) + 100]
+
+
+def signal_hup():
+    import signal
+    return signal.SIGHUP
+
+
+def test_no_password_from_the_command_line_or_environment(tmp_path):
+    cfg = tmp_path / "ok.yaml"
+    text = CRED_BASE % {"pw": "x", "fmt": "text", "store": ""}
+    cfg.write_text(text.replace("sluice.log", str(tmp_path / "s.log")).replace("audit.jsonl", str(tmp_path / "a.jsonl")))
+    urls = ["redis://app:%s@127.0.0.1:6379x" % PW, "redis://%s@127.0.0.1:1/0?bogus=1" % PW,
+            "redis://127.0.0.1:1/0?password=%s&bogus=1" % PW,
+            "redis-sentinel://app:%s@127.0.0.1:2x/m" % PW]
+    outs = []
+    for u in urls:
+        for how in ("flag", "env"):
+            env = dict(os.environ)
+            argv = [BIN, "serve", "-c", str(cfg), "--http", "127.0.0.1:0", "--resp", "127.0.0.1:0",
+                    "--admin", "127.0.0.1:0", "--grpc", "127.0.0.1:0"]
+            if how == "flag":
+                argv += ["--store", u]
+            else:
+                env["SLUICE_STORE"] = u
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
+            assert p.returncode != 0, (u, p.stdout, p.stderr)
+            outs += [p.stdout, p.stderr]
+    for f in tmp_path.iterdir():
+        if f.suffix in (".log", ".jsonl"):
+            outs.append(f.read_text())
+    blob = "\n".join(outs)
+    assert "store" in blob
+    assert PW not in blob, blob
