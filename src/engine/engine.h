@@ -360,12 +360,12 @@ int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, ui
 int sl_engine_release_token(const sl_engine *e, const char *token, size_t len, sluice_time now);
 
 /* A verdict travels between a check and a later settle/release (another connection) as
- * a token: printable ASCII, at most SL_TOKEN_MAX bytes. It names its single-use id, the
- * decision time, limiters, keys (hex), reserved costs and leases (so it is as personal as
- * the keys), only for windows that consumed, and ends in a MAC under a per-process random
- * key (or one derived from the shared secret): a forged or altered token is refused. A
- * token settles once and releases once. Valid across reloads, not restarts (unless
- * shared). */
+ * a token: printable ASCII (URL-safe base64), at most SL_TOKEN_MAX bytes. It holds its
+ * single-use id, the decision time, limiters, keys, reserved costs and leases, only for
+ * windows that consumed, sealed with ChaCha20-Poly1305 under a per-process random key (or
+ * one derived from the shared secret): it shows none of them, and a forged or altered
+ * token is refused. A token settles once and releases once. Valid across reloads, not
+ * restarts (unless shared). */
 #define SL_TOKEN_MAX 2048
 int sl_verdict_token(const sl_verdict *v, char *buf, size_t len); /* bytes or SLUICE_ERANGE */
 /* Whether an admitted verdict holds something a token could settle or release. */

@@ -622,7 +622,8 @@ static void write_token(sl_conn *c, sl_wbuf *wb, void *arg) {
     else if (rc == SLUICE_ENOTFOUND)
         sl_resp_error(wb, "ERR token already used, expired or unknown");
     else if (rc == SLUICE_EINVAL)
-        sl_resp_error(wb, "ERR invalid token");
+        sl_resp_error(wb, "ERR invalid token (altered, forged, or sealed by another instance or "
+                          "before a restart: only a shared store.key_secret carries tokens over)");
     else if (rc == SL_ETOKEN_OP)
         sl_resp_error(wb, "ERR this token holds nothing for that operation (SL.SETTLE: a reservation, "
                           "SL.RELEASE: a lease)");

@@ -286,3 +286,79 @@ def test_no_password_from_the_command_line_or_environment(tmp_path):
     blob = "\n".join(outs)
     assert "store" in blob
     assert PW not in blob, blob
+
+
+# ---- settle/release tokens are sealed (issue 26) ------------------------------------------
+
+SEALED_CONFIG = """
+workers: 2
+%s
+policies:
+  - name: gpu-slots-policy
+    objective: protection
+    key: [header.x-tenant]
+    algorithm: concurrency
+    limits:
+      - { max: 2, lease: 10m }
+  - name: llm-tokens-policy
+    objective: cost
+    key: [header.x-tenant]
+    cost: { default: 777, settle: true }
+    algorithm: token_bucket
+    limits: [ { rate: 100000/h, burst: 100000 } ]
+"""
+
+
+def test_tokens_show_nothing_and_refuse_tampering(make_server):
+    srv = make_server(config_text=SEALED_CONFIG % "")
+    other = make_server(config_text=SEALED_CONFIG % "")
+    key = "tenant-secret-4711"
+    c = srv.resp()
+    toks = [as_dict(c.command("SL.ACQUIRE", "gpu-slots-policy", key))["token"].decode() for _ in range(2)]
+    j = requests.post(srv.http + "/v1/check", json={"policy": "llm-tokens-policy", "key": key}, timeout=5).json()
+    settle = j["token"]
+    for t in toks + [settle]:
+        assert re.fullmatch(r"t4[A-Za-z0-9_-]+", t), t
+        for needle in ("gpu-slots-policy", "llm-tokens-policy", key, "777"):
+            assert needle not in t and needle.encode().hex() not in t, (needle, t)
+    assert toks[0] != toks[1]
+    # a changed character, a token cut short, another instance's token: invalid, said so
+    bad = toks[0][:10] + ("A" if toks[0][10] != "A" else "B") + toks[0][11:]
+    for t in (bad, toks[0][:-4], toks[0] + "AAAA"):
+        e = c.command("SL.RELEASE", t)
+        assert isinstance(e, RespError) and e.startswith("ERR invalid token"), e
+    o = other.resp()
+    e = o.command("SL.RELEASE", toks[0])
+    assert isinstance(e, RespError) and e.startswith("ERR invalid token"), e
+    r = requests.post(other.http + "/v1/settle", json={"token": settle, "actual": 1}, timeout=5)
+    assert r.status_code == 400 and "invalid token" in r.text, r.text
+    o.close()
+    # the genuine ones still work, once
+    assert c.command("SL.RELEASE", toks[0]) == "OK"
+    assert str(c.command("SL.RELEASE", toks[0])).startswith("ERR token already used")
+    r = requests.post(srv.http + "/v1/settle", json={"token": settle, "actual": 100}, timeout=5)
+    assert r.status_code == 200, r.text
+    c.close()
+
+
+def test_sealed_tokens_survive_a_restart_with_a_shared_secret(redis):
+    """The key comes from store.key_secret (HMAC-SHA-256 of it): a token from before a
+    restart, or from another instance, opens; its single use is claimed in Redis."""
+    text = SEALED_CONFIG % ("store:\n  type: redis\n  addr: 127.0.0.1:%d\n  key_secret: shared-by-all\n" % redis.port)
+    a = Server(config_text=text, test_clock=False)
+    try:
+        c = a.resp()
+        held = [as_dict(c.command("SL.ACQUIRE", "gpu-slots-policy", "ten"))["token"] for _ in range(2)]
+        c.close()
+    finally:
+        assert a.stop() == 0
+    b = Server(config_text=text, test_clock=False)
+    try:
+        c = b.resp()
+        assert as_dict(c.command("SL.ACQUIRE", "gpu-slots-policy", "ten"))["allowed"] == 0  # both held
+        assert c.command("SL.RELEASE", held[0]) == "OK"
+        assert as_dict(c.command("SL.ACQUIRE", "gpu-slots-policy", "ten"))["allowed"] == 1
+        assert str(c.command("SL.RELEASE", held[0])).startswith("ERR token already used")
+        c.close()
+    finally:
+        assert b.stop() == 0
