@@ -865,11 +865,21 @@ static void cmd_throttle(resp_ctx *x) {
         sl_resp_error(&x->wb, "ERR value is not an integer or out of range");
         return;
     }
-    int e = 0;
-    const sluice_limiter *lim = sl_cell_get(s, burst, count, period, &e);
+    int e = 0, why = 0;
+    const sluice_limiter *lim = sl_cell_get(s, x->c->peer_ip, burst, count, period,
+                                            sl_worker_now(w).mono_ns, &e, &why);
     if (lim == NULL) {
-        sl_resp_error(&x->wb, e == SLUICE_EFULL ? "ERR too many distinct CL.THROTTLE rate parameters"
-                                                : "ERR rate not supported (period/count below 1 ns or burst too large)");
+        char m[240];
+        if (why == 1)
+            snprintf(m, sizeof(m), "ERR this client has its share of CL.THROTTLE parameter sets in use "
+                     "(%d; a set it has not used for %d s leaves its share): a new set is refused",
+                     SL_CELL_SHARE, SL_CELL_IDLE_S);
+        else if (why == 2)
+            snprintf(m, sizeof(m), "ERR this process has made its %d CL.THROTTLE parameter sets "
+                     "(the sets made answer on; a restart clears them): a new set is refused", SL_CELL_MAX);
+        else
+            snprintf(m, sizeof(m), "ERR rate not supported (period/count below 1 ns or burst too large)");
+        sl_resp_error(&x->wb, m);
         sl_server_count(w, s->cell_slot, SL_MET_ERROR);
         return;
     }

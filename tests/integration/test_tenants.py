@@ -362,3 +362,67 @@ def test_sealed_tokens_survive_a_restart_with_a_shared_secret(redis):
         c.close()
     finally:
         assert b.stop() == 0
+
+
+# ---- CL.THROTTLE parameter sets --------------------------------------------------------------
+
+def resp_from(srv, source_ip):
+    """A RESP client whose connection comes from `source_ip` (another loopback address:
+    another client as the server tells them apart)."""
+    from conftest import Resp
+    r = Resp.__new__(Resp)
+    r.sock = socket.create_connection(("127.0.0.1", srv.resp_port), timeout=30, source_address=(source_ip, 0))
+    r.buf = b""
+    return r
+
+
+def test_cl_throttle_parameter_sets_are_shared_fairly(make_server):
+    srv = make_server()
+    victim = srv.resp()
+    # the victim's sets, with state: 3 of a burst of 10 taken on each
+    mine = [(9, 10, 60), (19, 100, 3600), (4, 1, 1)]
+    for b, c, p in mine:
+        for _ in range(3):
+            assert victim.command("CL.THROTTLE", "v", b, c, p)[0] == 0
+    attacker = resp_from(srv, "127.0.0.2")
+    attacker.sock.settimeout(60)
+    replies = []
+    for base in range(0, 10000, 1000):
+        replies += pipeline(attacker, [("CL.THROTTLE", "a", 1000 + i, 1, 1) for i in range(base, base + 1000)])
+    made = [r for r in replies if isinstance(r, list)]
+    refused = {str(r) for r in replies if isinstance(r, RespError)}
+    assert len(made) == 64, len(made)  # its share
+    assert len(refused) == 1 and "its share of CL.THROTTLE parameter sets" in next(iter(refused)), refused
+    # another connection from the same address has the same share
+    again = resp_from(srv, "127.0.0.2")
+    assert isinstance(again.command("CL.THROTTLE", "a", 99999, 1, 1), RespError)
+    # the victim's sets kept their state, and the victim (and a third client) make new ones
+    for b, c, p in mine:
+        r = victim.command("CL.THROTTLE", "v", b, c, p)
+        assert r[0] == 0 and r[2] == b + 1 - 4, r  # the 4th of burst b + 1
+    for i in range(20):
+        assert isinstance(victim.command("CL.THROTTLE", "v", 500 + i, 1, 1), list)
+    third = resp_from(srv, "127.0.0.3")
+    assert isinstance(third.command("CL.THROTTLE", "t", 77, 7, 7), list)
+    # the attacker's own sets still answer it; once it has left them idle, it may make others
+    assert isinstance(attacker.command("CL.THROTTLE", "a", 1000, 1, 1), list)
+    srv.clock_advance(61 * 1000)
+    assert isinstance(attacker.command("CL.THROTTLE", "a", 50000, 1, 1), list)
+    assert refusals_metric(srv, "cl_throttle") == 10000 - 64 + 1
+    for c in (victim, attacker, again, third):
+        c.close()
+
+
+def test_cl_throttle_sets_after_a_reload(make_server):
+    """A reload neither forgets the sets nor the shares (the table is the server's)."""
+    srv = make_server()
+    c = srv.resp()
+    for i in range(64):
+        assert isinstance(c.command("CL.THROTTLE", "k", 10 + i, 1, 1), list)
+    assert isinstance(c.command("CL.THROTTLE", "k", 9999, 1, 1), RespError)
+    srv.signal(signal_hup())
+    time.sleep(0.5)
+    assert isinstance(c.command("CL.THROTTLE", "k", 10, 1, 1), list)
+    srv.clock_advance(61 * 1000)
+    assert isinstance(c.command("CL.THROTTLE", "k", 9999, 1, 1), list)
+    c.close()
