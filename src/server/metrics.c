@@ -237,6 +237,10 @@ static void table_families(sl_server *s, sl_prom *p) {
     sl_prom_u64(p, lt, refused);
     const char *lc[] = {"table", "cl_throttle", NULL};
     sl_prom_u64(p, lc, sl_cell_refused(s));
+    const char *lp[] = {"table", "pending", NULL};
+    sl_prom_u64(p, lp, SUM(pending_refused));
+    const char *lx[] = {"table", "explain", NULL};
+    sl_prom_u64(p, lx, SUM(explain_refused));
 }
 
 /* Renderers that write text themselves (gRPC, the Redis client's events, envoy statistics) go in as is:

@@ -96,6 +96,9 @@ typedef struct sl_gen {
 
 typedef struct sl_wmetrics {
     _Atomic uint64_t http_requests, resp_commands, bad_requests, timeouts, conns_refused;
+    /* requests refused because the worker's waiting records (or the connection's share
+     * of them), or its explanation slots, were all taken */
+    _Atomic uint64_t pending_refused, explain_refused;
 } sl_wmetrics;
 
 static inline void sl_met_inc(_Atomic uint64_t *c, uint64_t by) {
@@ -180,6 +183,7 @@ typedef struct sl_conn {
     bool goaway_sent;   /* GRPC: drain already announced */
     bool suspended;     /* a decision waits for the shared store: input not processed */
     struct sl_pending *parked; /* its requests waiting for the store (pending.c) */
+    unsigned nwait;            /* pending records it holds (at most SL_PENDING_CONN) */
     bool broken;        /* close without flushing */
     bool flush_queued;  /* on its worker's flushq (answers resumed this loop turn) */
     bool closed;        /* closed during this loop turn, freed at its end (w->dead) */
@@ -240,6 +244,9 @@ typedef struct sl_worker {
 #define SL_MAX_WORKERS 64
 
 #define SL_PENDING_MAX 4096 /* requests one worker lets wait for its store */
+#define SL_PENDING_CONN 64 /* of which one connection may hold (gRPC streams; RESP and
+                              HTTP/1 wait one at a time): 16 connections stay within the
+                              Redis client's 1024 calls in flight */
 #define SL_ADMIN_MAX_CONNS 64 /* the admin listener's connections, apart from max_conns */
 
 struct sl_server {

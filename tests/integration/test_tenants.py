@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from conftest import BIN, Redis, RespError, Server, as_dict
+from conftest import BIN, RespError, Server, as_dict
 
 
 def pipeline(r, cmds):
@@ -105,13 +105,6 @@ def test_token_table_exhaustion_memory(make_server):
     r = requests.post(srv.http + "/v1/acquire", json={"policy": "attack", "key": "fresh"}, timeout=5)
     assert r.status_code == 503, r.text
     assert "token table is full" in r.text
-
-
-@pytest.fixture
-def redis():
-    r = Redis()
-    yield r
-    r.close()
 
 
 def test_token_table_exhaustion_redis(redis, make_server):
@@ -426,3 +419,78 @@ def test_cl_throttle_sets_after_a_reload(make_server):
     srv.clock_advance(61 * 1000)
     assert isinstance(c.command("CL.THROTTLE", "k", 9999, 1, 1), list)
     c.close()
+
+
+# ---- the worker's waiting records: a share per connection -----------------------------------
+
+RLS_CONFIG = """
+domain: rl
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 100000 }
+"""
+
+
+def test_waiting_records_a_share_per_connection(redis, pb):
+    """Redis stalled: five gRPC connections of one client open 1,000 calls each. Each
+    connection waits with at most its share (64) of the worker's records, its other calls
+    are refused at once (UNAVAILABLE, counted); another client's call still waits for its
+    answer instead of being refused or answered by the failure mode (before: the first
+    1,024 calls took the worker's and the Redis client's room, and the victim's call was
+    answered at once by the failure mode)."""
+    import grpc
+    srv = Server(config_text=RLS_CONFIG, test_clock=False, workers=1,
+                 extra=["--store", "redis://127.0.0.1:%d?timeout_ms=30000" % redis.port])
+    # one connection each: channel arguments that differ keep gRPC from sharing one
+    chans = [grpc.insecure_channel(srv.grpc, options=[("grpc.use_local_subchannel_pool", 1),
+                                                      ("grpc.primary_user_agent", "client-%d" % i)])
+             for i in range(6)]
+    stubs = [pb.rls_pb2_grpc.RateLimitServiceStub(ch) for ch in chans]
+    D = pb.envoy_ratelimit_pb2.RateLimitDescriptor
+
+    def req(v):
+        return pb.rls_pb2.RateLimitRequest(domain="rl", descriptors=[D(entries=[D.Entry(key="user", value=v)])])
+
+    stopped = False
+    try:
+        for st in stubs:
+            assert st.ShouldRateLimit(req("warm"), timeout=10).overall_code == 1
+        os.kill(redis.proc.pid, signal_stop())
+        stopped = True
+        futs = [st.ShouldRateLimit.future(req("a%d" % i), timeout=60) for st in stubs[:5] for i in range(1000)]
+        deadline = time.time() + 30
+        while sum(f.done() for f in futs) < 5 * (1000 - 64) and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        done = [f for f in futs if f.done()]
+        assert len(done) == 5 * (1000 - 64), len(done)
+        assert all(f.exception() is not None and f.exception().code() == grpc.StatusCode.UNAVAILABLE for f in done)
+        victim = stubs[5].ShouldRateLimit.future(req("victim"), timeout=60)
+        time.sleep(1.0)
+        assert not victim.done(), victim.exception()  # waiting for Redis, not refused
+        os.kill(redis.proc.pid, signal_cont())
+        stopped = False
+        assert victim.result().overall_code == 1
+        m = requests.get(srv.admin + "/metrics", timeout=10).text
+        assert re.search(r'^sluice_table_refusals_total\{table="pending"\} %d$' % (5 * (1000 - 64)), m, re.M), \
+            [l for l in m.splitlines() if "refusals" in l]
+        for f in futs:
+            if f not in done:
+                assert f.result().overall_code == 1
+    finally:
+        if stopped:
+            os.kill(redis.proc.pid, signal_cont())
+        for ch in chans:
+            ch.close()
+        srv.stop()
+        srv.assert_clean()
+
+
+def signal_stop():
+    import signal
+    return signal.SIGSTOP
+
+
+def signal_cont():
+    import signal
+    return signal.SIGCONT
