@@ -337,11 +337,14 @@ def test_tokens_show_nothing_and_refuse_tampering(make_server):
 def test_sealed_tokens_survive_a_restart_with_a_shared_secret(redis):
     """The key comes from store.key_secret (HMAC-SHA-256 of it): a token from before a
     restart, or from another instance, opens; its single use is claimed in Redis."""
-    text = SEALED_CONFIG % ("store:\n  type: redis\n  addr: 127.0.0.1:%d\n  key_secret: shared-by-all\n" % redis.port)
+    text = SEALED_CONFIG % ("store:\n  type: redis\n  addr: 127.0.0.1:%d\n  timeout: 5s\n"
+                            "  key_secret: shared-by-all\n" % redis.port)
     a = Server(config_text=text, test_clock=False)
     try:
         c = a.resp()
-        held = [as_dict(c.command("SL.ACQUIRE", "gpu-slots-policy", "ten"))["token"] for _ in range(2)]
+        got = [as_dict(c.command("SL.ACQUIRE", "gpu-slots-policy", "ten")) for _ in range(2)]
+        assert all(g["allowed"] == 1 and g["token"].startswith(b"t4") for g in got), got
+        held = [g["token"] for g in got]
         c.close()
     finally:
         assert a.stop() == 0
