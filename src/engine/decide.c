@@ -227,7 +227,7 @@ static int64_t token_need(const sl_verdict *v, const sl__epol **owner) {
         if (it->unlimited || w->lim == NULL || w->cw == NULL || denies(it)) continue;
         bool conc = w->cw->spec.algo == SLUICE_CONCURRENCY ||
                     w->cw->spec.algo == SLUICE_ADAPTIVE_CONCURRENCY;
-        if (!it->settle && !conc) continue;
+        if (!it->settle && (!conc || it->cost == 0)) continue; /* a peek takes no slot */
         if (life == 0) *owner = w->ep;
         int64_t l = sl__item_life(w, it->settle, conc);
         if (l > life) life = l;
