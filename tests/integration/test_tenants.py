@@ -348,6 +348,7 @@ def test_sealed_tokens_survive_a_restart_with_a_shared_secret(redis):
         c.close()
     finally:
         assert a.stop() == 0
+    a.assert_clean()
     b = Server(config_text=text, test_clock=False)
     try:
         c = b.resp()
@@ -358,6 +359,7 @@ def test_sealed_tokens_survive_a_restart_with_a_shared_secret(redis):
         c.close()
     finally:
         assert b.stop() == 0
+    b.assert_clean()
 
 
 # ---- CL.THROTTLE parameter sets --------------------------------------------------------------
