@@ -99,6 +99,7 @@ typedef struct sl_wmetrics {
     /* requests refused because the worker's waiting records (or the connection's share
      * of them), or its explanation slots, were all taken */
     _Atomic uint64_t pending_refused, explain_refused;
+    _Atomic uint64_t bad_missing_key; /* 400: a policy's key is missing (on_missing_key: reject) */
 } sl_wmetrics;
 
 static inline void sl_met_inc(_Atomic uint64_t *c, uint64_t by) {
