@@ -128,6 +128,10 @@ typedef struct sl_settings {
         uint32_t decisions_sample_ppm;  /* eligible decisions logged, per million (1000000) */
         uint32_t decisions_per_s;   /* lines per second at most (100) */
         uint32_t decisions_burst;   /* (100) */
+        /* The rejection summary (log.rejections): one line per policy that refused, every
+         * rejections_every_ns (10 s; 0 = off), with its rejections_top keys and addresses. */
+        int64_t rejections_every_ns;
+        uint32_t rejections_top;    /* (3, at most 4) */
     } log;
     /* Metrics and hot keys (observe:). */
     struct {
@@ -179,6 +183,9 @@ int sl_envoy_unit_of(int64_t secs);
  * once at start, before any load). */
 void sl_config_set_envoy(const sl_envoy_settings *e);
 const sl_envoy_settings *sl_config_envoy(void);
+/* The envoyproxy/ratelimit rules of cfg as upstream's /rlconfig prints them (malloc'd
+ * text, one line per rule; "" when there are none; NULL without memory). */
+char *sl_config_envoy_dump(const sl_config *cfg, size_t *len);
 
 /* Loads and validates a config file. On success *out is a fully valid config and 0 is
  * returned; on failure every error found is in `diags` (may be NULL), *out is NULL and

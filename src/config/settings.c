@@ -174,6 +174,8 @@ void sl__settings_defaults(sl_settings *st) {
     st->log.decisions_sample_ppm = 1000000;
     st->log.decisions_per_s = 100;
     st->log.decisions_burst = 100;
+    st->log.rejections_every_ns = 10 * SLUICE_NS_PER_S;
+    st->log.rejections_top = 3;
     st->observe.near_limit_ppm = 800000;
     st->observe.hot_counters = 64;
     st->observe.hot_interval_ns = 10 * SLUICE_NS_PER_S;
@@ -196,7 +198,8 @@ static bool get_ppm(sl__ctx *cx, const sl_ynode *n, const char *what, uint32_t *
 }
 
 static void parse_log(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
-    static const char *const f[] = {"raw_keys", "level", "format", "file", "decisions", NULL};
+    static const char *const f[] = {"raw_keys", "level", "format", "file", "decisions",
+                                    "rejections", NULL};
     if (!sl__check_fields(cx, x, "log", f)) return;
     const sl_ynode *y;
     if ((y = sl__get(x, "raw_keys")) != NULL) sl__get_bool(cx, y, &st->log_raw_keys);
@@ -239,6 +242,28 @@ static void parse_log(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
         }
         if ((z = sl__get(y, "burst")) != NULL && sl__get_u64(cx, z, 1000000, &v))
             st->log.decisions_burst = (uint32_t)(v ? v : 1);
+    }
+    /* log.rejections: off | false | {every: 10s, top: 3} (every: 0 is off too) */
+    if ((y = sl__get(x, "rejections")) != NULL) {
+        if (sl__is_scalar(y) && (strcmp(y->s, "off") == 0 || strcmp(y->s, "false") == 0)) {
+            st->log.rejections_every_ns = 0;
+        } else if (sl__check_fields(cx, y, "log.rejections", (const char *const[]){"every", "top", NULL})) {
+            const sl_ynode *z;
+            uint64_t v;
+            if ((z = sl__get(y, "every")) != NULL) {
+                int64_t ns = 0;
+                if (sl__is_scalar(z) && strcmp(z->s, "0") == 0) st->log.rejections_every_ns = 0;
+                else if (sl__get_duration(cx, z, &ns)) {
+                    if (ns < SLUICE_NS_PER_S)
+                        sl__err(cx, z, "log.rejections.every below 1s (expected 1s or more, or "
+                                "off)");
+                    else
+                        st->log.rejections_every_ns = ns;
+                }
+            }
+            if ((z = sl__get(y, "top")) != NULL && sl__get_u64(cx, z, 4, &v))
+                st->log.rejections_top = (uint32_t)v;
+        }
     }
 }
 

@@ -18,6 +18,7 @@
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/pending.h"
+#include "server/rejections.h"
 #include "server/server.h"
 
 #define HDRS_MAX 3072
@@ -125,6 +126,13 @@ static long query_param(const http_ctx *x, const char *name, const char **val) {
 }
 
 
+/* The request's client address kept for the rejection summary (too long: unknown). */
+static void set_client(sl_pending *p, sl_str ip) {
+    size_t n = ip.p != NULL && ip.len < sizeof(p->client) ? ip.len : 0;
+    if (n) memcpy(p->client, ip.p, n);
+    p->client[n] = '\0';
+}
+
 static int rejected(const sl_verdict *v) { return v->action == SL_REJECT || v->action == SL_FAIL; }
 
 static void busy(sl_conn *c, int minor) {
@@ -136,7 +144,9 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
     sl_conn *c = p->c;
     sl_worker *w = c->w;
     sl_verdict *v = &p->v;
+    sl_rej_client_set(p->client, strlen(p->client));
     sl_server_count_verdict_tp(w, rc, v, p->text[0] ? p->text : NULL);
+    sl_rej_client_set(NULL, 0);
     char hbuf[HDRS_MAX];
     unsigned rflags = w->gen->legacy_headers ? SL_RENDER_LEGACY : 0;
     int hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
@@ -285,6 +295,7 @@ static void handle_auth(http_ctx *x) {
     }
     const sl_engine *e = w->gen->engine;
     sl_engine_prepare(e, &r, &p->v);
+    set_client(p, r.client_ip);
     sl_pending_submit(p);
     sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
     if (sl_pending_park(p)) c->suspended = true;
@@ -443,7 +454,9 @@ static void finish_check(sl_pending *p, int rc, bool later) {
         if (ok) reply(c, p->minor, 200, NULL, "application/json", b, strlen(b), 1);
         else problem(c, p->minor, 404, "no challenge to pass for this key (none running, or a block)", 1);
     } else {
+        sl_rej_client_set(p->client, strlen(p->client));
         sl_server_count_verdict(c->w, rc, &p->v);
+        sl_rej_client_set(NULL, 0);
         verdict_reply(c, p->minor, p->is_head, rc, &p->v);
     }
     if (later) sl_conn_resume(c);
@@ -500,6 +513,7 @@ static void handle_check(http_ctx *x, int acquire) {
     p->minor = x->req->minor;
     p->is_head = x->is_head != 0;
     const sl_engine *e = w->gen->engine;
+    set_client(p, (sl_str){NULL, 0});
     if (named) {
         sl_engine_prepare_named_class(e, policy, key, kl, acquire || has_cost, acquire ? 1 : cost, cls, &p->v);
     } else {
@@ -511,6 +525,7 @@ static void handle_check(http_ctx *x, int acquire) {
             r.cost = r.hits_addend = cost;
         }
         sl_engine_prepare(e, &r, &p->v);
+        set_client(p, r.client_ip);
     }
     json_decref(j); /* the verdict holds what it needs (keys are copied) */
     sl_pending_submit(p);
