@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../src/cli/config_cmd.c"
+#include "../../src/cli/opts.c"
 #include "t.h"
 
 /* Runs `sluice config check path`, capturing stdout and stderr. */
