@@ -166,3 +166,11 @@ def test_explain_echoes_the_ip_headers_route_and_bytes():
     assert "sekrit-key-9" not in r.stdout and "192.0.2.7" not in r.stdout
     assert hashed["ip_hash"].startswith("k:") and [h["name"] for h in hashed["headers"]] == ["X-Api-Key", "X-Plan"]
     assert all(h["value_hash"].startswith("k:") for h in hashed["headers"])
+
+
+def test_config_check_says_why_a_file_cannot_be_read(tmp_path):
+    r = sluice("config", "check", str(tmp_path / "missing.yaml"))
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines()[0] == "%s: cannot open the file: No such file or directory " \
+        "(expected a readable YAML file)" % (tmp_path / "missing.yaml"), r.stderr
+    assert ":0:0" not in r.stderr
