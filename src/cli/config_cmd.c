@@ -152,7 +152,7 @@ int sl_cli_config(int argc, char **argv) {
     for (size_t i = 0; i < sl_config_policy_count(cfg); i++) {
         char msg[600];
         int line = 0, col = 0;
-        if (sl_config_policy_needs_finish(cfg, i, msg, sizeof(msg), &line, &col))
+        if (!st->auth_finish && sl_config_policy_needs_finish(cfg, i, msg, sizeof(msg), &line, &col))
             fprintf(stderr, "%s:%d:%d: warning: %s\n", path, line, col, msg);
     }
     bool envoy = sl_config_is_envoy(cfg);

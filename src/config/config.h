@@ -105,6 +105,8 @@ typedef struct sl_settings {
     unsigned workers;               /* 0 = one per CPU */
     char admin_token[128];          /* "" = no token required on the admin listener */
     int auth_deny_status;           /* status of /v1/auth on a rejection: 429 (400-599) */
+    bool auth_finish;               /* auth.finish: the gateway calls /v1/finish (config
+                                     * check then does not warn about policies needing it) */
     bool legacy_headers;            /* also emit X-RateLimit-Limit/Remaining/Reset */
     bool log_raw_keys;              /* default false: keys are personal data */
     /* Named admin tokens (admin.tokens): the audit trail names the caller by its token's

@@ -347,8 +347,9 @@ void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
         if (sl__get(x, "tokens") != NULL) parse_admin_tokens(cx, sl__get(x, "tokens"), st);
     }
     if ((x = sl__get(root, "auth")) != NULL) {
-        static const char *const f[] = {"deny_status", NULL};
+        static const char *const f[] = {"deny_status", "finish", NULL};
         uint64_t v;
+        if (sl__get(x, "finish") != NULL) sl__get_bool(cx, sl__get(x, "finish"), &st->auth_finish);
         if (sl__check_fields(cx, x, "auth", f) && sl__get(x, "deny_status") != NULL &&
             sl__get_count(cx, sl__get(x, "deny_status"), "deny_status", 999, &v)) {
             if (v < 400 || v > 599)
