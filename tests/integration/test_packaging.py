@@ -242,12 +242,14 @@ def test_make_install_adds_the_service_files_and_keeps_an_existing_config(tmp_pa
 
     install()
     root = str(dest) + prefix
-    for f in ["bin/sluice", "etc/sluice/sluice.yaml", "lib/systemd/system/sluice.service",
+    # GNUInstallDirs: sysconfdir of the prefix /opt/P is /etc/opt/P (test_install)
+    assert os.path.exists(str(dest) + "/etc/opt/sluice-test/sluice/sluice.yaml")
+    for f in ["bin/sluice", "lib/systemd/system/sluice.service",
               "share/bash-completion/completions/sluice", "share/man/man1/sluice.1",
               "share/man/man5/sluice.yaml.5", "share/man/man3/libsluice.3",
               "share/doc/sluice/examples/sluice.yaml"]:
         assert os.path.exists(os.path.join(root, f)), f
-    conf = os.path.join(root, "etc/sluice/sluice.yaml")
+    conf = str(dest) + "/etc/opt/sluice-test/sluice/sluice.yaml"
     with open(conf, "w") as f:
         f.write("# mine\n")
     out = install()
