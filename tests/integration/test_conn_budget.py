@@ -109,3 +109,28 @@ def test_stalled_requests_stay_within_the_budget(make_server):
             break
         time.sleep(0.05)
     assert metric(m, "sluice_connection_buffer_bytes") < 4 << 20, m
+
+
+def test_stalled_http_bodies_stay_within_the_budget(make_server):
+    """The same budget holds HTTP requests stalled inside a 64 KiB body (~72 KiB each)."""
+    srv = make_server(config_text=CONFIG, extra=["--max-buffered", "8", "--read-timeout", "120000"])
+    conns = []
+    head = b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\n"
+    try:
+        for i in range(300):
+            s = socket.create_connection(("127.0.0.1", srv.http_port), timeout=10)
+            try:
+                s.sendall(head + b"{" * 65000)
+            except OSError:
+                pass
+            conns.append(s)
+        time.sleep(0.5)
+        m = requests.get(srv.admin + "/metrics", timeout=10).text
+        buf, evicted = metric(m, "sluice_connection_buffer_bytes"), metric(m, "sluice_connections_evicted_total")
+        print("300 stalled 64 KiB HTTP bodies, budget 8 MiB: buffers %.1f MiB, %d evicted" % (buf / 2 ** 20, evicted))
+        assert buf <= 8 << 20 and evicted >= 150, (buf, evicted)
+        r = requests.post(srv.http + "/v1/check", json={"policy": "p", "key": ""}, timeout=10)
+        assert r.status_code == 200, r.text
+    finally:
+        for s in conns:
+            s.close()
