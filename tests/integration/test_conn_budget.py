@@ -5,12 +5,15 @@
 stay within the budget: the oldest stalled connections are closed first (counted in
 sluice_connections_evicted_total, logged as conn_evicted), and the other connections and
 the data listeners keep answering. Loopback only, free ports, bounded loops."""
+import os
 import socket
 import time
 
 import requests
 
-from conftest import as_dict
+from conftest import BIN, as_dict
+
+SANITIZED = "asan" in BIN or "ASAN_OPTIONS" in os.environ
 
 CONFIG = """
 workers: 2
@@ -77,7 +80,8 @@ def test_stalled_requests_stay_within_the_budget(make_server):
               "(+%.1f MiB), %d connections evicted"
               % (BUDGET_MIB, peak_buf / 2 ** 20, before, peak_rss, (peak_rss - before) / 1024, evicted))
         assert peak_buf <= BUDGET_MIB << 20, peak_buf
-        assert (peak_rss - before) * 1024 <= (BUDGET_MIB + 32) << 20, (before, peak_rss)
+        if not SANITIZED:  # AddressSanitizer keeps freed buffers in its quarantine (256 MB)
+            assert (peak_rss - before) * 1024 <= (BUDGET_MIB + 32) << 20, (before, peak_rss)
         # about 300 MiB asked for, 64 allowed: the oldest were closed, the newest kept
         assert evicted >= (STALLED - BUDGET_MIB) * 0.8, evicted
         assert "conn_evicted" in srv.output()
