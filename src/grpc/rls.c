@@ -210,9 +210,10 @@ int sl_rls_answer_of(const sl_verdict *v, int rc, size_t nd, unsigned render_fla
     a->hbuf[0] = '\0';
     if (rc != SLUICE_OK) {
         snprintf(err, errlen, "decision failed: %s", sl_engine_error_text(rc));
-        return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE ? SL_GRPC_RESOURCE_EXHAUSTED
-               : rc == SL_ECOST                             ? SL_GRPC_INVALID_ARGUMENT
-                                                            : SL_GRPC_INTERNAL;
+        return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE || rc == SL_ETOKENS_FULL
+                   ? SL_GRPC_RESOURCE_EXHAUSTED
+               : rc == SL_ECOST ? SL_GRPC_INVALID_ARGUMENT
+                                : SL_GRPC_INTERNAL;
     }
     bool over = v->action == SL_REJECT || v->action == SL_FAIL ||
                 (v->action == SL_DELAY && v->recheck);
@@ -253,6 +254,15 @@ int sl_rls_answer_of(const sl_verdict *v, int rc, size_t nd, unsigned render_fla
         size_t l = strlen(a->hbuf);
         snprintf(a->hbuf + l, sizeof(a->hbuf) - l, "Retry-After: %lld\r\n",
                  (long long)sl_ceil_s(ra, 1));
+    }
+    if (v->action == SL_DELAY && !v->recheck && v->delay_ns > 0) {
+        /* A shaped admission: admitted and counted, to be forwarded after delay_ns. Envoy
+         * cannot hold a request, so it is answered OK now, saying how long it was meant
+         * to wait (an OVER_LIMIT would refuse a request the bucket already counted: its
+         * retry would queue behind itself). config check says so for such policies. */
+        size_t l = strlen(a->hbuf);
+        snprintf(a->hbuf + l, sizeof(a->hbuf) - l, "X-Sluice-Delay-Ms: %lld\r\n",
+                 (long long)((v->delay_ns + SLUICE_NS_PER_MS - 1) / SLUICE_NS_PER_MS));
     }
     split_headers(a);
     if (over) {
@@ -644,9 +654,10 @@ static int compat_answer(const sl_verdict *v, int rc, size_t nd, const sl_rls_ca
     a->overall = SL_RLS_OK;
     if (rc != SLUICE_OK) {
         snprintf(err, errlen, "decision failed: %s", sl_engine_error_text(rc));
-        return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE ? SL_GRPC_RESOURCE_EXHAUSTED
-               : rc == SL_ECOST                             ? SL_GRPC_INVALID_ARGUMENT
-                                                            : SL_GRPC_INTERNAL;
+        return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE || rc == SL_ETOKENS_FULL
+                   ? SL_GRPC_RESOURCE_EXHAUSTED
+               : rc == SL_ECOST ? SL_GRPC_INVALID_ARGUMENT
+                                : SL_GRPC_INTERNAL;
     }
     size_t nall = v->n + (call ? call->nlocal : 0);
     int64_t now_s = floor_div(v->decided_at.wall_ns, SLUICE_NS_PER_S);

@@ -48,7 +48,8 @@ static void decisions(sl_server *s, sl_prom *p) {
     unsigned n = atomic_load(&o->nseries);
     sl_prom_family(p, "sluice_decisions_total", SL_PROM_COUNTER,
                    "Decisions, counted under every policy that saw the request, by that policy's "
-                   "result and the window that decided (empty when none did).");
+                   "result and the name of the window that decided (empty when none did); "
+                   "policy=\"(no rule)\": requests no policy or rule matched.");
     for (unsigned i = 0; i < n; i++)
         for (int r = 0; r < SL_MET_RESULTS; r++) {
             uint64_t t = OSUM(dec[i][r]);
@@ -65,6 +66,18 @@ static void decisions(sl_server *s, sl_prom *p) {
         if (t == 0) continue;
         const char *l[] = {"policy", o->series[i].policy, "window", o->series[i].window, NULL};
         sl_prom_u64(p, l, t);
+    }
+    sl_prom_family(p, "sluice_window_info", SL_PROM_GAUGE,
+                   "1 for every window of the config: its `window` label (the window's name) "
+                   "and its rate as written (rate), to join on (policy, window).");
+    const sl_config *wcfg = sl_obs_gen_now(s)->cfg;
+    for (unsigned i = 1; i < n; i++) {
+        if (o->series[i].window[0] == '\0' || o->series[i].rate[0] == '\0' ||
+            !sl_obs_in_config(wcfg, o->series[i].policy))
+            continue;
+        const char *l[] = {"policy", o->series[i].policy, "window", o->series[i].window, "rate",
+                           o->series[i].rate, NULL};
+        sl_prom_u64(p, l, 1);
     }
     sl_prom_family(p, "sluice_admitted_cost_total", SL_PROM_COUNTER,
                    "Cost units admitted by the policy (1 per request, the operation's weight, "
@@ -150,8 +163,12 @@ static void server_families(sl_server *s, sl_prom *p) {
     sl_prom_family(p, "sluice_resp_commands_total", SL_PROM_COUNTER, "RESP commands parsed.");
     sl_prom_u64(p, NULL, SUM(resp_commands));
     sl_prom_family(p, "sluice_bad_requests_total", SL_PROM_COUNTER,
-                   "Requests that could not be parsed (the connection is closed).");
-    sl_prom_u64(p, NULL, SUM(bad_requests));
+                   "Bad requests by reason: parse (could not be parsed; the connection is "
+                   "closed), missing_key (a policy's key is missing and it says on_missing_key: "
+                   "reject; answered 400).");
+    const char *br_parse[] = {"reason", "parse", NULL}, *br_key[] = {"reason", "missing_key", NULL};
+    sl_prom_u64(p, br_parse, SUM(bad_requests));
+    sl_prom_u64(p, br_key, SUM(bad_missing_key));
     sl_prom_family(p, "sluice_timeouts_total", SL_PROM_COUNTER,
                    "Connections closed by a read, idle or write timeout.");
     sl_prom_u64(p, NULL, SUM(timeouts));
@@ -222,6 +239,33 @@ static void server_families(sl_server *s, sl_prom *p) {
     sl_prom_u64(p, NULL, sl_audit_total(o->audit));
 }
 
+/* The shared tables a tenant could fill (docs/operations.md, "What an attacker can fill"):
+ * what they hold and how often a full share or table refused a new request. */
+static void table_families(sl_server *s, sl_prom *p) {
+    const sl_gen *g = sl_obs_gen_now(s);
+    sl_token_table *t = g ? sl_engine_tokens(g->engine) : NULL;
+    uint64_t held = 0, refused = 0;
+    sl_token_table_stats(t, &held, &refused);
+    sl_prom_family(p, "sluice_tokens_outstanding", SL_PROM_GAUGE,
+                   "Settle/release tokens live now (leases and reservations not yet given back).");
+    sl_prom_u64(p, NULL, held);
+    sl_prom_family(p, "sluice_tokens_capacity", SL_PROM_GAUGE,
+                   "Live settle/release tokens the table holds (store.max_tokens); each policy "
+                   "issuing tokens gets an equal share.");
+    sl_prom_u64(p, NULL, sl_token_table_capacity(t));
+    sl_prom_family(p, "sluice_table_refusals_total", SL_PROM_COUNTER,
+                   "New requests refused because a shared table (or the requester's share of it) "
+                   "was full, by table.");
+    const char *lt[] = {"table", "tokens", NULL};
+    sl_prom_u64(p, lt, refused);
+    const char *lc[] = {"table", "cl_throttle", NULL};
+    sl_prom_u64(p, lc, sl_cell_refused(s));
+    const char *lp[] = {"table", "pending", NULL};
+    sl_prom_u64(p, lp, SUM(pending_refused));
+    const char *lx[] = {"table", "explain", NULL};
+    sl_prom_u64(p, lx, SUM(explain_refused));
+}
+
 /* Renderers that write text themselves (gRPC, the Redis client's events, envoy statistics) go in as is:
  * each writes its own HELP and TYPE. */
 static void raw_parts(sl_server *s, sl_prom *p) {
@@ -254,6 +298,7 @@ char *sl_metrics_render(sl_server *s, size_t *len) {
     sl_obs_prom_hot_keys(s, &p);
     store(s, &p);
     server_families(s, &p);
+    table_families(s, &p);
     raw_parts(s, &p);
     sl_prom_build_info(&p, "sluice", SLUICE_VERSION, SLUICE_COMMIT);
     sl_prom_process(&p);
