@@ -20,6 +20,18 @@
  * only a new baseline lets it back up), and every probe_every_ns if set (vegas by
  * default: a baseline that grows by less than 2x leaves it at a low limit above min).
  * Its cost is one window at min concurrency.
+ *
+ * Every window latency (the probe's, the estimate's, the controllers') is robust to a
+ * minority of fast samples (issue 27): an ok sample faster than 3/4 of the no-load estimate
+ * (or, before there is one, 3/4 of the running latency of the window's other samples) is
+ * "fast", and the window's latency leaves the fast ones out unless they are at least half
+ * of its ok samples. One client reporting `LATENCY 5` against a 50 ms backend, or cache
+ * hits mixed with backend calls, cannot pull the estimate below the backend's floor: a
+ * minority share s moves it by at most s/4 (a lie just above the cut-off). A majority of
+ * fast samples (a backend that really got faster) is followed at once as before. An
+ * estimate that was wrong anyway (a majority lied, or the backend slowed down) leaves the
+ * limit at min or the latency at twice the estimate: stuck, so the next probe re-measures
+ * it within probe_after windows, and that probe's fast cut-off is 3/4 of the wrong estimate.
  */
 #include "adaptive.h"
 
@@ -112,6 +124,34 @@ static void reset_window(sl_adapt_state *s, int64_t now_ns) {
     s->window_start_ns = now_ns;
     s->sum_ns = 0;
     s->ok = s->drops = s->max_inflight = 0;
+    s->fast_sum_ns = 0;
+    s->fast_ok = 0;
+}
+
+/* Whether an ok sample is "fast": below 3/4 of the no-load estimate, or before there is
+ * one, below 3/4 of the running latency of the window's samples that are not fast (the
+ * first sample of a first probe is never fast). */
+static bool fast_sample(const sl_adapt_state *s, int64_t latency_ns) {
+    int64_t ref = s->noload_ns;
+    if (ref == 0) {
+        uint32_t n = s->ok - s->fast_ok;
+        if (n == 0) return false;
+        ref = (int64_t)((s->sum_ns - s->fast_sum_ns) / n);
+    }
+    return latency_ns < ref / 4 * 3;
+}
+
+/* The window's latency: the average of its ok samples, leaving the fast ones out while
+ * they are a minority (fewer than half of them). 0 without ok samples. */
+static int64_t window_avg(const sl_adapt_state *s) {
+    if (s->ok == 0) return 0;
+    uint64_t sum = s->sum_ns, n = s->ok;
+    if ((uint64_t)s->fast_ok * 2 < n) {
+        sum -= s->fast_sum_ns;
+        n -= s->fast_ok;
+    }
+    int64_t avg = (int64_t)(sum / n);
+    return avg < 1 ? 1 : avg;
 }
 
 void sl_adapt_init(const sl_adapt_params *p, sl_adapt_state *s, int64_t now_ns) {
@@ -239,8 +279,7 @@ static bool close_window(const sl_adapt_params *p, sl_adapt_state *s, int64_t no
      * pathological samples), so the Redis script's sums stay exact in doubles. */
     bool full = s->ok >= MAX_WINDOW_SAMPLES || s->sum_ns >= (UINT64_C(1) << 52);
     if (now_ns - s->window_start_ns < w && !full) return false;
-    int64_t avg = s->ok ? (int64_t)(s->sum_ns / s->ok) : 0;
-    if (avg < 1 && s->ok) avg = 1;
+    int64_t avg = window_avg(s);
 
     if (s->probing) {
         /* 4 x min_samples: at min concurrency samples are few, and an estimate low by a
@@ -250,8 +289,12 @@ static bool close_window(const sl_adapt_params *p, sl_adapt_state *s, int64_t no
             s->last_avg_ns = avg;
         } else if (now_ns - s->probe_ns < PROBE_WINDOWS * w) {
             return false; /* keep measuring */
-        } else if (s->noload_ns == 0 && s->ok > 0) {
-            s->noload_ns = avg; /* a thin first measurement beats none */
+        } else if (s->ok >= p->min_samples || (s->noload_ns == 0 && s->ok > 0)) {
+            /* Out of time (slow requests at min: 40 samples of 50 ms at 2 in flight take
+             * the whole 1 s): a window's worth of samples, or a thin first measurement,
+             * beats keeping an estimate the probe was started to correct. */
+            s->noload_ns = avg;
+            s->last_avg_ns = avg;
         }
         s->probing = 0;
         s->probe_ns = now_ns;
@@ -309,6 +352,10 @@ bool sl_adapt_sample(const sl_adapt_params *p, sl_adapt_state *s, int64_t now_ns
         bool answered = (s->flags & FLAG_DECREASED) && now_ns - latency_ns < s->window_start_ns;
         if (!answered && s->drops < UINT32_MAX) s->drops++;
     } else if (outcome == SL_ADAPT_OK) {
+        if (fast_sample(s, latency_ns)) {
+            s->fast_sum_ns += (uint64_t)latency_ns;
+            s->fast_ok++;
+        }
         s->sum_ns += (uint64_t)latency_ns;
         s->ok++;
     }

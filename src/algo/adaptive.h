@@ -67,11 +67,11 @@ typedef struct sl_adapt_params {
                                    (default 0; vegas 60 s) */
 } sl_adapt_params;
 
-/* Per-key state (64 bytes). */
+/* Per-key state (80 bytes). */
 typedef struct sl_adapt_state {
     uint64_t limit_q16;      /* the estimated limit, Q16.16, within [min, max] */
-    int64_t noload_ns;       /* estimated no-load latency: the lowest window average since the
-                                last probe (a probe sets it); 0 = not measured yet */
+    int64_t noload_ns;       /* estimated no-load latency: the lowest robust window latency
+                                since the last probe (a probe sets it); 0 = not measured yet */
     int64_t last_avg_ns;     /* average latency of the last closed window (0 = none) */
     int64_t window_start_ns; /* start of the sampling window */
     uint64_t sum_ns;         /* sum of the window's ok latencies (< 2^63: <= 2^23 samples of
@@ -83,6 +83,10 @@ typedef struct sl_adapt_state {
     uint16_t stuck;          /* consecutive windows closed stuck (see probe_after) */
     uint8_t probing;         /* 1 while the no-load latency is being measured at min */
     uint8_t flags;           /* adaptive.c's FLAG_* */
+    uint64_t fast_sum_ns;    /* the part of sum_ns from "fast" ok samples: below half the
+                                no-load estimate (adaptive.c: robust window latency) */
+    uint32_t fast_ok;        /* how many of `ok` they are */
+    uint32_t pad;            /* 0 */
 } sl_adapt_state;
 
 /* What a decision, a metric or a log line shows about the controller. */

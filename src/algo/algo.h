@@ -76,7 +76,7 @@ typedef struct sl_quota_state {
 } sl_quota_state;
 
 /* Adaptive concurrency (capacity.c): the concurrency algorithm's leases, the controller,
- * and the slots in flight per priority class (128 bytes). */
+ * and the slots in flight per priority class (144 bytes). */
 typedef struct sl_aconc_state {
     sl_conc_state conc;
     sl_adapt_state ad;

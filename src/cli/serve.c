@@ -30,7 +30,7 @@
 enum {
     O_CONFIG = 'c', O_WORKERS = 'w', O_STORE = 's', O_HELP = 'h',
     O_HTTP = 256, O_RESP, O_GRPC, O_ADMIN, O_TEST_CLOCK, O_READ_TIMEOUT, O_IDLE_TIMEOUT,
-    O_DRAIN_TIMEOUT, O_MAX_CONNS, O_DENY_STATUS, O_LOG_LEVEL, O_LOG_FORMAT, O_LOG_FILE, O_COMPAT
+    O_DRAIN_TIMEOUT, O_MAX_CONNS, O_MAX_BUFFERED, O_DENY_STATUS, O_LOG_LEVEL, O_LOG_FORMAT, O_LOG_FILE, O_COMPAT
 };
 
 /* Every flag, its environment variable (NULL: none) and whether it takes a value. */
@@ -50,6 +50,7 @@ static const struct {
     {{"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT}, "SLUICE_IDLE_TIMEOUT"},
     {{"drain-timeout", required_argument, NULL, O_DRAIN_TIMEOUT}, "SLUICE_DRAIN_TIMEOUT"},
     {{"max-conns", required_argument, NULL, O_MAX_CONNS}, "SLUICE_MAX_CONNS"},
+    {{"max-buffered", required_argument, NULL, O_MAX_BUFFERED}, "SLUICE_MAX_BUFFERED"},
     {{"auth-deny-status", required_argument, NULL, O_DENY_STATUS}, "SLUICE_AUTH_DENY_STATUS"},
     {{"log-level", required_argument, NULL, O_LOG_LEVEL}, "SLUICE_LOG_LEVEL"},
     {{"log-format", required_argument, NULL, O_LOG_FORMAT}, "SLUICE_LOG_FORMAT"},
@@ -82,6 +83,7 @@ static void serve_usage(FILE *f) {
             "  --compat envoy-ratelimit  a drop-in for envoyproxy/ratelimit: its environment\n"
             "                      variables, config directory, answers, metrics and Redis keys\n"
             "advanced: --read-timeout MS (10000), --idle-timeout MS (60000), --max-conns N (10000),\n"
+            "          --max-buffered MIB (256: connection buffers, all together; 0: no budget),\n"
             "          --auth-deny-status N (the config's, else 429), --drain-timeout MS (10000)\n"
             "Every flag FLAG-NAME also comes from SLUICE_FLAG_NAME (SLUICE_HTTP, SLUICE_LOG_LEVEL...;\n"
             "SLUICE_TEST_CLOCK=1); a flag wins over its variable. Exit status: 0 stopped cleanly,\n"
@@ -149,6 +151,10 @@ static int apply(sl_server_opts *o, int id, const char *v, const char *from) {
     case O_MAX_CONNS:
         if (parse_u64(v, 1000000, &n) != 0 || n == 0) return usage_err(from, "expected 1 to 1000000, got", v);
         o->max_conns = (unsigned)n;
+        return 0;
+    case O_MAX_BUFFERED:
+        if (parse_u64(v, 1048576, &n) != 0) return usage_err(from, "expected MiB, 0 (no budget) to 1048576, got", v);
+        o->max_buffered = (uint64_t)n << 20;
         return 0;
     case O_DENY_STATUS:
         if (parse_u64(v, 599, &n) != 0 || n < 400) return usage_err(from, "expected 400 to 599, got", v);

@@ -1,20 +1,26 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace.c -- reading traces as streams: files (gzip or plain, through zlib, which reads
- * both) in 1 MiB chunks split into lines, each line parsed and copied into one allocation,
+ * both, each opened at its first read and closed at its end) in chunks of 1 MiB (64 MiB
+ * shared when there are many files, at least 64 KiB each) split into lines, each line parsed and copied into one allocation,
  * a reorder buffer per file (a FIFO of in-order records plus a min-heap of the others,
  * released once it holds `reorder_ns` of the file's traffic or its share of
  * `reorder_bytes`), and a merge of the files'
  * heads. Bounded: memory is the chunks plus the reorder buffers, whatever the file sizes.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "trace.h"
 
-#define CHUNK (1u << 20)
+#define CHUNK_MAX (1u << 20)    /* a file's read chunk: 1 MiB, less when many files share */
+#define CHUNK_MIN (64u << 10)   /* BUFFERS_BYTES, down to 64 KiB */
+#define BUFFERS_BYTES (64u << 20)
+#define HOLD_FIRST 16           /* first capacity of a file's FIFO and heap (they double) */
 
 typedef struct heap {
     sl_trace_rec **v;
@@ -27,7 +33,7 @@ static bool rec_before(const sl_trace_rec *a, const sl_trace_rec *b) {
 
 static bool heap_push(heap *h, sl_trace_rec *r) {
     if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 1024;
+        size_t nc = h->cap ? h->cap * 2 : HOLD_FIRST;
         sl_trace_rec **nv = realloc(h->v, nc * sizeof(*nv));
         if (nv == NULL) return false;
         h->v = nv;
@@ -72,7 +78,7 @@ typedef struct hold {
 static bool hold_push(hold *d, sl_trace_rec *r) {
     if (d->n > 0 && rec_before(r, d->q[(d->head + d->n - 1) % d->cap])) return heap_push(&d->h, r);
     if (d->n == d->cap) {
-        size_t nc = d->cap ? d->cap * 2 : 4096;
+        size_t nc = d->cap ? d->cap * 2 : HOLD_FIRST;
         sl_trace_rec **nq = malloc(nc * sizeof(*nq));
         if (nq == NULL) return false;
         for (size_t i = 0; i < d->n; i++) nq[i] = d->q[(d->head + i) % d->cap];
@@ -111,7 +117,8 @@ typedef struct tfile {
     bool eof;
     sl_trace_format format;
     sl_trace_layout *layout;
-    char *buf;          /* CHUNK + room for one carried-over partial line */
+    char *buf;          /* chunk + room for one carried-over partial line; NULL before the
+                           file's first read and after its end (file_start, file_end) */
     size_t len, off;    /* bytes in buf, start of the unread part */
     uint64_t line;
     bool skipping;      /* inside a line longer than SL_TRACE_MAX_LINE */
@@ -130,6 +137,7 @@ struct sl_trace_reader {
     sl_trace_stats st;
     size_t held_total;
     size_t per_file_bytes;
+    size_t chunk;   /* bytes read at once per file */
     bool emitted_any;
     int64_t last_t;
     unsigned shown;
@@ -265,8 +273,42 @@ static void take_line(sl_trace_reader *r, tfile *f, char *line, size_t len) {
     f->any = true;
 }
 
+/* A file is opened (standard input excepted: at sl_trace_open) and given its buffer at its
+ * first read, and closed with its buffer, zlib's state and its layout as soon as its last
+ * line was taken: what a file that was read to its end keeps is its held records and its
+ * tfile, so 10,000 small files cost about what one does (issue 27: 80 KB each, 834 MB). */
+static bool file_start(sl_trace_reader *r, tfile *f) {
+    f->buf = malloc(r->chunk + SL_TRACE_MAX_LINE + 1);
+    if (f->buf != NULL && f->gz == NULL) {
+        errno = 0;
+        f->gz = gzopen(f->name, "rb");
+    }
+    if (f->buf == NULL || f->gz == NULL) {
+        FILE *out = r->o.errors ? r->o.errors : stderr;
+        fprintf(out, "%s: %s\n", f->name, f->buf == NULL ? "out of memory" : errno ? strerror(errno) : "cannot open");
+        r->st.read_errors++;
+        free(f->buf);
+        f->buf = NULL;
+        f->eof = true;
+        return false;
+    }
+    gzbuffer(f->gz, r->chunk < 256 * 1024 ? (unsigned)r->chunk : 256 * 1024);
+    return true;
+}
+
+static void file_end(tfile *f) {
+    if (f->gz) gzclose(f->gz);
+    f->gz = NULL;
+    free(f->buf);
+    f->buf = NULL;
+    f->len = f->off = 0;
+    sl_trace_layout_destroy(f->layout);
+    f->layout = NULL;
+}
+
 /* Reads until at least one more line was taken, or the file ends. */
 static void read_more(sl_trace_reader *r, tfile *f) {
+    if (f->buf == NULL && (f->eof || !file_start(r, f))) return;
     for (;;) {
         /* lines already in the buffer */
         char *start = f->buf + f->off, *end = f->buf + f->len;
@@ -290,6 +332,7 @@ static void read_more(sl_trace_reader *r, tfile *f) {
                 else take_line(r, f, start, (size_t)(end - start));
                 f->skipping = false;
             }
+            file_end(f);
             return;
         }
         /* keep the partial line, refill behind it */
@@ -304,7 +347,7 @@ static void read_more(sl_trace_reader *r, tfile *f) {
         memmove(f->buf, start, keep);
         f->len = keep;
         f->off = 0;
-        int got = gzread(f->gz, f->buf + f->len, CHUNK);
+        int got = gzread(f->gz, f->buf + f->len, (unsigned)r->chunk);
         if (got < 0) {
             int errnum;
             const char *msg = gzerror(f->gz, &errnum);
@@ -389,6 +432,9 @@ sl_trace_reader *sl_trace_open(char *const *paths, size_t n, const sl_trace_opti
     if (r->o.reorder_ns <= 0) r->o.reorder_ns = 60 * INT64_C(1000000000);
     if (r->o.reorder_bytes == 0) r->o.reorder_bytes = (size_t)64 << 20;
     r->per_file_bytes = r->o.reorder_bytes / n;
+    r->chunk = BUFFERS_BYTES / n;
+    if (r->chunk > CHUNK_MAX) r->chunk = CHUNK_MAX;
+    if (r->chunk < CHUNK_MIN) r->chunk = CHUNK_MIN;
     r->f = calloc(n, sizeof(tfile));
     r->scratch = malloc(SL_TRACE_MAX_LINE + 1);
     if (r->f == NULL || r->scratch == NULL) {
@@ -408,22 +454,24 @@ sl_trace_reader *sl_trace_open(char *const *paths, size_t n, const sl_trace_opti
     for (size_t i = 0; i < n; i++) {
         tfile *f = &r->f[r->n];
         f->name = strdup(paths[i]);
-        f->buf = malloc(CHUNK + SL_TRACE_MAX_LINE + 1);
-        if (f->name == NULL || f->buf == NULL) {
-            free(f->name);
-            free(f->buf);
+        if (f->name == NULL) {
             snprintf(err, errlen, "out of memory");
             sl_trace_close(r);
             return NULL;
         }
-        f->gz = strcmp(paths[i], "-") == 0 ? gzdopen(0, "rb") : gzopen(paths[i], "rb");
         r->n++;
-        if (f->gz == NULL) {
+        /* a file that cannot be read is refused now; it is opened again at its first read
+         * (file_start), so that only the files being read hold a descriptor */
+        errno = 0;
+        int fd = -1;
+        if (strcmp(paths[i], "-") == 0) f->gz = gzdopen(0, "rb");
+        else fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) close(fd);
+        if (fd < 0 && f->gz == NULL) {
             snprintf(err, errlen, "%s: %s", paths[i], errno ? strerror(errno) : "cannot open");
             sl_trace_close(r);
             return NULL;
         }
-        gzbuffer(f->gz, 256 * 1024);
     }
     return r;
 }

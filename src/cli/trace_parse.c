@@ -72,6 +72,16 @@ static bool civil_ok(int y, int mo, int d, int h, int mi, int s) {
            mi <= 59 && s <= 60;
 }
 
+/* seconds since the epoch (at most 9999-12-31 plus a zone: no overflow in seconds) and a
+ * fraction as nanoseconds, if the sum fits: int64 nanoseconds end in April 2262, and a
+ * later time (a year 9999 typo, a hostile log) is unparsable, never wrapped around. */
+static bool civil_ns(int64_t secs, int64_t frac, int64_t *out_ns) {
+    int64_t ns;
+    if (__builtin_mul_overflow(secs, (int64_t)NS, &ns) || __builtin_add_overflow(ns, frac, &ns)) return false;
+    *out_ns = ns;
+    return true;
+}
+
 bool sl_trace_parse_time(const char *s, size_t len, int64_t *out_ns) {
     while (len > 0 && (*s == ' ' || *s == '"')) s++, len--;
     while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '"')) len--;
@@ -130,9 +140,7 @@ bool sl_trace_parse_time(const char *s, size_t len, int64_t *out_ns) {
             }
             int64_t off;
             if (!zone(s + j, len - j, &off)) return false;
-            int64_t secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off;
-            *out_ns = secs * NS + frac;
-            return true;
+            return civil_ns(days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off, frac, out_ns);
         }
         /* nginx $time_local: 10/Oct/2000:13:55:36 -0700 */
         if (len >= 20 && s[2] == '/' && s[6] == '/' && s[11] == ':' && s[14] == ':' &&
@@ -145,8 +153,7 @@ bool sl_trace_parse_time(const char *s, size_t len, int64_t *out_ns) {
             while (j < len && s[j] == ' ') j++;
             int64_t off;
             if (!zone(s + j, len - j, &off)) return false;
-            *out_ns = (days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off) * NS;
-            return true;
+            return civil_ns(days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off, 0, out_ns);
         }
     }
     return false;

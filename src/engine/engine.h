@@ -120,6 +120,12 @@ typedef struct sl_window_info {
 
 #define SL_VERDICT_KEYS 4096 /* bytes of composed keys one verdict can hold */
 #define SL_COUNT_ONLY_LIMIT ((UINT64_C(1) << 52) - 1) /* a count_only item's store limit */
+/* The largest cost one decision takes, on every store (the Redis scripts compute exactly
+ * below 2^53 and form cost products): checked once in prepare, so that every store and
+ * protocol answers a larger one alike (issue 27: the memory store refused it with 429,
+ * Redis answered 400 about key parts). SL_ECOST is the verdict's error: a 400. */
+#define SL_COST_MAX (UINT64_C(1) << 40)
+#define SL_ECOST (-64)
 /* Envoy compat keys (prepare.c, compat mode): this first byte, then envoyproxy/ratelimit's
  * cache key without prefix and window ("domain_k1_v1_k2_v2_"), a NUL, and the rule's
  * statistics path for this request (src/server/envoy_stats.c). */

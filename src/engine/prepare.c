@@ -628,6 +628,7 @@ const char *sl_engine_error_text(int rc) {
         return "the request's key parts are too long for one decision (at most 4096 bytes of "
                "keys, each part at most 65535)";
     case SLUICE_ETOOMANY: return "the request matches more windows than one decision holds (32)";
+    case SL_ECOST: return "the request's cost is above 1099511627776 (2^40), the most one decision takes";
     case SLUICE_ENOTFOUND: return "no such policy";
     case SL_ETOKENS_FULL:
         return "the settle/release token table is full: this policy holds its whole share of "
@@ -642,7 +643,7 @@ int sl__fail(sl_verdict *v, int rc) {
     /* the request's fault (an unknown policy name; keys or descriptors beyond what one
      * decision holds) is a 4xx, the server's a 500 */
     v->status = rc == SLUICE_ENOTFOUND                                           ? 404
-                : rc == SLUICE_ERANGE || rc == SLUICE_ETOOMANY || rc == SLUICE_EINVAL ? 400
+                : rc == SLUICE_ERANGE || rc == SLUICE_ETOOMANY || rc == SLUICE_EINVAL || rc == SL_ECOST ? 400
                 : rc == SL_ETOKENS_FULL                                               ? 503
                                                                              : 500;
     v->store_error = false;
@@ -719,6 +720,14 @@ static const sl_enode *envoy_match(const sl_edomain *dom, const sl_descriptor *d
     return hit;
 }
 
+/* Every item's cost within what every store takes (SL_COST_MAX), before any store sees
+ * it: one answer for every store and protocol. */
+static int check_costs(const sl_verdict *v) {
+    for (size_t i = 0; i < v->n; i++)
+        if (v->items[i].cost > SL_COST_MAX) return SL_ECOST;
+    return SLUICE_OK;
+}
+
 int sl_engine_prepare(const sl_engine *e, const sl_request *req, sl_verdict *out) {
     if (out == NULL) return SLUICE_EINVAL;
     sl__verdict_init(out);
@@ -771,6 +780,7 @@ int sl_engine_prepare(const sl_engine *e, const sl_request *req, sl_verdict *out
             rc = add_policy(&e->pol[i], out, &c, -1);
         }
     }
+    if (rc == SLUICE_OK) rc = check_costs(out);
     if (rc != SLUICE_OK) return sl__fail(out, rc);
     return SLUICE_OK;
 }
@@ -804,6 +814,7 @@ int sl_engine_prepare_named_class(const sl_engine *e, const char *policy, const 
     out->keys_used = k.len;
     uint64_t c = has_cost ? cost : ep->cp->cost_default;
     int rc = add_items(ep, out, 0, k.len, c, -1, NULL, cls);
+    if (rc == SLUICE_OK) rc = check_costs(out);
     if (rc != SLUICE_OK) return sl__fail(out, rc);
     return SLUICE_OK;
 }

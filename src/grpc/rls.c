@@ -177,8 +177,9 @@ int sl_rls_prepare(const sl_engine *e, const sl_rls_req *rq, sl_verdict *v, char
     }
     int rc = sl_engine_prepare(e, &rq->r, v);
     if (rc != SLUICE_OK) {
-        snprintf(err, errlen, "decision failed: %s", sluice_strerror(rc));
+        snprintf(err, errlen, "decision failed: %s", sl_engine_error_text(rc));
         return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE ? SL_GRPC_RESOURCE_EXHAUSTED
+               : rc == SL_ECOST                             ? SL_GRPC_INVALID_ARGUMENT
                                                             : SL_GRPC_INTERNAL;
     }
     return SL_GRPC_OK;
@@ -211,7 +212,8 @@ int sl_rls_answer_of(const sl_verdict *v, int rc, size_t nd, unsigned render_fla
         snprintf(err, errlen, "decision failed: %s", sl_engine_error_text(rc));
         return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE || rc == SL_ETOKENS_FULL
                    ? SL_GRPC_RESOURCE_EXHAUSTED
-                   : SL_GRPC_INTERNAL;
+               : rc == SL_ECOST ? SL_GRPC_INVALID_ARGUMENT
+                                : SL_GRPC_INTERNAL;
     }
     bool over = v->action == SL_REJECT || v->action == SL_FAIL ||
                 (v->action == SL_DELAY && v->recheck);
@@ -654,7 +656,8 @@ static int compat_answer(const sl_verdict *v, int rc, size_t nd, const sl_rls_ca
         snprintf(err, errlen, "decision failed: %s", sl_engine_error_text(rc));
         return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE || rc == SL_ETOKENS_FULL
                    ? SL_GRPC_RESOURCE_EXHAUSTED
-                   : SL_GRPC_INTERNAL;
+               : rc == SL_ECOST ? SL_GRPC_INVALID_ARGUMENT
+                                : SL_GRPC_INTERNAL;
     }
     size_t nall = v->n + (call ? call->nlocal : 0);
     int64_t now_s = floor_div(v->decided_at.wall_ns, SLUICE_NS_PER_S);

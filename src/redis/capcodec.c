@@ -180,8 +180,9 @@ int sl_redis_cap_state_parse(const sluice_limiter *lim, const char *s, size_t le
     switch ((int)l->algo) {
     case SLUICE_ADAPTIVE_CONCURRENCY: {
         /* base c1..c6 | limit noload last_avg ws_s ws_n sum probe_s probe_n ok drops max_inflight
-         * stuck probing flags | u1..u8 */
-        if (own != 29) return -1;
+         * stuck probing flags | u1..u8 | fast_sum fast_ok (31; a state of 29 from before
+         * issue 27 has none: 0) */
+        if (own != 29 && own != 31) return -1;
         sl_aconc_state *a = state;
         sl_adapt_state *d = &a->ad;
         if (!conc_part(l, v, &a->conc)) return -1;
@@ -204,6 +205,14 @@ int sl_redis_cap_state_parse(const sluice_limiter *lim, const char *s, size_t le
         d->probing = (uint8_t)v[k + 12];
         d->flags = (uint8_t)v[k + 13];
         if (!counts(v + k + 14, a->use.by_class, SL_SHED_MAX_CLASSES)) return -1;
+        d->fast_sum_ns = 0;
+        d->fast_ok = 0;
+        d->pad = 0;
+        if (own == 31) {
+            if (v[29] < 0 || v[30] < 0 || v[30] > v[k + 8] || v[29] > v[k + 5]) return -1;
+            d->fast_sum_ns = (uint64_t)v[29];
+            d->fast_ok = (uint32_t)v[30];
+        }
         k = own;
         break;
     }

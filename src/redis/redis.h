@@ -266,7 +266,7 @@ typedef struct sl_redis_stats {
     _Atomic uint64_t decisions;    /* decisions asked of the client */
     _Atomic uint64_t calls;        /* EVALSHA commands sent (retries and refunds included) */
     _Atomic uint64_t local_rejects;/* answered by the over-limit cache (no round trip) */
-    _Atomic uint64_t never_rejects;/* cost above capacity: answered without Redis */
+    _Atomic uint64_t never_rejects;/* kept at 0: a cost above capacity goes to the script (issue 27) */
     _Atomic uint64_t timeouts;     /* no answer within timeout_ns */
     _Atomic uint64_t errors;       /* error replies, lost connections, bad replies */
     _Atomic uint64_t breaker_open; /* refused at once: its node's breaker open */

@@ -784,9 +784,11 @@ static void late_reply(sl_redis *r, rq *q, int g, const redisReply *rep) {
     if (--q->orphans == 0) sl__redis_rq_put(r, q);
 }
 
-/* A decision certain to be rejected, answered without Redis: an enforced item's cost
- * above its capacity, or an enforced item still inside the retry time of an earlier
- * rejection of at most this cost (trusted for at most cache_max_ns). `b` holds the items
+/* A decision certain to be rejected, answered without Redis: an enforced item still
+ * inside the retry time of an earlier rejection of at most this cost (trusted for at most
+ * cache_max_ns). A cost above the item's capacity goes to the script like any other: its
+ * answer says what is left, as the memory store's does (answered here it said 0;
+ * issue 27), and it is refused there without a change. `b` holds the items
  * as build() prepared them. Trade-off: a rejection answered here charges no
  * count_rejected window (a fixed window or quota already over its limit stays so until
  * it ends: what a client is told does not change). */
@@ -801,12 +803,6 @@ static bool answer_locally(sl_redis *r, const rq *b, sluice_time now, sl_sresult
     for (int i = 0; i < b->n && hit < 0; i++) {
         const rq_item *it = &b->it[i];
         if (it->sgroup != 0) continue;
-        uint64_t cap = it->limit != 0 ? it->limit : sluice_limiter_capacity(it->lim);
-        if ((uint64_t)it->cost > cap) {
-            hit = i, retry = SLUICE_NEVER, reset = 0;
-            inc(&r->st.never_rejects);
-            break;
-        }
         if (!cacheable(it->lim->spec.algo) || it->limit != 0) continue;
         cache_ent *e = cache_get(r, sl__redis_fp_of(it));
         if (e != NULL && now.mono_ns >= e->since && now.mono_ns < e->trust &&

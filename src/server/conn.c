@@ -28,8 +28,13 @@
 #include "server/server.h"
 #include "server/tls.h"
 
-#define SL_CONN_RINIT 16384
-#define SL_CONN_WINIT 16384
+/* Idle buffers are sized for the common case (a request head, a decision's answer) and
+ * grow on demand; a read buffer grown for one large request shrinks back once it is
+ * consumed, a write buffer once it is sent. Every buffer's bytes count in the server's
+ * `buffered`, which opt.max_buffered bounds (issue 27: 300 connections each stalled
+ * inside a 1 MiB RESP request held 303 MB; at --max-conns 10000 that was 10 GB). */
+#define SL_CONN_RINIT 8192
+#define SL_CONN_WINIT 8192
 #define SL_CONN_WMAX (4u << 20)
 #define SL_CONN_RESP_MAX (1u << 20)
 /* Stop parsing more pipelined requests while this much output is unsent. */
@@ -75,9 +80,11 @@ static void conn_close(sl_conn *c) {
     sl_tls_free(c->tls);
     c->tls = NULL;
     atomic_fetch_sub(c->listener == SL_KIND_ADMIN ? &w->srv->nconns_admin : &w->srv->nconns, 1);
+    atomic_fetch_sub(&w->srv->buffered, (uint64_t)(c->rcap + c->wcap));
     free(c->rbuf);
     free(c->wbuf);
     c->rbuf = c->wbuf = NULL;
+    c->rcap = c->wcap = 0;
     /* Why not free(c) now: this loop turn's batch of events may still hold c (a resumed
      * or another connection's callback closed it); it is freed when the turn ends. */
     c->closed = true;
@@ -179,6 +186,7 @@ void sl_conn_accept(sl_worker *w, int lfd, sl_conn_kind kind) {
         if (w->conns) w->conns->prev_all = c;
         w->conns = c;
         w->nconns++;
+        atomic_fetch_add(&s->buffered, (uint64_t)(c->rcap + c->wcap));
         /* a new connection must start a request within the read timeout: one that never
          * sends a byte is not an idle keep-alive connection and does not get its time */
         sl_dlist_arm(&w->tl[SL_TL_READ], &c->timer, w->now_ns);
@@ -202,6 +210,7 @@ int sl_conn_reserve(sl_conn *c, size_t n) {
     char *p = realloc(c->wbuf, cap);
     if (p == NULL) return -1;
     c->wbuf = p;
+    atomic_fetch_add(&c->w->srv->buffered, (uint64_t)(cap - c->wcap));
     c->wcap = cap;
     return 0;
 }
@@ -240,6 +249,7 @@ static int conn_flush(sl_conn *c) {
         char *p = realloc(c->wbuf, SL_CONN_WINIT);
         if (p) {
             c->wbuf = p;
+            atomic_fetch_sub(&c->w->srv->buffered, (uint64_t)(c->wcap - SL_CONN_WINIT));
             c->wcap = SL_CONN_WINIT;
         }
     }
@@ -256,15 +266,63 @@ static void raw_reply(sl_conn *c, const char *s) {
 
 void sl_http_raw(sl_conn *c, const char *s) { raw_reply(c, s); }
 
+/* Closes the worker's oldest stalled connection holding a grown read buffer (the READ
+ * list is in the order requests started: its head has waited longest for the rest of
+ * its request), other than `keep`. Returns false when there is none. Only this worker's
+ * connections: another worker's belong to its thread. */
+static bool evict_stalled(sl_worker *w, const sl_conn *keep) {
+    sl_dnode *head = &w->tl[SL_TL_READ].head;
+    for (sl_dnode *n = head->next; n != head; n = n->next) {
+        sl_conn *v = (sl_conn *)((char *)n - offsetof(sl_conn, timer));
+        if (v == keep || v->rcap <= SL_CONN_RINIT) continue;
+        sl_server *s = w->srv;
+        uint64_t held = v->rcap;
+        atomic_fetch_add(&s->evicted, 1);
+        sl_log *log = s->obs ? s->obs->log : NULL;
+        SL_LOG(log, SL_LOG_WARN, "conn_evicted",
+               "closed the oldest stalled connection: buffered request bytes at their budget",
+               SL_LOG_STR("listener", conn_ops[v->kind].name), SL_LOG_UINT("held_bytes", held),
+               SL_LOG_UINT("buffered_bytes", atomic_load(&s->buffered)),
+               SL_LOG_UINT("max_buffered", s->opt.max_buffered));
+        conn_close(v);
+        return true;
+    }
+    return false;
+}
+
+/* Room for `more` bytes of buffers within the server's budget, closing the oldest stalled
+ * connections of this worker as needed; false when they do not free enough. */
+static bool budget_room(sl_conn *c, size_t more) {
+    sl_server *s = c->w->srv;
+    if (s->opt.max_buffered == 0) return true;
+    while (atomic_load(&s->buffered) + more > s->opt.max_buffered)
+        if (!evict_stalled(c->w, c)) return false;
+    return true;
+}
+
+/* -1: at `max`; -2: over the memory budget (nothing to evict); else 0. */
 static int grow_rbuf(sl_conn *c, size_t max) {
     if (c->rcap >= max) return -1;
     size_t cap = c->rcap * 2;
     if (cap > max) cap = max;
+    if (!budget_room(c, cap - c->rcap)) return -2;
     char *p = realloc(c->rbuf, cap);
     if (p == NULL) return -1;
     c->rbuf = p;
+    atomic_fetch_add(&c->w->srv->buffered, (uint64_t)(cap - c->rcap));
     c->rcap = cap;
     return 0;
+}
+
+/* A read buffer grown for one large request goes back to its idle size once what is left
+ * in it fits (a client sending large requests over and over grows it again). */
+static void shrink_rbuf(sl_conn *c) {
+    if (c->rcap <= SL_CONN_RINIT || c->rlen > SL_CONN_RINIT) return;
+    char *p = realloc(c->rbuf, SL_CONN_RINIT);
+    if (p == NULL) return;
+    c->rbuf = p;
+    atomic_fetch_sub(&c->w->srv->buffered, (uint64_t)(c->rcap - SL_CONN_RINIT));
+    c->rcap = SL_CONN_RINIT;
 }
 
 static size_t http_rmax(const sl_server *s) {
@@ -302,8 +360,10 @@ static size_t resp_process(sl_conn *c, bool draining) {
         static _Thread_local sl_resp_cmd cmd;
         int rc = sl_resp_parse(c->rbuf + off, c->rlen - off, &cmd, w->scratch, sizeof(w->scratch));
         if (rc == SL_RESP_INCOMPLETE) {
-            if (off == 0 && c->rlen == c->rcap && grow_rbuf(c, SL_CONN_RESP_MAX) != 0) {
-                raw_reply(c, "-ERR Protocol error: request too large\r\n");
+            int g = off == 0 && c->rlen == c->rcap ? grow_rbuf(c, SL_CONN_RESP_MAX) : 0;
+            if (g != 0) {
+                raw_reply(c, g == -2 ? "-ERR server busy: buffered request bytes at their budget\r\n"
+                                     : "-ERR Protocol error: request too large\r\n");
                 c->close_after = true;
                 off = c->rlen;
             }
@@ -366,8 +426,10 @@ static size_t http_process(sl_conn *c, bool draining) {
                 c->sent_continue = true;
             }
             if (c->rlen - off == c->rcap || (off == 0 && c->rlen == c->rcap)) {
-                if (grow_rbuf(c, http_rmax(s)) != 0) {
-                    sl_http_error(c, 1, 413, "request too large");
+                int g = grow_rbuf(c, http_rmax(s));
+                if (g != 0) {
+                    if (g == -2) sl_http_error(c, 1, 503, "buffered request bytes at the server's budget");
+                    else sl_http_error(c, 1, 413, "request too large");
                     c->close_after = true;
                     off = c->rlen;
                 }
@@ -445,6 +507,7 @@ static void conn_process(sl_conn *c) {
     if (off > 0) {
         memmove(c->rbuf, c->rbuf + off, c->rlen - off);
         c->rlen -= off;
+        shrink_rbuf(c);
         /* a request completed: what is left is a new request, whose read deadline
          * starts now (a client that never completes one is never re-armed) */
         if (c->timer.list == SL_TL_READ) sl_dnode_disarm(&c->timer);

@@ -195,6 +195,12 @@ static void server_families(sl_server *s, sl_prom *p) {
         const char *l[] = {"listener", listeners[k], NULL};
         sl_prom_u64(p, l, OSUM(refused[k]));
     }
+    sl_prom_family(p, "sluice_connection_buffer_bytes", SL_PROM_GAUGE,
+                   "Bytes of every connection's read and write buffers (bounded by --max-buffered).");
+    sl_prom_u64(p, NULL, atomic_load(&s->buffered));
+    sl_prom_family(p, "sluice_connections_evicted_total", SL_PROM_COUNTER,
+                   "Stalled connections closed (oldest first) to keep buffers within --max-buffered.");
+    sl_prom_u64(p, NULL, atomic_load(&s->evicted));
     sl_prom_family(p, "sluice_http_requests_total", SL_PROM_COUNTER, "HTTP/1.1 requests parsed.");
     sl_prom_u64(p, NULL, SUM(http_requests));
     sl_prom_family(p, "sluice_resp_commands_total", SL_PROM_COUNTER, "RESP commands parsed.");

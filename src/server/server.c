@@ -42,6 +42,7 @@ void sl_server_opts_default(sl_server_opts *o) {
     o->write_timeout_ns = 10 * SLUICE_NS_PER_S;
     o->drain_timeout_ns = 10 * SLUICE_NS_PER_S;
     o->max_conns = 10000;
+    o->max_buffered = (uint64_t)256 << 20; /* a 1 GB host: 10,000 idle connections take 160 MB of it */
     o->auth_deny_status = 0; /* 0: the config's value */
     sl_http1_limits_default(&o->http_limits);
 }

@@ -38,6 +38,9 @@ typedef struct sl_server_opts {
     int64_t write_timeout_ns;  /* pending output that does not drain */
     int64_t drain_timeout_ns;  /* SIGTERM: in-flight work gets this long */
     unsigned max_conns;        /* across all workers and listeners */
+    uint64_t max_buffered;     /* bytes of connection buffers (read + write) across all
+                                  connections; over it a read buffer's growth first closes
+                                  the oldest stalled connections (conn.c); 0 = no budget */
     int auth_deny_status;
     bool legacy_headers;
     char admin_token[128];
@@ -282,6 +285,8 @@ struct sl_server {
     _Atomic int draining;
     _Atomic int stop_now;
     _Atomic unsigned nconns;  /* data listeners, across workers, for the connection cap */
+    _Atomic uint64_t buffered; /* bytes of every connection's read and write buffers */
+    _Atomic uint64_t evicted;  /* stalled connections closed to keep `buffered` in budget */
     _Atomic unsigned nconns_admin; /* the admin listener's own (SL_ADMIN_MAX_CONNS) */
     int64_t started_wall_ns;
     struct sl_obs *obs;       /* logger, metrics series, hot keys, audit (observe.c) */

@@ -35,6 +35,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,7 +334,21 @@ typedef struct file_lim {
     char tz[128];
     sl_family *fam; /* registered family, or NULL (entries skipped) */
     bool carry;     /* registered with other parameters: carry each state over */
+    uint32_t file_state_size; /* bytes of each entry's state in the file: lim.state_size, or
+                                 ADAPT_GROWN fewer for an adaptive state written before
+                                 issue 27 (grow_adapt) */
 } file_lim;
+
+/* The adaptive controller's state grew by fast_sum_ns, fast_ok and pad (issue 27), at its
+ * end: a state written before reads with them 0 (no fast sample in the open window). */
+#define ADAPT_AT (offsetof(sl_aconc_state, ad) + offsetof(sl_adapt_state, fast_sum_ns))
+#define ADAPT_GROWN (sizeof(sl_adapt_state) - offsetof(sl_adapt_state, fast_sum_ns))
+
+static void grow_adapt(const file_lim *f, unsigned char *b) {
+    if (f->file_state_size == f->lim.state_size) return;
+    memmove(b + ADAPT_AT + ADAPT_GROWN, b + ADAPT_AT, f->file_state_size - ADAPT_AT);
+    memset(b + ADAPT_AT, 0, ADAPT_GROWN);
+}
 
 /* Rebuilds the saved limit through sl_limit_init (or sl_gcra_cell_init) and checks it
  * matches what the file says (so a state size or derived value that does not belong to
@@ -423,6 +438,10 @@ static int parse_limit(rbuf *r, file_lim *fl, uint32_t version, char *eb, size_t
     }
     want.tz = fl->lim.tz;
     want.cap = fl->lim.cap; /* rebuilt and checked by sl_cap_init from what the file says */
+    fl->file_state_size = want.state_size;
+    if (want.algo == SLUICE_ADAPTIVE_CONCURRENCY && want.state_size >= ADAPT_AT &&
+        (size_t)want.state_size + ADAPT_GROWN == fl->lim.state_size)
+        want.state_size = fl->lim.state_size; /* written before issue 27: grow_adapt */
     if (!sl_limit_same(&fl->lim, &want))
         return fail(eb, ebn, SLUICE_ECORRUPT,
                     "snapshot limiter %s: parameters inconsistent (state size %u for %s)",
@@ -556,7 +575,7 @@ int sl_store_restore_buf(sluice_store *st, const uint8_t *buf, size_t len, sluic
                       r.bad ? "truncated" : "names no limiter");
             goto out;
         }
-        get_bytes(&r, ENTRY_HDR - 4 + fl[li].lim.state_size);
+        get_bytes(&r, ENTRY_HDR - 4 + fl[li].file_state_size);
         if (r.bad) {
             rc = fail(eb, ebn, SLUICE_ECORRUPT, "snapshot truncated in entry %llu",
                       (unsigned long long)i);
@@ -623,7 +642,8 @@ int sl_store_restore_buf(sluice_store *st, const uint8_t *buf, size_t len, sluic
         }
         age = age > SL_STAMP_MASK - age_add ? SL_STAMP_MASK : age + age_add;
         const file_lim *f = &fl[li];
-        memcpy(s1.b, get_bytes(&r, f->lim.state_size), f->lim.state_size);
+        memcpy(s1.b, get_bytes(&r, f->file_state_size), f->file_state_size);
+        grow_adapt(f, s1.b);
         if (f->fam == NULL) {
             skip++;
             continue;

@@ -121,6 +121,11 @@ typedef struct sim_adapt_run {
     uint64_t rate_per_s;
     int64_t duration_ns, step_ns; /* trace every step */
     uint64_t seed;
+    /* a poisoning client (0: none): releases attack_per_s times a second, evenly spaced,
+     * reporting an ok sample of attack_latency_ns (issue 27) */
+    uint64_t attack_per_s;
+    int64_t attack_latency_ns;
+    int64_t attack_until_ns; /* it stops then (0: never) */
     /* outputs */
     uint32_t npoints;
     sim_point trace[SIM_TRACE_MAX];
@@ -133,6 +138,8 @@ static inline void sim_adapt(sim_adapt_run *run) {
     sim_rng rng = {run->seed ? run->seed : 1};
     sl_adapt_state st;
     int64_t now = 0, next_arrival = 0, next_trace = 0;
+    int64_t attack_gap = run->attack_per_s ? SLUICE_NS_PER_S / (int64_t)run->attack_per_s : 0;
+    int64_t next_attack = attack_gap ? attack_gap / 2 : INT64_MAX;
     int64_t gap_max = 2 * SLUICE_NS_PER_S / (int64_t)run->rate_per_s;
     int64_t step_sum = 0;
     uint64_t step_n = 0;
@@ -141,8 +148,9 @@ static inline void sim_adapt(sim_adapt_run *run) {
     run->npoints = 0;
     run->admitted = run->rejected = 0;
     while (now < run->duration_ns) {
-        bool completion = h.n > 0 && h.done[0] <= next_arrival;
-        now = completion ? h.done[0] : next_arrival;
+        bool completion = h.n > 0 && h.done[0] <= next_arrival && h.done[0] <= next_attack;
+        bool attack = !completion && next_attack < next_arrival;
+        now = completion ? h.done[0] : attack ? next_attack : next_arrival;
         while (now >= next_trace && run->npoints < SIM_TRACE_MAX) {
             sim_point *pt = &run->trace[run->npoints++];
             pt->t_ns = next_trace;
@@ -162,6 +170,12 @@ static inline void sim_adapt(sim_adapt_run *run) {
             step_sum += lat;
             step_n++;
             sl_adapt_sample(&run->params, &st, now, lat, SL_ADAPT_OK, inflight);
+        } else if (attack) {
+            /* what it reports is the lie; the slot it held is not modelled (it may have
+             * waited for one, or acquired while the limit was higher) */
+            sl_adapt_sample(&run->params, &st, now, run->attack_latency_ns, SL_ADAPT_OK, h.n + 1);
+            next_attack = now + attack_gap;
+            if (run->attack_until_ns != 0 && next_attack >= run->attack_until_ns) next_attack = INT64_MAX;
         } else {
             uint32_t limit = sl_adapt_limit(&run->params, &st);
             if (h.n < limit && h.n < SIM_MAX_INFLIGHT) {

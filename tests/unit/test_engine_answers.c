@@ -5,7 +5,8 @@
  * "recheck"); a peek never takes a concurrency slot; a fail-open admission carries no
  * RateLimit fields (the store's state is unknown); named windows keep their counters
  * when reordered; policies that cannot match one request are not added up against the
- * per-decision bound, policies that can are refused at load.
+ * per-decision bound, policies that can are refused at load; a cost above 2^40 is the
+ * engine's 400, before any store.
  */
 #include "config/compiled.h"
 #include "engine/internal.h"
@@ -197,7 +198,32 @@ static void disjoint_policies_are_not_added_up(void) {
     T_CHECK(dl.n >= 1 && strstr(dl.items[0].msg, "can match one request: 40 windows") != NULL);
 }
 
+/* Issue 27: a cost above SL_COST_MAX is the engine's refusal (400, one text), before any
+ * store: the memory store answered 429, the Redis store 400 about key parts. 2^40 itself
+ * is decided; a refusal takes nothing. */
+static void cost_above_the_bound_is_refused_before_the_store(void) {
+    fx f;
+    if (!open_fx(&f, "policies:\n"
+                     "  - { name: w, key: [client_ip], algorithm: fixed_window, limits: [{rate: 100/m}] }\n",
+                 NULL))
+        return;
+    T_EQ_I(sl_engine_check_named(f.e, "w", "k", 1, true, SL_COST_MAX, at_s(0), &V), SLUICE_OK);
+    T_EQ_I(V.action, SL_REJECT);
+    T_EQ_U(V.items[0].result.remaining, 100);
+    uint64_t bad[] = {SL_COST_MAX + 1, UINT64_C(1) << 53, UINT64_MAX};
+    for (size_t i = 0; i < 3; i++) {
+        T_EQ_I(sl_engine_check_named(f.e, "w", "k", 1, true, bad[i], at_s(0), &V), SL_ECOST);
+        T_EQ_I(V.action, SL_ERROR);
+        T_EQ_I(V.status, 400);
+    }
+    T_CHECK(strstr(sl_engine_error_text(SL_ECOST), "2^40") != NULL);
+    T_EQ_I(sl_engine_check_named(f.e, "w", "k", 1, true, 1, at_s(0), &V), SLUICE_OK);
+    T_EQ_U(V.items[0].result.remaining, 99);
+    close_fx(&f);
+}
+
 int main(void) {
+    T_RUN(cost_above_the_bound_is_refused_before_the_store);
     T_RUN(recheck_is_not_a_shaped_admission);
     T_RUN(peek_takes_no_slot);
     T_RUN(fail_open_has_no_ratelimit_fields);

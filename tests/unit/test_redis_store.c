@@ -401,14 +401,22 @@ static void test_local_cache(void) {
     }
     T_CHECK(rejected > 10);
     T_CHECK(atomic_load(&st->local_rejects) >= (uint64_t)rejected - 4);
-    /* cost above capacity: never asked */
+    /* cost above capacity: asked like any other (issue 27), so that the refusal says what
+     * is left, as the memory store's does (answered locally it said 0); never cached */
     uint64_t calls = atomic_load(&st->calls);
     sluice_item big = {l, "k2", 2, 5};
-    sluice_decision d;
-    T_EQ_I(sl_redis_decide_sync(p.rd, &big, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
+    sluice_decision d, dm;
+    sluice_time now = sluice_clock_now(p.clk);
+    T_EQ_I(sl_redis_decide_sync(p.rd, &big, 1, now, &d), SLUICE_OK);
+    sluice_decide(p.mem, &big, 1, now, &dm);
     T_EQ_I(d.allowed, 0);
     T_EQ_I(d.results[0].retry_after_ns, SLUICE_NEVER);
-    T_EQ_U(atomic_load(&st->calls), calls);
+    T_EQ_U(d.results[0].remaining, dm.results[0].remaining);
+    T_EQ_U(d.results[0].remaining, 4);
+    T_EQ_U(atomic_load(&st->calls), calls + 1);
+    T_EQ_I(sl_redis_decide_sync(p.rd, &big, 1, now, &d), SLUICE_OK);
+    T_EQ_U(d.results[0].remaining, 4);
+    T_EQ_U(atomic_load(&st->calls), calls + 2);
     sluice_limiter_destroy(l);
     pair_close(&p);
 }

@@ -54,8 +54,15 @@ static void test_times(void) {
     T_EQ_I(T("01/Jan/2026:00:00:00 +0000"), base);
     T_EQ_I(T("31/Dec/2025:16:00:00 -0800"), base);
     T_EQ_I(T("29/Feb/2028:00:00:00 +0000"), INT64_C(1835395200) * SEC);
+    /* the last representable instant of int64 nanoseconds, and what lies beyond it: a
+     * year 9999 was accepted as 1816 (signed overflow, issue 27) */
+    T_EQ_I(T("2262-04-11T23:47:16.854775807Z"), INT64_MAX);
+    T_EQ_I(T("2262-04-12T00:47:16+01:00"), INT64_C(9223372036) * SEC);
     const char *bad[] = {"", "-", "yesterday", "2026-13-01T00:00:00Z", "01/Foo/2026:00:00:00 +0000",
-                         "1767225600.", "2026-01-01T00:00:00+1", "12:00:00"};
+                         "1767225600.", "2026-01-01T00:00:00+1", "12:00:00",
+                         "9999-12-31T23:59:59Z", "9999-01-01T00:00:00.5-12:00", "2262-04-11T23:47:16.854775808Z",
+                         "2262-04-11T23:47:17Z", "2263-01-01 00:00:00", "31/Dec/9999:23:59:59 +0000",
+                         "12/Apr/2262:00:00:00 +0000"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (T(bad[i]) != -1) T_FAIL("accepted time '%s'", bad[i]);
 }

@@ -10,7 +10,8 @@
 -- sample (latency outcome), 64 the penalty item; T: the state's tails (1: 8 per-class
 -- slot counts, 2: borrowing marks reclaim_s reclaim_n owed_s owed_n).
 -- States: adaptive concurrency (ALGO[9]) "base c1..c6 limit noload last_avg ws_s ws_n sum
--- probe_s probe_n ok drops max_inflight stuck probing flags u1..u8" (29 numbers), the
+-- probe_s probe_n ok drops max_inflight stuck probing flags u1..u8 fast_sum fast_ok" (31
+-- numbers; a state of 29 from before issue 27 reads as fast_sum = fast_ok = 0), the
 -- penalty (ALGO[100]) "until_s until_n last_s last_n level".
 -- Why inside cap_load(): Redis runs a script's whole body at every call, and each
 -- `local function` is a closure made again each time; this file is two thirds of the
@@ -195,6 +196,29 @@ local function cap_load()
   local function ad_reset(d, now)
     d.ws_s, d.ws_n = now.ms, now.mn
     d.sum, d.ok, d.drops, d.maxin = 0, 0, 0, 0
+    d.fsum, d.fok = 0, 0
+  end
+
+  -- adaptive.c's fast_sample and window_avg: an ok sample below 3/4 of the no-load
+  -- estimate (before there is one, of the running latency of the window's other samples)
+  -- is fast; the window's latency leaves the fast ones out while they are a minority.
+  local function ad_fast(d, lat)
+    local ref = d.noload
+    if ref == 0 then
+      local n = d.ok - d.fok
+      if n == 0 then return false end
+      ref = math.floor((d.sum - d.fsum) / n)
+    end
+    return lat < math.floor(ref / 4) * 3
+  end
+
+  local function ad_avg(d)
+    if d.ok == 0 then return 0 end
+    local sum, n = d.sum, d.ok
+    if d.fok * 2 < n then sum, n = sum - d.fsum, n - d.fok end
+    local avg = math.floor(sum / n)
+    if avg < 1 then avg = 1 end
+    return avg
   end
 
   local function ad_init(a, now)
@@ -293,17 +317,16 @@ local function cap_load()
     local full = d.ok >= MAX_WINDOW_SAMPLES or d.sum >= SUM_FULL
     local el = since(d.ws_s, d.ws_n, now)
     if el < w and not full then return false end
-    local avg = 0
-    if d.ok > 0 then avg = math.floor(d.sum / d.ok) end
-    if avg < 1 and d.ok > 0 then avg = 1 end
+    local avg = ad_avg(d)
     if d.probing == 1 then
       if d.ok >= 4 * a.min_samples or full then
         d.noload = avg
         d.last_avg = avg
       elseif since(d.pr_s, d.pr_n, now) < PROBE_WINDOWS * w then
         return false
-      elseif d.noload == 0 and d.ok > 0 then
+      elseif d.ok >= a.min_samples or (d.noload == 0 and d.ok > 0) then
         d.noload = avg
+        d.last_avg = avg
       end
       d.probing = 0
       d.pr_s, d.pr_n = now.ms, now.mn
@@ -350,6 +373,10 @@ local function cap_load()
       local answered = d.flags % 2 == 1 and since(d.ws_s, d.ws_n, now) < lat
       if not answered and d.drops < U32 then d.drops = d.drops + 1 end
     elseif outcome == 0 then
+      if ad_fast(d, lat) then
+        d.fsum = d.fsum + lat
+        d.fok = d.fok + 1
+      end
       d.sum = d.sum + lat
       d.ok = d.ok + 1
     end
@@ -379,7 +406,7 @@ local function cap_load()
       s.base, s.c, s.since, expired = conc_norm(st, lease, w, now)
       s.d = {limit = st[8], noload = st[9], last_avg = st[10], ws_s = st[11], ws_n = st[12], sum = st[13],
              pr_s = st[14], pr_n = st[15], ok = st[16], drops = st[17], maxin = st[18], stuck = st[19],
-             probing = st[20], flags = st[21]}
+             probing = st[20], flags = st[21], fsum = st[30] or 0, fok = st[31] or 0}
       s.use = {}
       for i = 1, 8 do s.use[i] = st[21 + i] end
       if expired > 0 then
@@ -400,6 +427,7 @@ local function cap_load()
     local out = {s.base, s.c[1], s.c[2], s.c[3], s.c[4], s.c[5], s.c[6], d.limit, d.noload, d.last_avg,
                  d.ws_s, d.ws_n, d.sum, d.pr_s, d.pr_n, d.ok, d.drops, d.maxin, d.stuck, d.probing, d.flags}
     for i = 1, 8 do out[21 + i] = s.use[i] end
+    out[30], out[31] = d.fsum, d.fok
     return out
   end
 
