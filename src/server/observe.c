@@ -24,6 +24,7 @@
 #include "engine/explain.h"
 #include "redis/store.h"
 #include "server/capacity_metrics.h"
+#include "server/series.h"
 #include "store/famstats.h"
 
 const char *const sl_obs_result_names[SL_MET_RESULTS] = {
@@ -526,6 +527,7 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     const unsigned char *key = v->keys + first->key_off;
     size_t klen = first->key_len;
     bool rejected = lim || r == SL_MET_FAIL_CLOSED;
+    sl_series_note(w, v, i, dec, wslot, r, rejected); /* the console's ring (series.c) */
     sl_topk **sk = atomic_load_explicit(&o->topk[pslot], memory_order_acquire);
     if (sk != NULL && w->id < o->nworkers)
         sl_topk_add(sk[w->id], v->decided_at.mono_ns, sl_topk_key_hash(&o->hkey, key, klen), key,
