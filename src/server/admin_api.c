@@ -539,6 +539,22 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
     }
     bool read_only = false;
     const char *caller = admin_caller(x, &read_only);
+    if (path_is(x, "/v1/whoami") && get) {
+        /* the console's first question, answered without a token: is one needed, and is
+         * the one sent (if any) good; nothing else */
+        json_t *o = json_object();
+        const sl_settings *st = sl_config_settings(c->w->gen->cfg);
+        json_object_set_new(o, "token_required", json_boolean(c->w->gen->admin_token[0] != '\0' ||
+                                                              st->n_admin_tokens > 0));
+        json_object_set_new(o, "authorized", json_boolean(caller != NULL));
+        json_object_set_new(o, "caller", caller && caller[0] ? json_string(caller) : json_null());
+        json_object_set_new(o, "role", caller ? json_string(read_only ? "read" : "act") : json_null());
+        char *out = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (out) reply_json(x, 200, "Cache-Control: no-store\r\n", out, strlen(out));
+        free(out);
+        return;
+    }
     if (caller == NULL) {
         problem(c, x->req->minor, 401, "a valid bearer token is required", !x->is_head);
         return;
@@ -590,14 +606,6 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
         handle_config_check(x);
     } else if (path_is(x, "/v1/explain") && method_is(x, "POST")) {
         sl_explain_http(c, x->req); /* as on the data listener: the console asks here */
-    } else if (path_is(x, "/v1/whoami") && get) {
-        json_t *o = json_object();
-        json_object_set_new(o, "caller", caller[0] ? json_string(caller) : json_null());
-        json_object_set_new(o, "role", json_string(read_only ? "read" : "act"));
-        char *out = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        if (out) reply_json(x, 200, NULL, out, strlen(out));
-        free(out);
     } else {
         problem(c, x->req->minor, 404, "no such endpoint on the admin listener", !x->is_head);
     }

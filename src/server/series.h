@@ -60,17 +60,20 @@ void sl_series_reject(sl_worker *w, const sl_verdict *v, size_t first, size_t de
  * `first`, items[dec] deciding) counted as result `r` under series `slot`; a rejection is
  * kept among the recent ones while the decision log is on. Why inline: the common case is
  * two compares and one relaxed single-writer store. */
-static inline void sl_series_note(sl_worker *w, const sl_verdict *v, size_t first, size_t dec,
-                                  unsigned slot, unsigned r, bool rejected) {
-    sl_series_w *sw = w->series;
-    if (sw == NULL) return;
-    int64_t t = v->decided_at.wall_ns;
-    if (t < sw->from_ns || t >= sw->to_ns) sl_series_roll(sw, t);
-    if (slot < sw->nser && sw->row != NULL) {
+static inline void sl_series_count(sl_series_w *sw, int64_t wall_ns, unsigned slot, unsigned r) {
+    if (wall_ns < sw->from_ns || wall_ns >= sw->to_ns) sl_series_roll(sw, wall_ns);
+    if (slot < sw->nser && r < SL_MET_RESULTS) {
         _Atomic uint32_t *c = &sw->row[slot * SL_MET_RESULTS + r];
         atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
                               memory_order_relaxed);
     }
+}
+
+static inline void sl_series_note(sl_worker *w, const sl_verdict *v, size_t first, size_t dec,
+                                  unsigned slot, unsigned r, bool rejected) {
+    sl_series_w *sw = w->series;
+    if (sw == NULL) return;
+    sl_series_count(sw, v->decided_at.wall_ns, slot, r);
     if (rejected) sl_series_reject(w, v, first, dec, slot, r);
 }
 
