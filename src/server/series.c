@@ -206,7 +206,7 @@ static void reply_json(sl_conn *c, const sl_http_req *req, json_t *o) {
 
 void sl_series_http(sl_conn *c, const sl_http_req *req) {
     sl_server *s = c->w->srv;
-    char policy[256], window[64], sec[32];
+    char policy[256], window[64], sec[256];
     int pl = qget(req, "policy", policy, sizeof(policy));
     if (pl <= 0) {
         sl_http_problem(c, req->minor, 400,
@@ -309,7 +309,7 @@ static int rej_newer(const void *a, const void *b) {
 void sl_rejections_http(sl_conn *c, const sl_http_req *req) {
     sl_server *s = c->w->srv;
     sl_obs *o = s->obs;
-    char policy[256] = "", nbuf[32];
+    char policy[256] = "", nbuf[256];
     int pl = qget(req, "policy", policy, sizeof(policy));
     if (pl == -2) {
         sl_http_problem(c, req->minor, 400, "policy: too long", 1);

@@ -44,7 +44,12 @@
     const thead = h('thead', null, h('tr', null, head.map((c) => h('th', { class: c.num ? 'num' : null, text: c.t }))));
     const tb = h('tbody');
     if (rows.length === 0) tb.appendChild(h('tr', null, h('td', { class: 'empty', colspan: head.length, text: empty || 'none' })));
-    for (const r of rows) tb.appendChild(r);
+    for (const r of rows) {
+      // a phone shows each row as a card: every cell names its column
+      Array.from(r.children).forEach((c, i) => { if (head[i] && !c.hasAttribute('colspan')) c.setAttribute('data-label', head[i].t); });
+      tb.appendChild(r);
+    }
+    el.classList.add('cards');
     el.appendChild(thead);
     el.appendChild(tb);
   }
@@ -54,6 +59,7 @@
   function fmtNum(n) { return Number.isFinite(n) ? n.toLocaleString('en-US', { maximumFractionDigits: 1 }) : '–'; }
   function pct(x) { return Number.isFinite(x) ? (x * 100).toFixed(1) + ' %' : '–'; }
   function ts(ms) { const d = new Date(ms); return d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z'); }
+  function shortTs(s) { return String(s || '').replace('T', ' ').replace(/\.\d+Z$/, 'Z'); }
   function setStatus(msg, err) { const s = $('status'); s.textContent = msg; s.className = err ? 'status err' : 'status'; }
 
   // ---- the admin API ------------------------------------------------------------------------
@@ -275,7 +281,9 @@
     for (const n of nodes) srows.push(h('tr', null, td(n.labels.node || '', 'node'), h('td', null, h('span', { class: 'badge ' + (n.value ? 'good' : 'bad'), text: n.value ? 'up' : 'down' }))));
     const cap = sum(met, 'sluice_store_capacity_keys'), ent = sum(met, 'sluice_store_entries');
     if (cap) srows.push(h('tr', null, td('memory: entries', 'node'), td(fmtNum(ent) + ' of ' + fmtNum(cap) + ' (' + pct(ent / cap) + ')', 'fill')));
-    for (const m of met.filter((x) => x.name === 'sluice_store_errors_total')) srows.push(h('tr', null, td((m.labels.store || '') + ' errors: ' + (m.labels.kind || ''), 'node'), td(String(m.value), 'errors', true)));
+    const errs = met.filter((x) => x.name === 'sluice_store_errors_total');
+    const nerr = errs.reduce((a, m) => a + m.value, 0);
+    srows.push(h('tr', null, td('store errors', 'node'), td(nerr ? errs.filter((m) => m.value).map((m) => m.labels.kind + ' ' + m.value).join(', ') : 'none', 'errors', false, nerr ? 'bad' : 'ok')));
     for (const m of met.filter((x) => x.name === 'sluice_snapshot_writes_total')) srows.push(h('tr', null, td('snapshots ' + (m.labels.outcome || ''), 'node'), td(String(m.value), 'snap', true)));
     table($('ov-store'), [{ t: 'store' }, { t: 'state' }], srows);
     const rl = met.filter((m) => m.name === 'sluice_reloads_total' && m.value > 0);
@@ -284,7 +292,7 @@
     const au = await api('/v1/audit?n=64');
     const loads = (au.ok ? au.data.entries : []).filter((e) => !e.action).slice(0, 5);
     table($('ov-reload-log'), [{ t: 'when' }, { t: 'source' }, { t: 'by' }, { t: 'outcome' }, { t: 'what' }],
-      loads.map((e) => h('tr', null, td(e.ts, 'ts'), td(e.source, 'source'), td(e.caller || '', 'caller'),
+      loads.map((e) => h('tr', null, td(shortTs(e.ts), 'ts'), td(e.source, 'source'), td(e.caller || '', 'caller'),
         td(e.outcome, 'outcome', false, e.outcome === 'ok' ? 'ok' : 'bad'), h('td', { class: 'wrap', text: configSummary(e) }))), 'no reloads');
   }
 
@@ -582,19 +590,25 @@
     return 'config ' + (e.generation !== undefined ? 'generation ' + e.generation + ': ' : '') + configSummary(e);
   }
 
+  // "file:12" as ":12" under a policy of the same file
+  function sameFile(ps, ws) {
+    const f = (x) => String(x || '').replace(/:\d+$/, '');
+    return ws && f(ps) === f(ws) ? 'line ' + String(ws).replace(/^.*:/, '') : ws || '';
+  }
+
   async function renderChanges() {
     const au = await api('/v1/audit?n=200');
     const entries = au.ok ? au.data.entries : [];
     table($('ch-audit'), [{ t: 'when' }, { t: 'who' }, { t: 'source' }, { t: 'what' }, { t: 'reason' }, { t: 'outcome' }],
-      entries.map((e) => h('tr', { 'data-action': e.action || 'config' }, td(e.ts, 'ts'), td(e.caller || '—', 'caller'), td(e.source, 'source'),
+      entries.map((e) => h('tr', { 'data-action': e.action || 'config' }, td(shortTs(e.ts), 'ts'), td(e.caller || '—', 'caller'), td(e.source, 'source'),
         h('td', { class: 'wrap', 'data-col': 'what', text: auditWhat(e) }), h('td', { class: 'wrap', 'data-col': 'reason', text: e.reason || '' }),
         td(e.outcome, 'outcome', false, e.outcome === 'ok' ? 'ok' : 'bad'))), au.ok ? 'no entries' : detail(au));
     const rows = [];
     for (const p of policies) {
       rows.push(h('tr', { 'data-policy': p.name }, td(p.name, 'policy'), td(p.source || '', 'source'), td(modeOf(p)[0], 'mode'),
-        td(p.algorithm || '', 'alg'), h('td', { class: 'wrap', text: (p.windows || []).map((w) => w.window + (w.burst ? ' burst ' + w.burst : '') + ' @ ' + (w.source || '')).join('; ') })));
+        td(p.algorithm || '', 'alg'), h('td', { class: 'wrap', text: (p.windows || []).map((w) => w.window + (w.burst ? ' burst ' + w.burst : '') + ' ' + sameFile(p.source, w.source)).join('; ') })));
     }
-    table($('ch-config'), [{ t: 'policy' }, { t: 'file:line' }, { t: 'mode' }, { t: 'algorithm' }, { t: 'windows (file:line)' }], rows, 'no policies');
+    table($('ch-config'), [{ t: 'policy' }, { t: 'file:line' }, { t: 'mode' }, { t: 'algorithm' }, { t: 'windows (where)' }], rows, 'no policies');
   }
 
   async function checkConfig() {
