@@ -299,6 +299,12 @@ struct sl_config {
     size_t n_limiters;
 };
 
+/* override.c: one window of a per-key override in the config's syntax (JSON is YAML),
+ * parsed for a policy of algorithm `algo`; its `name:` into label. SLUICE_EINVAL with the
+ * parser's message in err. */
+int sl_config_override_window(const char *text, size_t len, sluice_algo algo, sl_cwindow *out,
+                              char *label, size_t label_len, char *err, size_t errlen);
+
 /* ---- helpers shared between files ------------------------------------------------- */
 
 /* glob with '*' matching any run of bytes (including '/'); exact otherwise. */

@@ -147,6 +147,7 @@ const char *sl_audit_source_name(sl_audit_source s) {
     case SL_AUDIT_SIGHUP: return "sighup";
     case SL_AUDIT_ADMIN_API: return "admin-api";
     case SL_AUDIT_FILE_CHANGE: return "file-change";
+    case SL_AUDIT_OVERRIDE: return "override";
     }
     return "unknown";
 }

@@ -18,7 +18,8 @@ typedef enum sl_audit_source {
     SL_AUDIT_STARTUP = 0,
     SL_AUDIT_SIGHUP = 1,
     SL_AUDIT_ADMIN_API = 2,
-    SL_AUDIT_FILE_CHANGE = 3
+    SL_AUDIT_FILE_CHANGE = 3,
+    SL_AUDIT_OVERRIDE = 4 /* a per-key override set or removed (changed: "override ...") */
 } sl_audit_source;
 
 /* One changed policy: its name and how it changed, in words the lead composes from the

@@ -80,7 +80,8 @@ static void complete(sl_verdict *v, int rc) { sl__complete(v, rc); }
  * override of 0 (upstream answers OVER_LIMIT for both): rejects, never admits. */
 static bool denies(const sl_verdict_item *it) {
     const e_win *w = item_win(it);
-    return (w->cw != NULL && w->cw->deny_all) || (it->override && it->override_limit == 0);
+    return (w->cw != NULL && w->cw->deny_all) || (it->override && it->override_limit == 0) ||
+           it->blocked;
 }
 
 /* A block-list window's answer: rejected, nothing to wait for. */
@@ -95,9 +96,19 @@ static void deny_result(const sl_verdict_item *it, sluice_time now, sluice_resul
 /* ---- the answer ---------------------------------------------------------------------- */
 
 /* The store answered (or failed): results into the items, then the reaction. */
+static void send(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now);
+
 static void on_decided(void *ud, int rc, const sl_sresult *res) {
     sl_verdict *v = ud;
     const sl_engine *e = v->run.e;
+    if (rc == SL_OVR_EAGAIN && v->ovr_tries < 8) {
+        /* an override changed between its lookup and the store's claim: nothing was
+         * decided; look it up again (bounded: a change storm ends in an error) */
+        v->ovr_tries++;
+        send(e, v->run.lane, v, v->decided_at);
+        return;
+    }
+    if (rc == SL_OVR_EAGAIN) rc = SLUICE_ERANGE;
     sluice_time now = v->decided_at;
     size_t enf[SLUICE_MAX_ITEMS], ne = 0;
     for (size_t i = 0; i < v->n; i++)
@@ -235,6 +246,19 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
         complete(v, SLUICE_OK);
         return;
     }
+    send(e, lane, v, now);
+}
+
+/* Resolves the verdict's overrides and sends its store request. */
+static void send(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now) {
+    if (v->n_ovr > 0) {
+        int orc = sl__ovr_apply(e, v, now);
+        if (orc != SLUICE_OK) {
+            sl__fail(v, orc);
+            complete(v, orc);
+            return;
+        }
+    }
     sl_sitem si[SLUICE_MAX_ITEMS];
     size_t n = 0;
     unsigned groups = 0;
@@ -272,6 +296,13 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
                                     : it->override ? it->override_limit : 0,
                            .group = grp,
                            .flags = (uint8_t)(it->charge && grp == 0 ? SL_SI_CHARGE : 0)};
+        if (it->ovr_g != 0) {
+            const sl_vovr *og = &v->ovr[it->ovr_g - 1];
+            if (it->ovr_p >= 0) si[n].params = &og->lim[it->ovr_p];
+            if (it->ovr_c == -2) si[n].carry = &w->lim->lim;
+            else if (it->ovr_c >= 0) si[n].carry = &og->from[it->ovr_c];
+            if (og->guarded) si[n].guard = &og->guard;
+        }
         if (v->run.capacity && grp == 0) {
             si[n].cls = it->cls;
             si[n].cap = it->cap;
@@ -308,7 +339,7 @@ static bool batchable(const sl_verdict *v) {
     const sl_verdict_item *it = &v->items[0];
     const e_win *w = item_win(it);
     return !it->shadow && !it->unlimited && !it->charge && !it->override && w->lim != NULL &&
-           !denies(it) && !v->run.capacity && !v->run.pass;
+           !denies(it) && !v->run.capacity && !v->run.pass && v->n_ovr == 0;
 }
 
 /*

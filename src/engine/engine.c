@@ -246,6 +246,8 @@ static sl_engine *create(const sl_config *cfg, sluice_store *store, const sl_sto
         const sl_cpolicy *cp = &cfg->pol[i];
         sl__epol *ep = &e->pol[i];
         ep->cp = cp;
+        if (!cp->envoy && cp->cap == NULL && sl_store_overrides(store) != NULL)
+            ep->ovr_n = sl_ovr_policy_count(sl_store_overrides(store), cp->name);
         if (cp->unlimited) {
             ep->win = calloc(1, sizeof(*ep->win));
             if (ep->win == NULL) goto fail;

@@ -21,6 +21,7 @@
 
 #include "config/config.h"
 #include "sluice.h"
+#include "store/override.h"
 #include "store/store.h"
 
 /* ---- requests --------------------------------------------------------------------- */
@@ -153,7 +154,35 @@ typedef struct sl_verdict_item {
                                    its policy's application, under another key */
     uint64_t share;
     sl_cap_info x;
+    /* per-key overrides (engine/override.c): set when the verdict is decided */
+    uint8_t ovr_g;              /* its override group + 1 (0: none) */
+    int8_t ovr_p;               /* index of its numbers in the group's lim[] (-1: own) */
+    int8_t ovr_c;               /* carry: -1 none, -2 from its window's own numbers, else
+                                   index in the group's from[] */
+    bool blocked;               /* a block override: the policy's deny answer */
 } sl_verdict_item;
+
+/* One (policy, key) of a verdict whose policy has overrides: where prepare put its items
+ * (the base windows: the policy's, or the plan plan_from chose) and, once decided, what
+ * override applied. At most SL_VERDICT_OVR per verdict (policies beyond that in one
+ * request decide without their overrides: docs/overrides.md). */
+#define SL_VERDICT_OVR 2
+typedef struct sl_vovr {
+    const void *ep;             /* the policy (sl__epol) */
+    uint8_t first, n;           /* its items now */
+    int8_t base_plan;           /* -1: the policy's windows */
+    uint16_t key_off, key_len;
+    uint64_t cost;
+    bool shadow;
+    int descriptor;
+    uint8_t kind;               /* sl_ovr_kind that applied (SL_OVR_NONE: none) */
+    bool guarded;
+    sl_ovr_guard guard;
+    char label[64];
+    char plan[64];
+    sl_limit lim[SL_OVR_MAX_WIN];
+    sl_limit from[SL_OVR_MAX_WIN];
+} sl_vovr;
 
 typedef struct sl_engine sl_engine;
 typedef struct sl_verdict sl_verdict;
@@ -190,6 +219,9 @@ struct sl_verdict {
      * only to the window that counted the reservation) */
     uint64_t token_id;
     sluice_time decided_at;
+    uint8_t n_ovr;
+    uint8_t ovr_tries;        /* decisions repeated because an override changed meanwhile */
+    sl_vovr ovr[SL_VERDICT_OVR];
     /* engine-private: the request in flight */
     struct {
         const sl_engine *e;
@@ -384,6 +416,24 @@ bool sl_verdict_adaptive(const sl_verdict *v, sl_cap_info *out, const sl_window_
 
 /* The name of class `cls` (an index) of policy `policy`, NULL when it has no such class. */
 const char *sl_engine_class_name(const sl_engine *e, const char *policy, unsigned cls);
+
+/* ---- per-key overrides (override.c; docs/overrides.md) ---------------------------------- */
+
+/* The first override that applied to a decided verdict (NULL: none). */
+const sl_vovr *sl_verdict_override(const sl_verdict *v);
+/* The identity hash input of a composed key of `policy` (false: a key with none). */
+bool sl__ovr_identity(const char *policy, const unsigned char *k, size_t n, sl_ovr_hasher *hs);
+/* An override's windows (parsed in the config's syntax) compiled against policy `policy`'s
+ * windows: identities by name (names[j], may be NULL) else position; the same algorithm
+ * and state size. SLUICE_ENOTFOUND (no policy) or SLUICE_EINVAL with `why` naming the field. */
+struct sl_cwindow;
+int sl_engine_ovr_compile(const sl_engine *e, const char *policy, const struct sl_cwindow *wins,
+                          const char *const *names, size_t n, sl_ovr_num *out, char *why,
+                          size_t whylen);
+/* 1: policy exists and takes overrides (and has plan `plan` when not NULL); 0: no such
+ * policy; -2: it cannot take overrides; -3: no such plan. *nparts: its key's parts. */
+int sl_engine_ovr_policy(const sl_engine *e, const char *policy, const char *plan,
+                         size_t *nparts);
 
 /* ---- rendering (no I/O) ----------------------------------------------------------- */
 

@@ -35,6 +35,7 @@ typedef struct sl__epol {
     bool has_pen_win;
     sl_cwindow *cap_cw;
     void *cap_names;     /* their labels and limiter names */
+    atomic_int_fast64_t *ovr_n; /* overrides of this policy (store/override.c): 0 = no lookup */
 } sl__epol;
 
 /* prepare.c's key composition, shared with capacity.c */
@@ -128,6 +129,14 @@ void sl__cap_answer(sl_verdict *v);
 /* engine.c: a window of ep created with capacity parameters (NULL: none). */
 int sl__make_win(sl_engine *e, sl__epol *ep, sl__ewin *w, const sl_cwindow *cw, const char *limname,
                  const char *plan, const sl_cap *cap, char *errbuf, size_t errlen);
+
+/* override.c: a (policy, key) whose items add_items placed at v->items[first..+n] may
+ * have an override: noted here, resolved when the verdict is decided. */
+void sl__ovr_note(const sl__epol *ep, sl_verdict *v, size_t first, size_t n, int base_plan,
+                  size_t koff, size_t klen, uint64_t cost, bool shadow);
+/* Resolves the noted overrides at `now`: rewrites their items (plan, numbers, block,
+ * exempt) and the carries/guards. Returns SLUICE_OK or an engine error. */
+int sl__ovr_apply(const sl_engine *e, sl_verdict *v, sluice_time now);
 
 /* tokens.c */
 #define SL_TOK_SETTLE 1u

@@ -371,6 +371,8 @@ void sl__verdict_init(sl_verdict *v) {
     v->token_id = 0;
     v->decided_at = (sluice_time){0, 0};
     v->challenge = 0;
+    v->n_ovr = 0;
+    v->ovr_tries = 0;
     memset(&v->run, 0, sizeof(v->run));
 }
 
@@ -501,9 +503,11 @@ static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, u
     e_win *wins = ep->win;
     size_t nw = ep->nwin;
     size_t pi;
+    int base_plan = -1;
     if (pick_plan(c, cp, &pi) != NULL) {
         wins = ep->plan_win[pi];
         nw = cp->plans[pi].nwin;
+        base_plan = (int)pi;
     }
     if (cp->unlimited) {
         if (v->n >= SLUICE_MAX_ITEMS) return SLUICE_ETOOMANY;
@@ -525,6 +529,8 @@ static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, u
          * v->run.capacity verdicts read it, and their decisions fill it */
         memset(it, 0, offsetof(sl_verdict_item, x));
         it->x.kind = 0;
+        it->ovr_g = 0;
+        it->blocked = false;
         it->info = &wins[i].info;
         it->descriptor = desc;
         it->key_off = (uint16_t)koff;
@@ -538,6 +544,10 @@ static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, u
         it->settle = cp->settle && !conc;
         it->charge = cp->count_rejected && !shadow;
     }
+    if (ep->ovr_n != NULL && cp->cap == NULL &&
+        atomic_load_explicit(ep->ovr_n, memory_order_relaxed) != 0 &&
+        !(klen > 0 && v->keys[koff] == SL_ENVOY_KEY_TAG))
+        sl__ovr_note(ep, v, v->n - nw, nw, base_plan, koff, klen, cost, shadow);
     if (cp->cap != NULL) {
         v->run.capacity = true;
         return sl__cap_items(ep, v, v->n - nw, koff, klen, c, cls);

@@ -606,6 +606,9 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
         handle_config_check(x);
     } else if (path_is(x, "/v1/explain") && method_is(x, "POST")) {
         sl_explain_http(c, x->req); /* as on the data listener: the console asks here */
+    } else if (x->path_len >= 13 && memcmp(x->path, "/v1/overrides", 13) == 0 &&
+               (x->path_len == 13 || x->path[13] == '/')) {
+        sl_overrides_http(c, req, path, path_len, is_head, caller); /* overrides_api.c */
     } else {
         problem(c, x->req->minor, 404, "no such endpoint on the admin listener", !x->is_head);
     }

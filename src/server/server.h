@@ -340,6 +340,9 @@ void sl_http_error(sl_conn *c, int minor, int status, const char *detail);
 /* One whole response into c's output (`hdrs`: complete header lines, or NULL). */
 void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const char *ctype,
                    const char *body, size_t body_len, int send_body);
+/* /v1/overrides on the admin listener (overrides_api.c); `who` is the caller's token name. */
+void sl_overrides_http(sl_conn *c, const sl_http_req *req, const char *path, size_t path_len,
+                       bool is_head, const char *who);
 /* An application/problem+json response. */
 void sl_http_problem(sl_conn *c, int minor, int status, const char *detail, int send_body);
 /* /v1/check's and /v1/explain's request form: the attributes of body's "request" object

@@ -15,6 +15,7 @@
 #include "store/decision.h"
 #include "store/group.h"
 #include "store/memory.h"
+#include "store/override.h"
 #include "store/store.h"
 
 /* Sliding-log states are up to 8 + 8 * SL_SLIDING_LOG_MAX bytes: their scratch comes from
@@ -392,6 +393,13 @@ static int decide_general(sluice_store *st, const sl_sitem *items, size_t n, uns
             ovr[i] = c[i].ver->lim;
             ovr[i].limit = ovr[i].capacity = items[i].limit;
             lims[i] = &ovr[i];
+        } else if (items[i].params != NULL) {
+            if (items[i].params->state_size != c[i].ver->lim.state_size ||
+                items[i].params->algo != c[i].ver->lim.algo) {
+                unlock_shards(locked, m);
+                return SLUICE_EINVAL; /* an override changes numbers, never the state */
+            }
+            lims[i] = items[i].params;
         }
         uint32_t ss = lims[i]->state_size;
         if (ss > peek_size) peek_size = ss;
@@ -404,6 +412,31 @@ static int decide_general(sluice_store *st, const sl_sitem *items, size_t n, uns
             unlock_shards(locked, m);
             return SLUICE_ERANGE;
         }
+    }
+    /* overrides: the claims first (a change since the engine read them: nothing done),
+     * then the carries they authorise, written at once whatever the decision says (the
+     * state is now in the new regime, as after a reload) */
+    const struct sl_ovr_guard *taken[SLUICE_MAX_ITEMS];
+    size_t ntaken = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct sl_ovr_guard *gd = items[i].guard;
+        if (gd == NULL) continue;
+        bool seen = false;
+        for (size_t k = 0; k < ntaken; k++) seen |= taken[k] == gd;
+        if (seen) continue;
+        if (sl_ovr_guard_take(gd) != SLUICE_OK) {
+            unlock_shards(locked, m);
+            return SL_OVR_EAGAIN;
+        }
+        taken[ntaken++] = gd;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].carry == NULL) continue;
+        void *e = sl_table_find(&c[i].loc);
+        if (e == NULL) continue;
+        big_state cs;
+        sl_algo_carry(items[i].carry, sl_entry_state(e), lims[i], cs.b, now);
+        memcpy(sl_entry_state(e), cs.b, lims[i]->state_size);
     }
     if (peek_size > SL_STORE_SMALL_STATE) {
         /* a large state's peek: the arena's third log */
@@ -502,7 +535,8 @@ int sl_mem_decide(sluice_store *st, const sl_sitem *items, size_t n, unsigned fl
     if (n == 0) return SLUICE_OK;
     out->x[0].kind = 0;
     if (n == 1 && flags == 0 && items[0].group == 0 && items[0].limit == 0 && items[0].cls == 0 &&
-        items[0].cap == 0 && items[0].bpath == 0) {
+        items[0].cap == 0 && items[0].bpath == 0 && items[0].guard == NULL &&
+        items[0].params == NULL) {
         /* the common case: the one-item path (same semantics, no scratch arrays) */
         sluice_item it = {items[0].lim, items[0].key, items[0].key_len, items[0].cost};
         one_loc p;

@@ -6,6 +6,7 @@
  * memory is allocated at register time; decisions never allocate (see memory.h).
  */
 #include "store/memory.h"
+#include "store/override.h"
 
 #include <math.h>
 #include <sched.h>
@@ -108,6 +109,7 @@ sl_hash128 sl_store_key_hash(const sl_hash_key *seed, const char *name, size_t n
 
 void sl_store_reseed(sluice_store *st, const sl_hash_key *seed) {
     st->seed = *seed;
+    sl_ovr_reseed(st->ovr, seed);
     for (unsigned i = 1; i <= st->nfams; i++) {
         sl_family *f = sl_store_family(st, (uint16_t)i);
         family_prefix(seed, f->name, f->name_len, f->index, &f->prefix);
@@ -642,6 +644,13 @@ sluice_store *sluice_store_create(const sluice_store_options *opt, int *err) {
         return NULL;
     }
     atomic_init(&st->regmap, m);
+    st->ovr = sl_ovr_table_create(&st->seed);
+    if (st->ovr == NULL) {
+        free(m);
+        free(st);
+        if (err != NULL) *err = SLUICE_ENOMEM;
+        return NULL;
+    }
     pthread_mutex_init(&st->reg_lock, NULL);
     if (err != NULL) *err = SLUICE_OK;
     return st;
@@ -649,6 +658,7 @@ sluice_store *sluice_store_create(const sluice_store_options *opt, int *err) {
 
 void sluice_store_destroy(sluice_store *st) {
     if (st == NULL) return;
+    sl_ovr_table_destroy(st->ovr);
     for (unsigned i = 0; i < st->ntables; i++) table_destroy(st->tables[i]);
     for (unsigned i = 1; i <= st->nfams; i++) {
         sl_family *f = sl_store_family(st, (uint16_t)i);

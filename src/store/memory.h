@@ -163,6 +163,7 @@ struct sluice_store {
     size_t fam_index_cap;
     _Atomic(sl_regmap *) regmap;
     unsigned nregs;
+    struct sl_ovr_table *ovr; /* per-key overrides (store/override.c) */
 };
 
 /* A key's position: which table and shard, where probing starts, what to compare. */

@@ -9,6 +9,8 @@
  *            i64 emission_ns u16 tz_len tz u32 lflags (1 = CL.THROTTLE mode, 2 = capacity
  *            parameters follow: u32 n, n x u64, see sl_cap_encode)  (x nlim)
  *   entry    u32 lim u32 k1 u64 k0 u32 age u32 hints state[state_size]     (x nentries)
+ *   overrides (header flag 1 only) u64 len, then the override table (store/override.c:
+ *            every override and tombstone, with the regime its key's counters are in)
  *   trailer  SipHash-2-4-128 under a fixed key of every byte before it
  * Version 1 (64-byte header without file_len, no lflags, entries with a u16 age in 2^32
  * ns units) is still read. Why this checksum: 128 bits make an undetected random
@@ -41,6 +43,7 @@
 
 #include "core/tz.h"
 #include "store/memory.h"
+#include "store/override.h"
 
 #define SNAP_MAGIC "SLUICEST"
 #define SNAP_VERSION 2u
@@ -287,6 +290,16 @@ int sluice_store_snapshot_ex(sluice_store *st, const char *path, sluice_time now
             sl_shard_unlock(&t->shards[s]);
         }
     }
+    /* the overrides section (flag 1): u64 its length, then sl_ovr_encode's bytes */
+    if (!w.oom && sl_ovr_count(st->ovr) + sl_ovr_slots(st->ovr) > 0) {
+        sl_ovr_wbuf ow = {0};
+        sl_ovr_encode(st->ovr, &ow);
+        if (ow.oom) w.oom = true;
+        put_u(&w, ow.len, 8);
+        put(&w, ow.p, ow.len);
+        free(ow.p);
+        if (!w.oom) w.p[12] = 1;
+    }
     pthread_mutex_unlock(&st->reg_lock);
     if (w.oom) {
         free(w.p);
@@ -502,7 +515,9 @@ int sl_store_restore_buf(sluice_store *st, const uint8_t *buf, size_t len, sluic
     int rc = check_envelope(buf, len, &version, &hlen, eb, ebn);
     if (rc != SLUICE_OK) return rc;
     rbuf r = {buf, len - TRAILER, 12, false};
-    if (get_u(&r, 4) != 0) return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot: unknown flags");
+    uint32_t hflags = (uint32_t)get_u(&r, 4);
+    if (hflags > 1 || (hflags == 1 && version < 2))
+        return fail(eb, ebn, SLUICE_ECORRUPT, "snapshot: unknown flags");
     if (version >= 2) (void)get_u(&r, 8); /* file_len, checked */
     const unsigned char *seed = get_bytes(&r, 16);
     int64_t save_mono = (int64_t)get_u(&r, 8);
@@ -539,6 +554,23 @@ int sl_store_restore_buf(sluice_store *st, const uint8_t *buf, size_t len, sluic
         if (r.bad) {
             rc = fail(eb, ebn, SLUICE_ECORRUPT, "snapshot truncated in entry %llu",
                       (unsigned long long)i);
+            goto out;
+        }
+    }
+    const unsigned char *ovr_at = NULL;
+    size_t ovr_len = 0;
+    if (hflags & 1) { /* the overrides section: validated whole before anything loads */
+        uint64_t sl = get_u(&r, 8);
+        if (r.bad || sl > r.len - r.off) {
+            rc = fail(eb, ebn, SLUICE_ECORRUPT, "snapshot truncated in its overrides section");
+            goto out;
+        }
+        ovr_at = get_bytes(&r, (size_t)sl);
+        ovr_len = (size_t)sl;
+        rc = sl_ovr_decode(NULL, ovr_at, ovr_len, eb, ebn);
+        if (rc != SLUICE_OK) goto out;
+        if (sl_ovr_count(st->ovr) + sl_ovr_slots(st->ovr) != 0) {
+            rc = fail(eb, ebn, SLUICE_EINVAL, "restore needs an empty store (overrides are set)");
             goto out;
         }
     }
@@ -612,6 +644,13 @@ int sl_store_restore_buf(sluice_store *st, const uint8_t *buf, size_t len, sluic
                   "snapshot holds more keys than max_keys %llu; nothing loaded",
                   (unsigned long long)st->max_keys);
         wipe(st);
+    }
+    if (rc == SLUICE_OK && ovr_at != NULL) {
+        rc = sl_ovr_decode(st->ovr, ovr_at, ovr_len, eb, ebn);
+        if (rc != SLUICE_OK) {
+            sl_ovr_clear(st->ovr);
+            wipe(st);
+        }
     }
     if (rc == SLUICE_OK) {
         for (unsigned ti = 0; ti < st->ntables; ti++)

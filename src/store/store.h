@@ -51,6 +51,13 @@ typedef struct sl_sitem {
     uint8_t outcome; /* release with SL_SIC_SAMPLE: sluice_outcome */
     uint64_t share;  /* borrowing: this tier's guaranteed share (the root: its capacity) */
     int64_t latency_ns; /* release with SL_SIC_SAMPLE: the request's latency (< 0: unknown) */
+    /* per-key overrides (store/override.h; the memory store only): */
+    const sl_limit *params; /* NULL: the limiter's own numbers; else an override's (same
+                               algorithm and state size: the same counters, other numbers) */
+    const sl_limit *carry;  /* NULL, or the numbers the stored state was written under: it
+                               is carried to this item's numbers before deciding */
+    const struct sl_ovr_guard *guard; /* with params or carry: claimed under the shard
+                               locks (a change since the override was read: SL_OVR_EAGAIN) */
 } sl_sitem;
 
 /*
