@@ -435,7 +435,7 @@ def test_console_in_browser(make_server):
         assert legend["allowed"] > 0 and legend["limited"] > 0
         assert 0 <= s_allowed - legend["allowed"] <= api_rate * 3 + 50
         assert text(b, "#pol-rej tbody tr td[data-col=verdict]") == "limited"
-        assert "overrides" in text(b, "#pol-ovr")
+        assert text(b, "#pol-ovr tbody td.empty") == "no overrides"
         b.screenshot(os.path.join(IMG, "console-policy.png"), full=True)
         # Key: the XSS key stays text
         xss = '<img src=x onerror="window.__xss=1">'
@@ -465,10 +465,33 @@ def test_console_in_browser(make_server):
         entries = requests.get(srv.admin + "/v1/audit", headers=AUTH, timeout=5).json()["entries"]
         mine = [e for e in entries if e.get("action") == "reset" and e["reason"] == "ticket 4711: customer locked out"]
         assert mine and mine[0]["caller"] == "admin" and mine[0]["outcome"] == "ok"
-        # Key: overrides, when the server has the API (issue 21), else said so
-        ovr = requests.get(srv.admin + "/v1/overrides?policy=api", headers=AUTH, timeout=5)
-        if ovr.status_code == 404 and "no such endpoint" in ovr.text:
-            assert text(b, "#key-override [data-col=override]") == "overrides API not available on this server"
+        # Key: an override set through the page (issue 21's API) changes the next decision
+        for _ in range(25):
+            check(srv, "api", "vip-key")
+        assert check(srv, "api", "vip-key").status_code == 429
+        b.eval("document.getElementById('key-key').value = 'vip-key'; document.getElementById('key-form').requestSubmit(); 1")
+        b.wait("document.querySelector('#key-override [data-col=override]') && "
+               "document.querySelector('#key-answer [data-col=key]').textContent === 'vip-key'", what="explain vip-key")
+        assert text(b, "#key-override [data-col=override]") == "none"
+        b.eval("document.getElementById('act-ovr-set').click(); 1")
+        b.wait("document.getElementById('dlg').open && document.getElementById('ovr-kind')", what="the override dialog")
+        b.eval("document.getElementById('ovr-kind').value = 'exempt'; document.getElementById('ovr-label').value = %s; "
+               "document.getElementById('dlg-reason').value = 'launch week'; document.getElementById('dlg-ok').click(); 1"
+               % json.dumps("ACME <b>launch</b>"))
+        b.wait("document.getElementById('act-result').textContent === 'override set'", what="the override's answer")
+        assert text(b, "#key-override [data-col=override]").startswith("exempt — ACME <b>launch</b>")
+        assert b.eval("document.querySelectorAll('#view-key b').length") == 0  # the label stays text
+        assert check(srv, "api", "vip-key").status_code == 200  # the next decision changed
+        got = requests.get(srv.admin + "/v1/overrides/api/vip-key", headers=AUTH, timeout=5).json()
+        assert got["exempt"] is True and got["reason"] == "launch week" and got["set_by"] == "admin"
+        b.screenshot(os.path.join(IMG, "console-key-override.png"), full=True)
+        b.eval("document.getElementById('act-ovr-rm').click(); 1")
+        b.wait("document.getElementById('dlg').open", what="the removal dialog")
+        b.eval("document.getElementById('dlg-reason').value = 'launch over'; document.getElementById('dlg-ok').click(); 1")
+        b.wait("document.getElementById('act-result').textContent === 'override removed'", what="the removal's answer")
+        assert requests.get(srv.admin + "/v1/overrides/api/vip-key", headers=AUTH, timeout=5).status_code == 404
+        b.eval("location.hash = '#policy/api'; 1")
+        b.wait("document.querySelector('#pol-ovr tbody td.empty')", what="no overrides left in the policy view")
         # Changes: the audit trail with the reset and who did it; config with file:line; the check box
         b.eval("location.hash = '#changes'; 1")
         b.wait("document.querySelector('#ch-audit tr[data-action=reset]')", what="the audit trail")
@@ -476,6 +499,10 @@ def test_console_in_browser(make_server):
                      "[r.querySelector('[data-col=caller]').textContent, r.querySelector('[data-col=reason]').textContent, "
                      "r.querySelector('[data-col=what]').textContent]; })()")
         assert row[0] == "admin" and row[1] == "ticket 4711: customer locked out" and row[2].startswith("reset api k:")
+        ovr_rows = b.eval("Array.from(document.querySelectorAll('#ch-audit tr[data-action=override]')).map(r => "
+                          "[r.querySelector('[data-col=caller]').textContent, r.querySelector('[data-col=what]').textContent])")
+        assert len(ovr_rows) == 2 and all(r[0] == "admin" for r in ovr_rows)
+        assert "-> none" in ovr_rows[0][1] and "launch week" in ovr_rows[1][1] and "none ->" in ovr_rows[1][1]
         cfg_rows = b.eval("Array.from(document.querySelectorAll('#ch-config tbody tr')).map(r => [r.dataset.policy, r.querySelector('[data-col=source]').textContent])")
         assert [r[0] for r in cfg_rows] == ["api", "login", "beta"] and all(re.search(r"\.yaml:\d+$", r[1]) for r in cfg_rows)
         b.eval("document.getElementById('ch-yaml').value = %s; document.getElementById('ch-check').click(); 1" %

@@ -290,7 +290,7 @@
     table($('ov-reloads'), [{ t: 'source' }, { t: 'outcome' }, { t: 'count', num: 1 }],
       rl.map((m) => h('tr', null, td(m.labels.source, 'source'), td(m.labels.outcome, 'outcome', false, m.labels.outcome === 'ok' ? 'ok' : 'bad'), td(String(m.value), 'count', true))));
     const au = await api('/v1/audit?n=64');
-    const loads = (au.ok ? au.data.entries : []).filter((e) => !e.action).slice(0, 5);
+    const loads = (au.ok ? au.data.entries : []).filter((e) => !e.action && e.source !== 'override').slice(0, 5);
     table($('ov-reload-log'), [{ t: 'when' }, { t: 'source' }, { t: 'by' }, { t: 'outcome' }, { t: 'what' }],
       loads.map((e) => h('tr', null, td(shortTs(e.ts), 'ts'), td(e.source, 'source'), td(e.caller || '', 'caller'),
         td(e.outcome, 'outcome', false, e.outcome === 'ok' ? 'ok' : 'bad'), h('td', { class: 'wrap', text: configSummary(e) }))), 'no reloads');
@@ -583,6 +583,7 @@
     return parts.join('; ') || 'no policy changed';
   }
   function auditWhat(e) {
+    if (e.source === 'override') return (e.changed || []).map((c) => c.policy + ': ' + c.how).join('; ');
     if (e.action) {
       const parts = [e.action, e.policy, e.key].filter(Boolean).join(' ');
       return parts + (e.detail ? ' — ' + e.detail : '') + (e.before !== undefined || e.after !== undefined ? ' — ' + JSON.stringify({ before: e.before, after: e.after }) : '');
@@ -600,7 +601,7 @@
     const au = await api('/v1/audit?n=200');
     const entries = au.ok ? au.data.entries : [];
     table($('ch-audit'), [{ t: 'when' }, { t: 'who' }, { t: 'source' }, { t: 'what' }, { t: 'reason' }, { t: 'outcome' }],
-      entries.map((e) => h('tr', { 'data-action': e.action || 'config' }, td(shortTs(e.ts), 'ts'), td(e.caller || '—', 'caller'), td(e.source, 'source'),
+      entries.map((e) => h('tr', { 'data-action': e.action || (e.source === 'override' ? 'override' : 'config') }, td(shortTs(e.ts), 'ts'), td(e.caller || '—', 'caller'), td(e.source, 'source'),
         h('td', { class: 'wrap', 'data-col': 'what', text: auditWhat(e) }), h('td', { class: 'wrap', 'data-col': 'reason', text: e.reason || '' }),
         td(e.outcome, 'outcome', false, e.outcome === 'ok' ? 'ok' : 'bad'))), au.ok ? 'no entries' : detail(au));
     const rows = [];
