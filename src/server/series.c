@@ -87,23 +87,38 @@ void sl_series_reject(sl_worker *w, const sl_verdict *v, size_t first, size_t de
     if (o == NULL || !atomic_load_explicit(&o->dec_on, memory_order_relaxed)) return;
     const sl_verdict_item *it = &v->items[first];
     const sluice_result *dr = &v->items[dec].result;
-    sl_rej *e = &sw->rej[sw->rej_next++ % SL_REJ_RING];
+    uint64_t nth = sw->rej_next++;
+    sl_rej *e = &sw->rej[nth % SL_REJ_RING];
     uint32_t q = atomic_load_explicit(&e->seq, memory_order_relaxed);
     atomic_store_explicit(&e->seq, q + 1, memory_order_relaxed); /* odd: being written */
     atomic_thread_fence(memory_order_release);
     const unsigned char *key = v->keys + it->key_off;
+    e->nth = nth;
     e->series = (uint16_t)slot;
     e->result = (uint8_t)r;
     e->wall_ms = v->decided_at.wall_ns / SLUICE_NS_PER_MS;
-    e->key_hash = sl_topk_key_hash(&o->hkey, key, it->key_len);
     e->remaining = dr->remaining;
     e->limit = v->items[dec].override ? v->items[dec].override_limit : dr->limit;
     e->retry_after_ns = dr->retry_after_ns;
-    e->key_len = 0;
-    if (atomic_load_explicit(&o->raw_keys, memory_order_relaxed)) {
-        size_t n = it->key_len < SL_REJ_KEY ? it->key_len : SL_REJ_KEY;
-        memcpy(e->key, key, n);
-        e->key_len = (uint8_t)n;
+    /* Why the key and not its hash: hashing is most of an entry's cost, and a reader can
+     * hash the kept bytes as well (a long key is hashed here: its bytes are cut). The raw
+     * bytes leave only when log.raw_keys allows. */
+    size_t n = it->key_len < SL_REJ_KEY ? it->key_len : SL_REJ_KEY;
+    memcpy(e->key, key, n);
+    e->key_len = (uint8_t)n;
+    e->full_len = it->key_len;
+    e->hashed = it->key_len > SL_REJ_KEY;
+    e->text = false;
+    if (e->hashed) {
+        e->key_hash = sl_topk_key_hash(&o->hkey, key, it->key_len);
+        /* cut bytes of a composed key do not parse: keep the start of its text instead */
+        if (atomic_load_explicit(&o->raw_keys, memory_order_relaxed)) {
+            char t[SL_REJ_KEY + 1];
+            size_t tl = sl_key_text(key, it->key_len, t, sizeof(t));
+            memcpy(e->key, t, tl);
+            e->key_len = (uint8_t)tl;
+            e->text = true;
+        }
     }
     atomic_store_explicit(&e->seq, q + 2, memory_order_release);
 }
@@ -303,7 +318,8 @@ typedef struct rej_out {
 
 static int rej_newer(const void *a, const void *b) {
     const rej_out *x = a, *y = b;
-    return x->e.wall_ms < y->e.wall_ms ? 1 : x->e.wall_ms > y->e.wall_ms ? -1 : 0;
+    if (x->e.wall_ms != y->e.wall_ms) return x->e.wall_ms < y->e.wall_ms ? 1 : -1;
+    return x->e.nth < y->e.nth ? 1 : x->e.nth > y->e.nth ? -1 : 0; /* one worker's order */
 }
 
 void sl_rejections_http(sl_conn *c, const sl_http_req *req) {
@@ -352,7 +368,11 @@ void sl_rejections_http(sl_conn *c, const sl_http_req *req) {
             r.e.series = e->series;
             r.e.result = e->result;
             r.e.key_len = e->key_len;
+            r.e.full_len = e->full_len;
+            r.e.hashed = e->hashed;
+            r.e.text = e->text;
             r.e.wall_ms = e->wall_ms;
+            r.e.nth = e->nth;
             r.e.key_hash = e->key_hash;
             r.e.remaining = e->remaining;
             r.e.limit = e->limit;
@@ -377,7 +397,8 @@ void sl_rejections_http(sl_conn *c, const sl_http_req *req) {
         if (pl > 0 && strcmp(pol, policy) != 0) continue;
         json_t *x = json_object();
         char h[24];
-        snprintf(h, sizeof(h), "k:%016llx", (unsigned long long)e->key_hash);
+        uint64_t kh = e->hashed ? e->key_hash : sl_topk_key_hash(&o->hkey, e->key, e->key_len);
+        snprintf(h, sizeof(h), "k:%016llx", (unsigned long long)kh);
         json_object_set_new(x, "at_ms", json_integer((json_int_t)e->wall_ms));
         json_object_set_new(x, "policy", json_string(pol));
         json_object_set_new(x, "window", win[0] ? json_string(win) : json_null());
@@ -385,10 +406,11 @@ void sl_rejections_http(sl_conn *c, const sl_http_req *req) {
         json_object_set_new(x, "key_hash", json_string(h));
         if (raw && e->key_len > 0) {
             char t[512];
-            size_t tl = sl_key_text(e->key, e->key_len, t, sizeof(t));
+            size_t tl = e->text ? e->key_len : sl_key_text(e->key, e->key_len, t, sizeof(t));
+            if (e->text) memcpy(t, e->key, tl);
             json_t *ks = json_stringn(t, tl);
             json_object_set_new(x, "key", ks ? ks : json_null());
-            if (e->key_len >= SL_REJ_KEY) json_object_set_new(x, "key_truncated", json_true());
+            if (e->full_len > SL_REJ_KEY) json_object_set_new(x, "key_truncated", json_true());
         }
         json_object_set_new(x, "remaining", json_integer((json_int_t)e->remaining));
         json_object_set_new(x, "limit", json_integer((json_int_t)e->limit));

@@ -17,15 +17,20 @@
 #include "server/server.h"
 
 #define SL_REJ_RING 128 /* recent rejections kept per worker */
-#define SL_REJ_KEY 64   /* raw key bytes kept (only when log.raw_keys allows) */
+#define SL_REJ_KEY 64   /* raw key bytes kept (shown only when log.raw_keys allows) */
 
 /* One recent rejection; `seq` is odd while its writer fills it (a reader retries). */
 typedef struct sl_rej {
     _Atomic uint32_t seq;
     uint16_t series;      /* the (policy, window) series of its deciding window */
     uint8_t result;       /* sl_met_result */
-    uint8_t key_len;      /* raw bytes in key (0: not kept) */
+    uint8_t key_len;      /* raw bytes in key (at most SL_REJ_KEY) */
     int64_t wall_ms;
+    uint64_t nth;         /* the worker's rejection count when kept (order within a ms) */
+    uint16_t full_len;    /* the key's length (above SL_REJ_KEY: key is its start) */
+    bool hashed;          /* key_hash set (a long key); else the reader hashes key */
+    bool text;            /* key holds the start of the key's text (a long key, raw keys
+                             allowed), not its bytes */
     uint64_t key_hash;    /* as /v1/top's key_hash */
     uint64_t remaining, limit;
     int64_t retry_after_ns; /* -1: none (SLUICE_NEVER: never) */

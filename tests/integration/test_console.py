@@ -196,6 +196,14 @@ def test_rejections(make_server):
     assert "secret-customer-key" not in r.text
     top = requests.get(srv.admin + "/v1/top?policy=api", headers=AUTH, timeout=5).json()
     assert top["keys"][0]["key_hash"] == e["key_hash"]  # the same key id as /v1/top
+    # a key longer than the bytes an entry keeps: the same hash as /v1/top's all the same
+    long_key = "L" * 300
+    advance(srv, 1)  # newest first: by the decision's millisecond
+    for _ in range(25):
+        check(srv, "api", long_key)
+    e2 = requests.get(srv.admin + "/v1/rejections?policy=api&n=1", headers=AUTH, timeout=5).json()["rejections"][0]
+    top = requests.get(srv.admin + "/v1/top?policy=api", headers=AUTH, timeout=5).json()
+    assert e2["key_hash"] in [k["key_hash"] for k in top["keys"]] and e2["key_hash"] != e["key_hash"]
     assert requests.get(srv.admin + "/v1/rejections?policy=login", headers=AUTH, timeout=5).json()["rejections"] == []
     for q, status in [("policy=nope", 404), ("n=0", 400), ("n=x", 400), ("n=" + "9" * 100, 200)]:
         assert requests.get(srv.admin + "/v1/rejections?" + q, headers=AUTH, timeout=5).status_code == status, q
@@ -205,6 +213,13 @@ def test_rejections(make_server):
         check(raw, "api", "shown-key")
     j = requests.get(raw.admin + "/v1/rejections", headers=AUTH, timeout=5).json()
     assert j["raw_keys"] is True and j["rejections"][0]["key"] == "shown-key"
+    assert "key_truncated" not in j["rejections"][0]
+    advance(raw, 1)
+    for _ in range(22):
+        check(raw, "api", "T" * 100)
+    j = requests.get(raw.admin + "/v1/rejections?n=1", headers=AUTH, timeout=5).json()
+    k = j["rejections"][0]["key"]
+    assert k.startswith("T" * 60) and set(k) == {"T"} and j["rejections"][0]["key_truncated"] is True
     # the decision log off: a 409 problem, not an empty list
     off = make_server(config_text=CONFIG.replace("  decisions: {enabled: true}\n", "  level: info\n"))
     r = requests.get(off.admin + "/v1/rejections", headers=AUTH, timeout=5)
