@@ -47,7 +47,8 @@ typedef struct http_ctx {
 void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const char *ctype,
                    const char *body, size_t body_len, int send_body) {
     size_t hl = hdrs ? strlen(hdrs) : 0;
-    if (sl_conn_reserve(c, 256 + hl + body_len) != 0) {
+    size_t sec = c->kind == SL_KIND_ADMIN ? sizeof(SL_ADMIN_SECURITY_HEADERS) : 0;
+    if (sl_conn_reserve(c, 256 + sec + hl + body_len) != 0) {
         c->close_after = true;
         return;
     }
@@ -57,7 +58,7 @@ void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const ch
     sl_wbuf_puts(&wb, c->w->date);
     sl_wbuf_puts(&wb, "Server: sluice\r\n");
     if (status == 429) sl_wbuf_puts(&wb, "Cache-Control: no-store\r\n");
-    if (c->kind == SL_KIND_ADMIN) sl_wbuf_puts(&wb, SL_ADMIN_SECURITY_HEADERS); /* the console */
+    if (sec) sl_wbuf_puts(&wb, SL_ADMIN_SECURITY_HEADERS); /* the console's page and data */
     if (hl) sl_wbuf_put(&wb, hdrs, hl);
     sl_http1_end(&wb, !c->close_after, minor, ctype, body, body_len, send_body);
     if (wb.overflow) c->close_after = true;

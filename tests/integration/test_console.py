@@ -166,6 +166,24 @@ def test_series_counts_and_hostile_input(make_server):
     assert requests.get(srv.admin + "/v1/whoami", headers=RAUTH, timeout=5).json()["role"] == "read"
 
 
+def test_every_admin_answer_has_room_for_its_headers(make_server):
+    """Answers of every size, each on a fresh connection (the output buffer reserved for
+    exactly one answer): the security headers never push one out (it was closed unanswered)."""
+    srv = make_server(config_text=CONFIG)
+    check(srv, "api", "a")
+    sizes = set()
+    for n in range(1, 901):  # bodies from 0.4 to 32.8 KB: across the buffer's 16 and 32 KB steps
+        r = requests.get(srv.admin + "/v1/series?policy=api&seconds=%d" % n, headers=dict(AUTH, Connection="close"),
+                         timeout=5)
+        assert r.status_code == 200 and len(r.json()["windows"][0]["series"]["allowed"]) == n
+        assert_security_headers(r)
+        sizes.add(len(r.content))
+    assert len(sizes) > 800 and min(sizes) < 16000 and max(sizes) > 32500
+    for _ in range(3):
+        r = requests.get(srv.admin + "/metrics", headers=dict(AUTH, Connection="close"), timeout=5)
+        assert r.status_code == 200 and "sluice_decisions_total" in r.text
+
+
 def test_series_ring_length_and_off(make_server):
     cfg = CONFIG.replace("log:\n", "observe:\n  series: {seconds: 60, series: 16}\nlog:\n")
     srv = make_server(config_text=cfg)
