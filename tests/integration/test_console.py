@@ -556,6 +556,18 @@ def test_console_in_browser(make_server):
         errs = [e for e in b.console_errors()
                 if not re.search(r"status of 404 .*/v1/overrides", e)]
         assert errs == [], errs
+        # a read token: the page shows everything, and its actions are off
+        b.viewport(1280, 800)
+        b.eval("sessionStorage.clear(); location.hash = '#key'; location.reload(); 1")
+        b.pump(1)
+        b.wait("!document.getElementById('login').hidden", what="the prompt again (new page, no token)")
+        b.eval("document.getElementById('token').value = %s; document.getElementById('login-form').requestSubmit(); 1"
+               % json.dumps(READ_TOKEN))
+        b.wait("!document.getElementById('app').hidden && document.getElementById('who').textContent.includes('read')")
+        b.eval("document.getElementById('key-policy').value = 'api'; document.getElementById('key-key').value = 'x'; "
+               "document.getElementById('key-form').requestSubmit(); 1")
+        b.wait("document.getElementById('act-reset').disabled && "
+               "document.getElementById('act-result').textContent.includes('role: read')", what="actions off for a read token")
         weight = sum(e["params"]["encodedDataLength"] for e in first_load)
         print("console first load: %d bytes over %d responses" % (weight, len(first_load)))
         assert weight < 100000

@@ -17,6 +17,7 @@
   let policies = [];        // /v1/policies' list
   let busy = false;
   let lastKey = null;       // {policy, key} of the last explanation by name
+  let role = 'act';         // the token's role: 'read' may not act (the server says 403)
 
   const $ = (id) => document.getElementById(id);
 
@@ -149,6 +150,7 @@
   }
 
   function start(me) {
+    role = (me && me.role) || 'act';
     $('login').hidden = true;
     $('app').hidden = false;
     $('nav').hidden = false;
@@ -508,6 +510,10 @@
       const missing = overridesMissing(o);
       $('act-ovr-set').disabled = missing;
       $('act-ovr-rm').disabled = missing || o.status === 404;
+    }
+    if (role === 'read') {
+      for (const id of ['act-reset', 'act-ovr-set', 'act-ovr-rm']) $(id).disabled = true;
+      $('act-result').textContent = 'this token may only read (role: read): actions need a token of role act';
     }
   }
 
