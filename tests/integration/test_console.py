@@ -63,6 +63,13 @@ policies:
     algorithm: fixed_window
     limits:
       - { rate: 3/s }
+  - name: strict
+    objective: security
+    match: { path_prefix: /strict/ }
+    key: [header.x-api-key]
+    algorithm: token_bucket
+    limits:
+      - { rate: 1/h, burst: 3 }
 """ % (TOKEN, READ_TOKEN)
 
 SECURITY = {
@@ -307,7 +314,7 @@ def test_config_check_endpoint(make_server):
     assert requests.post(url, json={"yml": good}, headers=AUTH, timeout=5).status_code == 400
     # nothing changed on the server
     assert [p["name"] for p in requests.get(srv.admin + "/v1/policies", headers=AUTH, timeout=5).json()["policies"]] == \
-        ["api", "login", "beta"]
+        ["api", "login", "beta", "strict"]
 
 
 def test_admin_connection_budget(make_server):
@@ -411,6 +418,8 @@ def test_console_in_browser(make_server):
     b = Browser(1280, 800)
     try:
         time.sleep(3)  # a few seconds of traffic in the ring
+        assert requests.post(srv.admin + "/v1/reload", headers={"Authorization": "Bearer console-act-token-3"},
+                             timeout=10).status_code == 200
         b.goto(origin + "/ui/")
         # without the token: the prompt and nothing else
         b.wait("!document.getElementById('login').hidden", what="the token prompt")
@@ -432,11 +441,11 @@ def test_console_in_browser(make_server):
         m2 = metrics(srv)
         rows = b.eval("Array.from(document.querySelectorAll('#ov-policies tbody tr')).map(r => "
                       "Object.fromEntries(Array.from(r.children).map(c => [c.dataset.col, c.textContent])))")
-        assert [r["policy"] for r in rows] == ["api", "login", "beta"]
+        assert [r["policy"] for r in rows] == ["api", "login", "beta", "strict"]
         by = {r["policy"]: r for r in rows}
         assert by["api"]["mode"] == "enforced" and by["login"]["mode"] == "shadow" and by["beta"]["mode"] == "rollout 50 %"
         assert by["login"]["failure"] == "fail closed" and by["api"]["objective"] == "fairness"
-        for p in ("api", "login", "beta"):
+        for p in ("api", "login", "beta", "strict"):
             ui = int(by[p]["total"])
             assert decisions(m1, p) <= ui <= decisions(m2, p), (p, decisions(m1, p), ui, decisions(m2, p))
         api_rate = float(by["api"]["rate"].replace(",", ""))
@@ -444,6 +453,10 @@ def test_console_in_browser(make_server):
         assert decisions(m2, "api") - decisions(m1, "api") <= api_rate * 3 + 50  # within a second's traffic or so
         assert by["api"]["ratio"].endswith("%") and float(by["api"]["ratio"].split()[0]) > 0
         assert "ready" in text(b, "#ov-ready")
+        reloads = b.eval("Array.from(document.querySelectorAll('#ov-reloads tbody tr')).map(r => r.textContent)")
+        assert "admin-apiok1" in reloads and "startupok1" in reloads
+        assert b.eval("Array.from(document.querySelectorAll('#ov-reload-log td[data-col=caller]')).map(c => c.textContent)")[0] == "oncall"
+        assert text(b, "#ov-store td[data-col=errors]") == "none"
         b.screenshot(os.path.join(IMG, "console-overview.png"))
         # Policy: charts of every window, top consumers as /v1/top says, rejections
         b.eval("location.hash = '#policy/api'; 1")
@@ -481,10 +494,11 @@ def test_console_in_browser(make_server):
         b.pump(0.5)
         assert b.eval("window.__xss === undefined && document.querySelectorAll('img').length === 0")
         # Key: a limited key, reset through the page; the next decision changes
-        for _ in range(25):
-            check(srv, "api", "reset-me")
-        assert check(srv, "api", "reset-me").status_code == 429
-        b.eval("document.getElementById('key-key').value = 'reset-me'; document.getElementById('key-form').requestSubmit(); 1")
+        for _ in range(3):
+            check(srv, "strict", "reset-me")
+        assert check(srv, "strict", "reset-me").status_code == 429
+        b.eval("document.getElementById('key-policy').value = 'strict'; "
+               "document.getElementById('key-key').value = 'reset-me'; document.getElementById('key-form').requestSubmit(); 1")
         b.wait("document.querySelector('#key-answer [data-col=key]') && "
                "document.querySelector('#key-answer [data-col=key]').textContent === 'reset-me' && "
                "document.querySelector('#key-answer [data-col=action]').textContent.startsWith('reject')", what="explain reset-me")
@@ -494,14 +508,14 @@ def test_console_in_browser(make_server):
         b.eval("document.getElementById('dlg-reason').value = 'ticket 4711: customer locked out'; "
                "document.getElementById('dlg-ok').click(); 1")
         b.wait("document.getElementById('act-result').textContent.startsWith('reset:')", what="the reset's answer")
-        assert check(srv, "api", "reset-me").status_code == 200
+        assert check(srv, "strict", "reset-me").status_code == 200
         entries = requests.get(srv.admin + "/v1/audit", headers=AUTH, timeout=5).json()["entries"]
         mine = [e for e in entries if e.get("action") == "reset" and e["reason"] == "ticket 4711: customer locked out"]
         assert mine and mine[0]["caller"] == "admin" and mine[0]["outcome"] == "ok"
         # Key: an override set through the page (issue 21's API) changes the next decision
-        for _ in range(25):
-            check(srv, "api", "vip-key")
-        assert check(srv, "api", "vip-key").status_code == 429
+        for _ in range(3):
+            check(srv, "strict", "vip-key")
+        assert check(srv, "strict", "vip-key").status_code == 429
         b.eval("document.getElementById('key-key').value = 'vip-key'; document.getElementById('key-form').requestSubmit(); 1")
         b.wait("document.querySelector('#key-override [data-col=override]') && "
                "document.querySelector('#key-answer [data-col=key]').textContent === 'vip-key'", what="explain vip-key")
@@ -514,16 +528,17 @@ def test_console_in_browser(make_server):
         b.wait("document.getElementById('act-result').textContent === 'override set'", what="the override's answer")
         assert text(b, "#key-override [data-col=override]").startswith("exempt — ACME <b>launch</b>")
         assert b.eval("document.querySelectorAll('#view-key b').length") == 0  # the label stays text
-        assert check(srv, "api", "vip-key").status_code == 200  # the next decision changed
-        got = requests.get(srv.admin + "/v1/overrides/api/vip-key", headers=AUTH, timeout=5).json()
+        assert check(srv, "strict", "vip-key").status_code == 200  # the next decision changed
+        got = requests.get(srv.admin + "/v1/overrides/strict/vip-key", headers=AUTH, timeout=5).json()
         assert got["exempt"] is True and got["reason"] == "launch week" and got["set_by"] == "admin"
         b.screenshot(os.path.join(IMG, "console-key-override.png"), full=True)
         b.eval("document.getElementById('act-ovr-rm').click(); 1")
         b.wait("document.getElementById('dlg').open", what="the removal dialog")
         b.eval("document.getElementById('dlg-reason').value = 'launch over'; document.getElementById('dlg-ok').click(); 1")
         b.wait("document.getElementById('act-result').textContent === 'override removed'", what="the removal's answer")
-        assert requests.get(srv.admin + "/v1/overrides/api/vip-key", headers=AUTH, timeout=5).status_code == 404
-        b.eval("location.hash = '#policy/api'; 1")
+        assert requests.get(srv.admin + "/v1/overrides/strict/vip-key", headers=AUTH, timeout=5).status_code == 404
+        assert check(srv, "strict", "vip-key").status_code == 429  # back to its own limit
+        b.eval("location.hash = '#policy/strict'; 1")
         b.wait("document.querySelector('#pol-ovr tbody td.empty')", what="no overrides left in the policy view")
         # Changes: the audit trail with the reset and who did it; config with file:line; the check box
         b.eval("location.hash = '#changes'; 1")
@@ -531,13 +546,13 @@ def test_console_in_browser(make_server):
         row = b.eval("(() => { const r = document.querySelector('#ch-audit tr[data-action=reset]'); return "
                      "[r.querySelector('[data-col=caller]').textContent, r.querySelector('[data-col=reason]').textContent, "
                      "r.querySelector('[data-col=what]').textContent]; })()")
-        assert row[0] == "admin" and row[1] == "ticket 4711: customer locked out" and row[2].startswith("reset api k:")
+        assert row[0] == "admin" and row[1] == "ticket 4711: customer locked out" and row[2].startswith("reset strict k:")
         ovr_rows = b.eval("Array.from(document.querySelectorAll('#ch-audit tr[data-action=override]')).map(r => "
                           "[r.querySelector('[data-col=caller]').textContent, r.querySelector('[data-col=what]').textContent])")
         assert len(ovr_rows) == 2 and all(r[0] == "admin" for r in ovr_rows)
         assert "-> none" in ovr_rows[0][1] and "launch week" in ovr_rows[1][1] and "none ->" in ovr_rows[1][1]
         cfg_rows = b.eval("Array.from(document.querySelectorAll('#ch-config tbody tr')).map(r => [r.dataset.policy, r.querySelector('[data-col=source]').textContent])")
-        assert [r[0] for r in cfg_rows] == ["api", "login", "beta"] and all(re.search(r"\.yaml:\d+$", r[1]) for r in cfg_rows)
+        assert [r[0] for r in cfg_rows] == ["api", "login", "beta", "strict"] and all(re.search(r"\.yaml:\d+$", r[1]) for r in cfg_rows)
         b.eval("document.getElementById('ch-yaml').value = %s; document.getElementById('ch-check').click(); 1" %
                json.dumps("policies:\n  - name: x\n    key: [client_ip]\n    algorithm: gcra\n    limits: [{rate: 0/s}]\n"))
         b.wait("document.getElementById('ch-verdict')", what="the check's answer")
@@ -564,7 +579,7 @@ def test_console_in_browser(make_server):
         b.eval("document.getElementById('token').value = %s; document.getElementById('login-form').requestSubmit(); 1"
                % json.dumps(READ_TOKEN))
         b.wait("!document.getElementById('app').hidden && document.getElementById('who').textContent.includes('read')")
-        b.eval("document.getElementById('key-policy').value = 'api'; document.getElementById('key-key').value = 'x'; "
+        b.eval("document.getElementById('key-policy').value = 'strict'; document.getElementById('key-key').value = 'x'; "
                "document.getElementById('key-form').requestSubmit(); 1")
         b.wait("document.getElementById('act-reset').disabled && "
                "document.getElementById('act-result').textContent.includes('role: read')", what="actions off for a read token")
