@@ -392,7 +392,7 @@ class Traffic:
             try:
                 s.post(self.srv.http + "/v1/check", json={"policy": "api", "key": k}, timeout=5)
                 if rnd.random() < 0.2:
-                    s.post(self.srv.http + "/v1/check", json={"method": "POST", "path": "/login",
+                    s.post(self.srv.http + "/v1/check", json={"method": "POST", "path": "/login", "headers": {"x-api-key": "web"},
                                                               "client_ip": "10.0.0.%d" % rnd.randint(1, 3)}, timeout=5)
                     s.post(self.srv.http + "/v1/check", json={"path": "/beta/x", "headers": {"x-api-key": "b%d" % rnd.randint(1, 4)}},
                            timeout=5)
@@ -452,6 +452,10 @@ def test_console_in_browser(make_server):
         assert api_rate > 5, by["api"]
         assert decisions(m2, "api") - decisions(m1, "api") <= api_rate * 3 + 50  # within a second's traffic or so
         assert by["api"]["ratio"].endswith("%") and float(by["api"]["ratio"].split()[0]) > 0
+        assert int(by["login"]["total"]) > 0 and by["login"]["ratio"] == "0.0 %"  # shadow: never refuses
+        shadow = sum(v for (n, l), v in m2.items() if n == "sluice_decisions_total" and 'policy="login"' in l
+                     and 'result="shadow_limited"' in l)
+        assert shadow > 0 and float(by["login"]["shadow"].split()[0]) > 0
         assert "ready" in text(b, "#ov-ready")
         reloads = b.eval("Array.from(document.querySelectorAll('#ov-reloads tbody tr')).map(r => r.textContent)")
         assert "admin-apiok1" in reloads and "startupok1" in reloads

@@ -261,6 +261,7 @@
       const allowed = sum(met, 'sluice_decisions_total', (l) => isP(l) && (l.result === 'allowed' || l.result === 'delayed'));
       const near = sum(met, 'sluice_near_limit_total', isP);
       const failOpen = sum(met, 'sluice_decisions_total', (l) => isP(l) && l.result === 'fail_open');
+      const shadow = sum(met, 'sluice_decisions_total', (l) => isP(l) && l.result === 'shadow_limited');
       const [mode, cls] = modeOf(p);
       return h('tr', { 'data-policy': p.name },
         h('td', { 'data-col': 'policy' }, h('a', { class: 'plink', href: '#policy/' + encodeURIComponent(p.name), text: p.name })),
@@ -270,11 +271,12 @@
         td(fmtNum(rates[i]), 'rate', true),
         td(String(total), 'total', true),
         td(total ? pct(refused / total) : '–', 'ratio', true),
+        td(total ? pct(shadow / total) : '–', 'shadow', true),
         td(allowed ? pct(near / allowed) : '–', 'near', true),
         td(String(failOpen), 'fail_open', true));
     });
     table($('ov-policies'), [{ t: 'policy' }, { t: 'objective' }, { t: 'mode' }, { t: 'on store error' }, { t: 'decisions/s (10 s)', num: 1 },
-      { t: 'decisions', num: 1 }, { t: 'rejected', num: 1 }, { t: 'near limit', num: 1 }, { t: 'failed open', num: 1 }], rows, 'no policies');
+      { t: 'decisions', num: 1 }, { t: 'rejected', num: 1 }, { t: 'would limit (shadow)', num: 1 }, { t: 'near limit', num: 1 }, { t: 'failed open', num: 1 }], rows, 'no policies');
     $('ov-ready').textContent = 'HTTP ' + rr.status + '\n' + (typeof rr.data === 'string' ? rr.data : '');
     $('ov-ready').className = 'box ' + (rr.status === 200 && /^ready/.test(rr.data) ? 'ok' : 'bad');
     // store: Redis nodes when there are, else the memory store's fill
