@@ -177,6 +177,7 @@ typedef struct cache_ent {
                          wall clock in time: local), and the entry is not trusted */
     uint64_t min_cost;
     uint64_t limit;
+    uint32_t rgen;    /* the refund generation of its slot when cached (request.c) */
 } cache_ent;
 
 static inline void rq_hold(rq *q) {

@@ -406,3 +406,35 @@ int sl_redis_state_parse(const sluice_limiter *limiter, const char *s, size_t le
         return -1;
     }
 }
+
+void sl_redis_state_unstep(const sluice_limiter *limiter, void *state, int64_t now_ns) {
+    switch ((int)limiter->lim.algo) {
+    case SLUICE_TOKEN_BUCKET: {
+        sl_tb_state *t = state;
+        if (t->last_ns > now_ns) t->last_ns = now_ns;
+        break;
+    }
+    case SLUICE_LEAKY_BUCKET: {
+        sl_leaky_state *k = state;
+        if (k->last_ns > now_ns) k->last_ns = now_ns;
+        break;
+    }
+    case SLUICE_SLIDING_LOG: {
+        sl_log_state *g = state; /* as parsed: oldest first from 0 */
+        if (g->count == 0 || g->ts[g->count - 1] <= now_ns) break;
+        int64_t d = g->ts[g->count - 1] - now_ns;
+        for (uint32_t i = 0; i < g->count; i++) g->ts[i] -= d;
+        break;
+    }
+    case SL_ALGO_PENALTY: {
+        sl_penalty_state *p = state;
+        if (p->last_ns == INT64_MIN || p->last_ns <= now_ns) break;
+        int64_t d = p->last_ns - now_ns;
+        if (p->until_ns != INT64_MIN) p->until_ns -= d;
+        p->last_ns = now_ns;
+        break;
+    }
+    default:
+        break;
+    }
+}

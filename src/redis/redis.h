@@ -109,6 +109,14 @@ int sl_redis_params_of(const struct sl_limit *l, sluice_time now, int64_t p[4]);
  * lim's state_size, up to 8 + 8 * SL_SLIDING_LOG_MAX bytes for a sliding log).
  * Returns 1 parsed, 0 absent (empty), -1 malformed. */
 int sl_redis_state_parse(const sluice_limiter *lim, const char *s, size_t len, void *state);
+/* A parsed state as the scripts see it at now_ns after a clock stepped back (the script's
+ * clock: Redis's, or the instances' wall clocks): a token or leaky bucket's last update,
+ * a sliding log's newest entry or a penalty's last violation later than now is moved to
+ * now (the log's entries and the block's end with it), exactly as the Lua does, so the
+ * answer's retry-after is the one the script will honour. Fixed and sliding windows,
+ * quotas and concurrency buckets are moved by their algorithms; GCRA's state carries no
+ * time of its last update and is left as stored (docs/redis.md). */
+void sl_redis_state_unstep(const sluice_limiter *lim, void *state, int64_t now_ns);
 
 /* ---- capacity protection (capcodec.c) ------------------------------------------------ */
 

@@ -30,10 +30,24 @@ static bool cacheable(sluice_algo a) {
  * Other instances trust theirs for at most cache_max_ns. */
 static _Atomic uint64_t g_cache_epoch;
 
+/* Bumped, in the slot of a key's fingerprint, by every refund this process sends for the
+ * key (a settle giving units back): every worker's cached refusal of a key in that slot
+ * is void from then on, so the instance that refunded never answers a stale 429 after it
+ * (the refund and the next decision of one worker travel on one connection, in order).
+ * Other keys sharing the slot only lose their cached answer: one Redis call each. */
+#define REFUND_SLOTS 4096
+static _Atomic uint32_t g_refund_gen[REFUND_SLOTS];
+
+static uint32_t refund_gen(uint64_t fp) {
+    return atomic_load_explicit(&g_refund_gen[fp & (REFUND_SLOTS - 1)], memory_order_relaxed);
+}
+
 static cache_ent *cache_get(sl_redis *r, uint64_t fp) {
     if (r->cache == NULL) return NULL;
     cache_ent *e = &r->cache[fp & r->cache_mask];
-    if (e->fp != fp || e->epoch != atomic_load_explicit(&g_cache_epoch, memory_order_relaxed)) return NULL;
+    if (e->fp != fp || e->epoch != atomic_load_explicit(&g_cache_epoch, memory_order_relaxed) ||
+        e->rgen != refund_gen(fp))
+        return NULL;
     return e;
 }
 
@@ -48,6 +62,7 @@ static void cache_put(sl_redis *r, const rq_item *it, const sluice_result *res, 
     cache_ent *e = &r->cache[fp & r->cache_mask];
     e->fp = fp;
     e->epoch = atomic_load_explicit(&g_cache_epoch, memory_order_relaxed);
+    e->rgen = refund_gen(fp);
     e->until = now.mono_ns + res->retry_after_ns;
     e->trust = now.mono_ns + (res->retry_after_ns < r->o.cache_max_ns ? res->retry_after_ns : r->o.cache_max_ns);
     e->reset_at = now.mono_ns + res->reset_after_ns;
@@ -262,6 +277,7 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
                                                   sl_window_start(now.wall_ns, lims[k]->period_ns), dst)
                      : sl_redis_state_parse(its[k]->lim, b->str, b->len, dst);
         if (pr < 0) return false;
+        if (pr == 1 && !its[k]->xlen) sl_redis_state_unstep(its[k]->lim, dst, now.mono_ns);
         stored[key] = pr == 1 ? dst : NULL;
     }
     if (peek_size > SMALL_STATE) {
@@ -355,6 +371,7 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
                                                            sl_window_start(now.wall_ns, l->period_ns), srcp[k])
                               : sl_redis_state_parse(it->lim, b->str, b->len, srcp[k]);
             if (pr < 0) return false;
+            if (pr == 1 && !it->xlen) sl_redis_state_unstep(it->lim, srcp[k], now.mono_ns);
             has[k] = pr == 1;
         }
         sl_result res;
@@ -916,6 +933,9 @@ int sl_redis_settle(sl_redis *r, const sl_sitem *item, int64_t delta, sluice_tim
     }
     rq_hold(q);
     q->it[0].cost = delta;
+    if (delta < 0)
+        atomic_fetch_add_explicit(&g_refund_gen[sl__redis_fp_of(&q->it[0]) & (REFUND_SLOTS - 1)], 1,
+                                  memory_order_relaxed);
     sl__redis_launch(r, q);
     return SLUICE_OK;
 }

@@ -183,6 +183,83 @@ def test_a_clock_stepped_back_an_hour_locks_nobody_out_on_redis(redis):
     s.assert_clean()
 
 
+STEP_ALL = """
+workers: 1
+policies:
+  - name: tb
+    key: [header.x-k]
+    algorithm: token_bucket
+    limits: [ { rate: 5/min, burst: 5 } ]
+  - name: lk
+    key: [header.x-k]
+    algorithm: leaky_bucket
+    limits: [ { rate: 5/min, burst: 5 } ]
+  - name: log
+    key: [header.x-k]
+    algorithm: sliding_log
+    limits: [ { rate: 5/min } ]
+  - name: cc
+    key: [header.x-k]
+    algorithm: concurrency
+    limits: [ { max: 2, lease: 30s } ]
+  - name: pen
+    key: [header.x-k]
+    algorithm: fixed_window
+    limits: [ { rate: 5/10s } ]
+    on_exceed:
+      penalty: { first: 1m, factor: 2, max: 1h, forgive_after: 24h }
+  - name: gc
+    key: [header.x-k]
+    algorithm: gcra
+    limits: [ { rate: 5/s, burst: 5 } ]
+"""
+
+
+def test_every_algorithm_on_redis_waits_at_most_its_own_window_after_a_step_back(redis):
+    """After a one-hour backward step of the scripts' clock (time=local: the instances'
+    wall clock), a key limited before the step waits at most its own window: a bucket its
+    refill, a log its window, leases their lifetime, a penalty its block, GCRA one emission
+    interval (its TAT read back from the key's TTL, on Redis's own clock, which the test
+    lets run in real time beside the test clock); and each
+    retry-after tells the truth (waiting it out is enough, or one more short wait). Before
+    the fix, every one of these waited the step's hour more."""
+    s = Server(config_text=STEP_ALL, test_clock=True, workers=1,
+               extra=["--store", "redis://127.0.0.1:%d?time=local&timeout_ms=2000" % redis.port])
+    bound = {"tb": 12000 + 1000, "lk": 12000 + 1000, "log": 60000 + 1000,
+             "cc": 30000 + 2 * 6000 + 1000, "pen": 60000 + 10000 + 1000, "gc": 200 + 100}
+    cmd = {"cc": "SL.ACQUIRE"}
+    try:
+        c = s.resp()
+        waits = {}
+        for pol in bound:  # each on its own: one's wait moves the clock for all
+            op = cmd.get(pol, "SL.CHECK")
+            for _ in range(7):
+                d = as_dict(c.command(op, pol, "u"))
+            assert d["allowed"] == 0, (pol, d)
+            now = c.command("SL.CLOCK", "GET")
+            assert isinstance(c.command("SL.CLOCK", "SET", now - 3600 * 1000), int)
+            waited = 0
+            for _ in range(6):  # bounded: each answer's retry-after, then ask again
+                d = as_dict(c.command(op, pol, "u"))
+                if d["allowed"] == 1:
+                    break
+                wait = max(1, d.get("retry_after_ms", 0))
+                waited += wait
+                if pol == "gc":  # the correction reads the key's TTL: Redis's clock must move too
+                    time.sleep(min(wait, 2000) / 1000.0)
+                c.command("SL.CLOCK", "ADVANCE", wait)
+            waits[pol] = (waited, d["allowed"])
+        print("after a one-hour backward step on Redis, waited (ms): %s" %
+              ", ".join("%s %d%s" % (p, w, "" if a else " (still refused)") for p, (w, a) in waits.items()))
+        for pol, b in bound.items():
+            waited, allowed = waits[pol]
+            assert allowed == 1 and waited <= b, (pol, waited, b)
+        c.close()
+    finally:
+        s.stop()
+    s.assert_clean()
+
+
 def test_the_test_clock_refuses_values_out_of_range():
     s = Server(config_text=STEP, test_clock=True, workers=1)
     try:

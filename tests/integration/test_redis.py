@@ -491,6 +491,31 @@ def test_settle_reaches_redis(redis):
         assert remaining_eventually(s, b, "u", 740) == 740
 
 
+def test_a_refund_reaches_the_over_limit_cache_at_once(redis):
+    """A key refused (and its refusal cached, so later requests cost Redis nothing) gets
+    units back from a settle on the same instance: the next request is admitted at once.
+    The over-limit cache answered a stale 429 for up to its trust time (1 s) before."""
+    with instances(redis, n=1, extra_policies=SETTLE_POLICY, workers=1) as (a,):
+        s = requests.Session()
+        tokens = []
+        for _ in range(10):
+            j = s.post(a.http + "/v1/check", json={"policy": "tokens", "key": "r"}, timeout=5).json()
+            assert j["allowed"], j
+            tokens.append(j["token"])
+        for _ in range(3):  # refused, then answered from the cache
+            r = s.post(a.http + "/v1/check", json={"policy": "tokens", "key": "r"}, timeout=5)
+            assert r.status_code == 429, r.text
+        m = requests.get(a.admin + "/metrics", timeout=5).text
+        assert re.search(r'sluice_redis_events_total\{event="local_rejects"\} [1-9]', m), "not cached"
+        r = s.post(a.http + "/v1/settle", json={"token": tokens[0], "actual": 0}, timeout=5)
+        assert r.status_code == 200, r.text
+        t0 = time.time()
+        j = s.post(a.http + "/v1/check", json={"policy": "tokens", "key": "r"}, timeout=5).json()
+        took = time.time() - t0
+        assert j["allowed"], ("a stale 429 after the refund", j)
+        print("admitted %.3f s after a refund of 100 units (its refusal had been cached)" % took)
+
+
 SMALL_POLICY = """
   - name: small
     objective: fairness

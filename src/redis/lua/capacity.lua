@@ -506,8 +506,21 @@ local function cap_load()
     return 1
   end
 
+  -- A last violation later than now (the clock stepped back): both times move back by that
+  -- much (capcodec.c does the same), so a block lasts its own length from the step on, not
+  -- the step's length more. Returns the state as of now, and whether it moved.
+  local function pen_unstep(st, now)
+    if not st or (st[3] == -1 and st[4] == -1) then return st, false end
+    local d = rel(st[3], st[4], now.ms, now.mn)
+    if d <= 0 then return st, false end
+    local us, un = st[1], st[2]
+    if not (us == -1 and un == -1) then us, un = at(rel(us, un, now.ms, now.mn) - d, now.ms, now.mn) end
+    return {us, un, now.ms, now.mn, st[5]}, true
+  end
+
   -- 0 none, 1 block, 2 challenge
   local function pen_check(q, st, now)
+    st = pen_unstep(st, now)
     if not st or st[5] == 0 or not before_pair(now, st[1], st[2]) then return 0 end
     return pen_action(q, st[5])
   end
@@ -522,6 +535,7 @@ local function cap_load()
   end
 
   local function pen_violation(q, st, now)
+    st = pen_unstep(st, now)
     if st and st[5] > 0 and before_pair(now, st[1], st[2]) then return st end
     local level = pen_level(q, st, now) + 1
     local cap = pen_cap(q)
@@ -531,6 +545,7 @@ local function cap_load()
   end
 
   local function pen_pass(q, st, now)
+    st = pen_unstep(st, now)
     if not st or st[5] == 0 or not before_pair(now, st[1], st[2]) or pen_action(q, st[5]) ~= 2 then return nil end
     return {now.ms, now.mn, st[3], st[4], st[5]}
   end
@@ -540,7 +555,10 @@ local function cap_load()
       if not st then return true end
       return true, st, pen_ttl(x.pen, st, now)
     end
-    return pen_check(x.pen, st, now) == 0
+    local ns, stepped = pen_unstep(st, now)
+    local free = pen_check(x.pen, ns, now) == 0
+    if stepped and cost > 0 then return free, ns, pen_ttl(x.pen, ns, now) end
+    return free
   end
 
   -- ---- priority shedding (shed.c, capacity.c) ---------------------------------------------------

@@ -5,6 +5,10 @@
 -- slots acquired per bucket; bucket i expires at (base+i)*w + w + lease. Admits iff the
 -- live slots + cost <= limit. Settle (op 's', cost = delta): slots added to the newest
 -- bucket or taken newest first. Release (op 'l', cost = lease bucket, p[4] = slots).
+-- A state whose newest bucket is more than one bucket ahead of now (the clock stepped
+-- back) is pulled back to that bound, counts kept, as conc.c's normalise does, and written
+-- back even on a refusal: its slots expire within lease + 2w of now. A lease taken before
+-- the step then names a bucket that moved: its release is refused and it expires instead.
 local NB = 6
 ALGO[7] = function(st, p, cost, now, op)
   local L, lease, w = p[1], p[2], p[3]
@@ -16,6 +20,7 @@ ALGO[7] = function(st, p, cost, now, op)
   local off = t - q2 * w
   local c = {0, 0, 0, 0, 0, 0}
   local base = b - (NB - 1)
+  local stepped = false
   if st then
     local sb = st[1]
     local shift = b - (sb + NB - 1)
@@ -24,6 +29,10 @@ ALGO[7] = function(st, p, cost, now, op)
     elseif shift > 0 then
       for i = 1, NB do c[i] = st[i + 1 + shift] or 0 end
       sb = sb + shift
+    elseif shift < -1 then
+      for i = 1, NB do c[i] = st[i + 1] end
+      sb = base + 1
+      stepped = true
     else
       for i = 1, NB do c[i] = st[i + 1] end
     end
@@ -66,6 +75,7 @@ ALGO[7] = function(st, p, cost, now, op)
     return false
   end
   local fits = cost <= L and used <= L - cost
+  if not fits and stepped then return false, {base, c[1], c[2], c[3], c[4], c[5], c[6]}, left() end
   if not fits or cost == 0 then return fits end
   c[NB] = math.min(c[NB] + cost, 4294967295)
   return true, {base, c[1], c[2], c[3], c[4], c[5], c[6]}, left()

@@ -6,6 +6,8 @@
 -- admitted iff drained + n*1e6 <= capacity*1e6 and (no max delay or the time to drain the
 -- stored level <= max delay); the caller computes the delay it is held for.
 -- Settle (op 's', cost = delta): level +- delta*1e6, never below 0.
+-- A `last` later than now (the clock stepped back) is taken as now, level kept (codec.c
+-- does the same), and written back even on a refusal: draining restarts at once.
 local function lk_nsfor(L, P, amount)
   if amount <= 0 then return 0 end
   local q, r = muldiv(amount, P, L * MICRO)
@@ -20,6 +22,8 @@ ALGO[6] = function(st, p, cost, now, op)
     last = rel(st[1], st[2], now.ms, now.mn)
     lvl = st[3]
   end
+  local stepped = last > 0
+  if stepped then last = 0 end
   local el = -last
   local cur
   if el <= 0 or lvl <= 0 then cur = math.max(lvl, 0)
@@ -30,12 +34,13 @@ ALGO[6] = function(st, p, cost, now, op)
     if nl < 0 then nl = 0 end
     return true, {now.ms, now.mn, nl}, lk_nsfor(L, P, nl)
   end
-  if cost > B then return false end
   local delay = last + lk_nsfor(L, P, lvl)
   if delay < 0 then delay = 0 end
   local nu = cur + cost * MICRO
-  if nu > B * MICRO then return false end
-  if maxd > 0 and delay > maxd then return false end
+  if cost > B or nu > B * MICRO or (maxd > 0 and delay > maxd) then
+    if stepped then return false, {now.ms, now.mn, cur}, lk_nsfor(L, P, cur) end
+    return false
+  end
   if cost == 0 then return true end
   return true, {now.ms, now.mn, nu}, lk_nsfor(L, P, nu)
 end

@@ -93,6 +93,22 @@ for i = 1, n do
         for j = #st, (algo[i] == 1 and 4 or 8), -1 do st[j] = nil end
       end
     end
+    -- GCRA keeps no time of its last write, so a clock stepped back (the instances' wall
+    -- clocks, time: local) cannot be told from debt by the state alone; the key's TTL,
+    -- counted down on Redis's own clock, can: it was set to the state's freshness + 1 +
+    -- slack ms. A TAT more than a second later than that says (only past B*T, beyond what
+    -- no settle made) is taken back to it; the corrected state is what the caller reads.
+    if st and algo[i] == 5 and #st == 2 and rel(st[1], st[2], now.ms, now.mn) > par[i][1] * par[i][2] + E9 then
+      local pt = redis.call('PTTL', k)
+      if pt > 0 then
+        local want = (pt - 1 - slack) * MICRO
+        if want < 0 then want = 0 end
+        if rel(st[1], st[2], now.ms, now.mn) - want > E9 then
+          st = {at(want, now.ms, now.mn)}
+          before[i] = string.format('%d %d', st[1], st[2])
+        end
+      end
+    end
     loaded[k], tloaded[k], tbits[k] = st, tl, tb
     order[#order + 1] = k
   else

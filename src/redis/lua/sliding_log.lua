@@ -4,15 +4,26 @@
 -- admitted unit, oldest first. Admits iff the entries in (now - W, now] plus cost fit in
 -- the limit; then appends cost entries at now (the oldest dropped beyond `limit`).
 -- Settle (op 's', cost = delta): refunds drop the newest live entries, charges append.
+-- A newest entry later than now (the clock stepped back) shifts every entry back by that
+-- much (codec.c does the same), written back even on a refusal: the log ages from now.
 ALGO[3] = function(st, p, cost, now, op)
   local L, W = p[1], p[2]
   local live = {}
+  local stepped = false
   if st then
     local m = math.floor(#st / 2)
     if m > L then m = L end
+    local ahead = 0
+    if m > 0 then ahead = rel(st[2 * m - 1], st[2 * m], now.ms, now.mn) end
+    stepped = ahead > 0
     for i = 1, m do
       local s, n = st[2 * i - 1], st[2 * i]
-      if rel(s, n, now.ms, now.mn) > -W then live[#live + 1] = {s, n} end
+      local r = rel(s, n, now.ms, now.mn)
+      if stepped then
+        r = r - ahead
+        s, n = at(r, now.ms, now.mn)
+      end
+      if r > -W then live[#live + 1] = {s, n} end
     end
   end
   local function out()
@@ -43,7 +54,13 @@ ALGO[3] = function(st, p, cost, now, op)
     local flat, ttl = out()
     return true, flat, ttl
   end
-  if cost > L or #live + cost > L then return false end
+  if cost > L or #live + cost > L then
+    if stepped then
+      local flat, ttl = out()
+      return false, flat, ttl
+    end
+    return false
+  end
   if cost == 0 then return true end
   append(cost)
   local flat, ttl = out()

@@ -5,6 +5,9 @@
 -- Refill floor(elapsed * limit * 1e6 / period) micro-units, capped; admits iff
 -- tokens >= cost * 1e6 and then restarts the state at now.
 -- Settle (op 's', cost = delta): tokens - delta*1e6, capped at capacity (debt allowed).
+-- A `last` later than now (the clock stepped back) is taken as now, tokens kept (codec.c
+-- does the same), and written back even on a refusal: refill restarts at once instead of
+-- when the clock catches up.
 local function tb_nsfor(L, P, need)
   if need <= 0 then return 0 end
   local q, r = muldiv(need, P, L * MICRO)
@@ -20,6 +23,8 @@ ALGO[4] = function(st, p, cost, now, op)
     last = rel(st[1], st[2], now.ms, now.mn)
     tok = st[3]
   end
+  local stepped = last > 0
+  if stepped then last = 0 end
   local cur = tok
   local el = -last
   if el > 0 then
@@ -36,9 +41,11 @@ ALGO[4] = function(st, p, cost, now, op)
     if nt > cap then nt = cap end
     if nt < -BIG then nt = -BIG end
   else
-    if cost > B then return false end
     local need = cost * MICRO
-    if cur < need then return false end
+    if cost > B or cur < need then
+      if stepped then return false, {now.ms, now.mn, cur}, tb_nsfor(L, P, cap - cur) end
+      return false
+    end
     if cost == 0 then return true end
     nt = cur - need
   end
