@@ -497,6 +497,13 @@ def test_console_in_browser(make_server):
         assert text(b, "#key-answer [data-col=key]") == xss
         b.pump(0.5)
         assert b.eval("window.__xss === undefined && document.querySelectorAll('img').length === 0")
+        # Key: pasted request attributes: every policy that saw them, with its composed key
+        b.eval("document.getElementById('key-attrs').value = %s; document.getElementById('key-attrs-go').click(); 1"
+               % json.dumps(json.dumps({"path": "/beta/x", "headers": {"x-api-key": "b1"}})))
+        b.wait("document.querySelector('#key-out .explain[data-policy=beta]')", what="the attributes' explanation")
+        pols = b.eval("Array.from(document.querySelectorAll('#key-out .explain[data-policy]')).map(e => [e.dataset.policy, e.dataset.matched])")
+        assert pols == [["api", "yes"], ["login", "no"], ["beta", "yes"], ["strict", "no"]], pols
+        assert b.eval("document.getElementById('key-actions').hidden")  # actions need a policy and key
         # Key: a limited key, reset through the page; the next decision changes
         for _ in range(3):
             check(srv, "strict", "reset-me")

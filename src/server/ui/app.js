@@ -493,7 +493,7 @@
         td(w.would_admit ? 'admits' : 'refuses', 'admit', false, w.would_admit ? 'ok' : 'bad')));
       const t = h('table');
       table(t, [{ t: 'window' }, { t: 'algorithm' }, { t: 'limit', num: 1 }, { t: 'remaining', num: 1 }, { t: 'resets in', num: 1 }, { t: 'this request' }], rows, 'no windows');
-      out.appendChild(h('div', { class: 'explain', 'data-policy': p.policy },
+      out.appendChild(h('div', { class: 'explain', 'data-policy': p.policy, 'data-matched': p.matched ? 'yes' : 'no' },
         h('h2', null, p.policy + ' — ' + (p.result || (p.matched ? 'matched' : 'not matched'))),
         h('dl', { class: 'kv' },
           h('dt', null, 'matched'), h('dd', { text: (p.matched ? 'yes: ' : 'no: ') + (p.why || '') }),
