@@ -262,6 +262,11 @@ def test_reset_roles_and_csrf(make_server):
     r = requests.post(url, json=body, headers=RAUTH, timeout=5)
     assert r.status_code == 403 and "role: read" in r.json()["detail"]
     assert requests.post(srv.admin + "/v1/reload", headers=RAUTH, timeout=5).status_code == 403
+    for m in ("PUT", "DELETE"):  # the overrides API (issue 21) is an action too
+        r = requests.request(m, srv.admin + "/v1/overrides/api/k-91", json={"exempt": True, "reason": "r"},
+                             headers=RAUTH, timeout=5)
+        assert r.status_code == 403, (m, r.status_code)
+    assert requests.get(srv.admin + "/v1/overrides?policy=api", headers=RAUTH, timeout=5).status_code == 200
     assert requests.post(srv.admin + "/v1/config/check", json={"yaml": "x: 1"}, headers=RAUTH,
                          timeout=5).status_code == 200  # changes nothing: reading
     # cross-site: refused (Origin of another site, or the browser's Sec-Fetch-Site)
