@@ -154,6 +154,21 @@ def test_series_counts_and_hostile_input(make_server):
         assert r.status_code == status, (q, r.status_code, r.text[:200])
         if status != 200:
             assert r.headers["Content-Type"] == "application/problem+json"
+    # garbage: never a crash or a hang, always an answer
+    rnd = random.Random(3)
+    for _ in range(200):
+        q = "".join(rnd.choice("policy=api&seconds=window%0xZ9/+-;") for _ in range(rnd.randint(0, 60)))
+        r = requests.get(srv.admin + "/v1/series?" + q, headers=AUTH, timeout=5)
+        assert r.status_code in (200, 400, 404), (q, r.status_code)
+    for body in (b"{", b"[]", b"null", b"\xff\xfe", b'{"policy": ["api"]}', b"x" * 20000):
+        for path in ("/v1/state/reset", "/v1/config/check", "/v1/explain"):
+            r = requests.post(srv.admin + path, data=body, headers=dict(AUTH, **{"Content-Type": "application/json"}),
+                              timeout=5)
+            # (/v1/explain reads a non-string "policy" as the request form, as it does on
+            # the data listener: an explanation, 200)
+            ok = (400, 413, 200) if path == "/v1/explain" and body.startswith(b'{"policy"') else (400, 413)
+            assert r.status_code in ok, (path, body[:20], r.status_code)
+    assert requests.get(srv.admin + "/healthz", timeout=5).status_code == 200
     # a huge `seconds` is answered with what the ring holds (900 s by default)
     j = requests.get(srv.admin + "/v1/series?policy=api&seconds=99999999999999999999", headers=AUTH,
                      timeout=5).json()
