@@ -35,7 +35,8 @@ core.register_action("sluice_auth", { "http-req" }, function(txn)
     -- req_get_headers(): name -> values indexed from 0
     for name, values in pairs(txn.http:req_get_headers()) do
         local n = string.lower(name)
-        if not hop[n] and not n:find("^x%-original%-") and not n:find("^x%-forwarded%-") then
+        if not hop[n] and not n:find("^x%-original%-") and not n:find("^x%-forwarded%-") and
+           n ~= "x-sluice-route" then -- a client never names its own route
             local list = {}
             for i = 0, #values do
                 if values[i] ~= nil then list[#list + 1] = values[i] end
@@ -47,6 +48,9 @@ core.register_action("sluice_auth", { "http-req" }, function(txn)
     out["x-original-uri"] = { txn.sf:url() }
     out["x-forwarded-host"] = { txn.sf:req_hdr("host") }
     out["x-forwarded-for"] = { txn.sf:src() }
+    -- the route name (sluice's key part `route`): haproxy.cfg's txn.sluice_route
+    local route = txn:get_var("txn.sluice_route")
+    if route ~= nil and route ~= "" then out["x-sluice-route"] = { route } end
 
     local ok, res = pcall(function()
         return core.httpclient():get{ url = url, dst = gate, headers = out, timeout = timeout_ms }

@@ -11,6 +11,7 @@
  * envconfig panics on it.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <strings.h>
 
 #include "cli.h"
+#include "core/log.h"
 #include "server/envoy_stats.h"
 #include "server/server.h"
 #include "server/statsd.h"
@@ -47,7 +49,6 @@ static const struct {
     {"USE_DOG_STATSD_MOGRIFIERS", V_UNSUPPORTED}, {"PROMETHEUS_MAPPER_YAML", V_UNSUPPORTED},
     {"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", V_NA},
     {"FORCE_START_WITHOUT_INITIAL_CONFIG", V_UNSUPPORTED},
-    {"LOG_LEVEL", V_UNSUPPORTED}, {"LOG_FORMAT", V_UNSUPPORTED},
     {"TRACING_ENABLED", V_UNSUPPORTED}, {"TRACING_SERVICE_NAME", V_UNSUPPORTED},
     {"TRACING_SERVICE_NAMESPACE", V_UNSUPPORTED}, {"TRACING_SERVICE_INSTANCE_ID", V_UNSUPPORTED},
     {"TRACING_EXPORTER_PROTOCOL", V_UNSUPPORTED}, {"TRACING_SAMPLING_RATE", V_UNSUPPORTED},
@@ -65,13 +66,30 @@ static const struct {
     {"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", V_NA},
 };
 
+/* LOG_FORMAT's: lines written before the logger exists use it too. */
+static sl_log_format g_fmt = SL_LOG_TEXT;
+static sl_log_level g_lvl = SL_LOG_WARN; /* LOG_LEVEL's: a warning under error is not said */
+
+/* One line before the server starts (an error that stops the start, or the warning), in
+ * the format LOG_FORMAT asks for. */
+static void say(sl_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(sl_log_level lvl, const char *fmt, ...) {
+    if (lvl > g_lvl) return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    sl_log_emit_once(g_fmt, lvl, lvl == SL_LOG_ERROR ? "start_failed" : "compat_env", msg);
+}
+
 static const char *env(const char *name, const char *def) {
     const char *v = getenv(name);
     return v != NULL ? v : def;
 }
 
 static int fail(const char *name, const char *value, const char *expected) {
-    fprintf(stderr, "sluice serve: --compat envoy-ratelimit: %s=%s is not valid (expected %s)\n",
+    say(SL_LOG_ERROR, "--compat envoy-ratelimit: %s=%s is not valid (expected %s)",
             name, value, expected);
     return -1;
 }
@@ -152,8 +170,8 @@ static int auth_of(const char *name, char *user, size_t ucap, char *pass, size_t
     size_t ul = colon ? (size_t)(colon - v) : 0;
     const char *pw = colon ? colon + 1 : v;
     if (ul >= ucap || strlen(pw) >= pcap || pw[0] == '\0') {
-        fprintf(stderr, "sluice serve: --compat envoy-ratelimit: %s is not valid (expected "
-                        "'password' or 'user:password', at most %zu bytes)\n", name, pcap - 1);
+        say(SL_LOG_ERROR, "--compat envoy-ratelimit: %s is not valid (expected "
+                        "'password' or 'user:password', at most %zu bytes)", name, pcap - 1);
         return -1;
     }
     memcpy(user, v, ul);
@@ -186,7 +204,7 @@ static int redis_conn(sl_server_opts *o) {
         const char *v = env(files[i].var, "");
         if (v[0] == '\0') continue;
         if (!tls) {
-            fprintf(stderr, "sluice serve: --compat envoy-ratelimit: %s is set but REDIS_TLS is not true\n",
+            say(SL_LOG_ERROR, "--compat envoy-ratelimit: %s is set but REDIS_TLS is not true",
                     files[i].var);
             return -1;
         }
@@ -238,12 +256,37 @@ static void note(char *buf, size_t cap, const char *name) {
     snprintf(buf + l, cap - l, "%s%s", l ? ", " : "", name);
 }
 
+/* LOG_LEVEL (logrus's names, any case; upstream's default WARN) and LOG_FORMAT ("json",
+ * any case; anything else is text, as upstream; unset: the settings file's, else text)
+ * into --log-level and --log-format, which flags given after still override. A level
+ * logrus would not parse stops the start. */
+static int log_env(sl_server_opts *o) {
+    const char *f = env("LOG_FORMAT", NULL);
+    g_fmt = f != NULL && strcasecmp(f, "json") == 0 ? SL_LOG_JSON : SL_LOG_TEXT;
+    if (f != NULL) /* unset: upstream's text, unless a sluice settings file says json */
+        snprintf(o->log_format, sizeof(o->log_format), "%s", g_fmt == SL_LOG_JSON ? "json" : "text");
+    const char *l = env("LOG_LEVEL", "WARN");
+    static const struct {
+        const char *name, *ours;
+    } lv[] = {{"panic", "error"}, {"fatal", "error"}, {"error", "error"}, {"warn", "warn"},
+              {"warning", "warn"}, {"info", "info"}, {"debug", "debug"}, {"trace", "debug"}};
+    for (size_t i = 0; i < sizeof(lv) / sizeof(lv[0]); i++)
+        if (strcasecmp(l, lv[i].name) == 0) {
+            snprintf(o->log_level, sizeof(o->log_level), "%s", lv[i].ours);
+            sl_log_level_parse(lv[i].ours, &g_lvl);
+            return 0;
+        }
+    return fail("LOG_LEVEL", l, "panic, fatal, error, warn, info, debug or trace");
+}
+
 int sl_cli_compat_envoy(sl_server_opts *o) {
     sl_envoy_settings es;
     memset(&es, 0, sizeof(es));
     es.compat = true;
     bool b;
     long long n;
+
+    if (log_env(o) != 0) return -1; /* first: what follows is said in its format */
 
     /* listeners: as upstream, on every interface, HTTP 8080, gRPC 8081, debug 6070; no RESP */
     if (listen_addr("HOST", "0.0.0.0", "PORT", 8080, o->http) != 0) return -1;
@@ -262,8 +305,8 @@ int sl_cli_compat_envoy(sl_server_opts *o) {
     if (b) {
         const char *cert = env("GRPC_SERVER_TLS_CERT", ""), *key = env("GRPC_SERVER_TLS_KEY", "");
         if (cert[0] == '\0' || key[0] == '\0') {
-            fprintf(stderr, "sluice serve: --compat envoy-ratelimit: GRPC_SERVER_USE_TLS=true needs "
-                            "GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY\n");
+            say(SL_LOG_ERROR, "--compat envoy-ratelimit: GRPC_SERVER_USE_TLS=true needs "
+                            "GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY");
             return -1;
         }
         if (copy_to("GRPC_SERVER_TLS_CERT", cert, o->grpc_tls_cert, sizeof(o->grpc_tls_cert)) ||
@@ -278,8 +321,8 @@ int sl_cli_compat_envoy(sl_server_opts *o) {
     /* the config directory RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY */
     const char *ct = env("CONFIG_TYPE", "FILE");
     if (strcasecmp(ct, "FILE") != 0) {
-        fprintf(stderr, "sluice serve: --compat envoy-ratelimit: CONFIG_TYPE=%s is not supported "
-                        "(sluice loads rules from files: CONFIG_TYPE=FILE)\n", ct);
+        say(SL_LOG_ERROR, "--compat envoy-ratelimit: CONFIG_TYPE=%s is not supported "
+                        "(sluice loads rules from files: CONFIG_TYPE=FILE)", ct);
         return -1;
     }
     o->config_path[0] = '\0';
@@ -353,8 +396,8 @@ int sl_cli_compat_envoy(sl_server_opts *o) {
         }
         if (w < 0 || (size_t)w >= sizeof(o->store_url)) return fail("REDIS_URL", url, "a shorter URL");
     } else {
-        fprintf(stderr, "sluice serve: --compat envoy-ratelimit: BACKEND_TYPE=%s is not supported "
-                        "(redis, or memory for one instance)\n", backend);
+        say(SL_LOG_ERROR, "--compat envoy-ratelimit: BACKEND_TYPE=%s is not supported "
+                        "(redis, or memory for one instance)", backend);
         return -1;
     }
 
@@ -366,9 +409,9 @@ int sl_cli_compat_envoy(sl_server_opts *o) {
         get_bool("USE_PROMETHEUS", false, &use_prom) != 0 || get_bool("DISABLE_STATS", false, &disable) != 0)
         return -1;
     if (!disable && use_dog + use_statsd + use_prom > 1) { /* upstream refuses to start too */
-        fprintf(stderr, "sluice serve: --compat envoy-ratelimit: unable to use more than one stats "
+        say(SL_LOG_ERROR, "--compat envoy-ratelimit: unable to use more than one stats "
                         "sink at the same time (set one of USE_DOG_STATSD, USE_STATSD, USE_PROMETHEUS; "
-                        "USE_STATSD is true unless set to false)\n");
+                        "USE_STATSD is true unless set to false)");
         return -1;
     }
     if (get_int("STATSD_PORT", 8125, 1, 65535, &n) != 0) return -1;
@@ -395,7 +438,7 @@ int sl_cli_compat_envoy(sl_server_opts *o) {
     if (getenv("GRPC_CLIENT_TLS_SAN") != NULL && o->grpc_tls_cert[0] == '\0')
         note(un, sizeof(un), "GRPC_CLIENT_TLS_SAN without GRPC_SERVER_USE_TLS");
     if (na[0] != '\0' || un[0] != '\0')
-        fprintf(stderr, "sluice serve: warning: --compat envoy-ratelimit: not acted on:%s%s%s%s%s\n",
+        say(SL_LOG_WARN, "--compat envoy-ratelimit: not acted on:%s%s%s%s%s",
                 un[0] ? " not supported: " : "", un, un[0] && na[0] ? ";" : "",
                 na[0] ? " not applicable (sluice's own design covers it): " : "", na);
     sl_config_set_envoy(&es);

@@ -137,6 +137,14 @@ int sl_cli_config(int argc, char **argv) {
         int line = 0, col = 0;
         if (sl_config_policy_needs_finish(cfg, i, msg, sizeof(msg), &line, &col))
             fprintf(stderr, "%s:%d:%d: warning: %s\n", path, line, col, msg);
+        if (sl_config_policy_grpc_shaping(cfg, i, msg, sizeof(msg), &line, &col))
+            fprintf(stderr, "%s:%d:%d: warning: %s\n", path, line, col, msg);
+    }
+    {
+        char msg[700];
+        int line = 0, col = 0;
+        if (sl_config_client_ip_warning(cfg, msg, sizeof(msg), &line, &col))
+            fprintf(stderr, "%s:%d:%d: warning: %s\n", path, line, col, msg);
     }
     bool envoy = sl_config_is_envoy(cfg);
     size_t np = sl_config_policy_count(cfg), nl = sl_config_limiter_count(cfg);

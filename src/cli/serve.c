@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/log.h"
+#include "server/observe.h"
 #include "server/server.h"
 
 #ifndef SLUICE_INSTALLED_CONFIG
@@ -172,6 +174,15 @@ static int apply(sl_server_opts *o, int id, const char *v, const char *from) {
     }
 }
 
+/* The log format for lines written before the logger exists: --log-format (or its
+ * variable, or LOG_FORMAT in compat mode) when given, else text (the config's log.format
+ * is not known yet). */
+static sl_log_format flag_format(const sl_server_opts *o) {
+    sl_log_format f = SL_LOG_TEXT;
+    if (o->log_format[0] && sl_log_format_parse(o->log_format, &f) != 0) f = SL_LOG_TEXT;
+    return f;
+}
+
 /* The config file when no -c names one: ./sluice.yaml, $SLUICE_CONFIG, the installed one. */
 static int find_config(sl_server_opts *o) {
     const char *env = getenv("SLUICE_CONFIG");
@@ -183,12 +194,18 @@ static int find_config(sl_server_opts *o) {
     for (size_t i = 0; i < sizeof(tried) / sizeof(tried[0]); i++) {
         if (tried[i].path == NULL || access(tried[i].path, F_OK) != 0) continue;
         snprintf(o->config_path, sizeof(o->config_path), "%s", tried[i].path);
-        fprintf(stderr, "sluice serve: using %s config %s\n", tried[i].why, tried[i].path);
+        char msg[SL_PATH_MAX + 64];
+        snprintf(msg, sizeof(msg), "using %s config %s", tried[i].why, tried[i].path);
+        sl_log_level lv = SL_LOG_INFO; /* --log-level (or its variable) when given */
+        if (!o->log_level[0] || sl_log_level_parse(o->log_level, &lv) != 0 || lv >= SL_LOG_INFO)
+            sl_log_emit_once(flag_format(o), SL_LOG_INFO, "config_found", msg);
         return 0;
     }
-    fprintf(stderr, "sluice serve: no config file: none of ./sluice.yaml, $SLUICE_CONFIG (%s), %s exists "
-                    "(expected -c FILE; examples/sluice.yaml in the source tree is a start)\n",
-            env && env[0] ? env : "unset", SLUICE_INSTALLED_CONFIG);
+    char msg[2 * SL_PATH_MAX + 200];
+    snprintf(msg, sizeof(msg), "no config file: none of ./sluice.yaml, $SLUICE_CONFIG (%s), %s exists "
+             "(expected -c FILE; examples/sluice.yaml in the source tree is a start)",
+             env && env[0] ? env : "unset", SLUICE_INSTALLED_CONFIG);
+    sl_log_emit_once(flag_format(o), SL_LOG_ERROR, "start_failed", msg);
     return 1;
 }
 
@@ -248,7 +265,9 @@ int sl_cli_serve(int argc, char **argv) {
     if (optind < argc) return usage_msg("unexpected argument", argv[optind]);
     if (!have_config && o.config_path[0] == '\0' && find_config(&o) != 0) return 1; /* compat sets its own */
     if (access(o.config_path, R_OK) != 0) {
-        fprintf(stderr, "sluice serve: cannot read config file %s: %s\n", o.config_path, strerror(errno));
+        char msg[SL_PATH_MAX + 128];
+        snprintf(msg, sizeof(msg), "cannot read config file %s: %s", o.config_path, strerror(errno));
+        sl_log_emit_once(flag_format(&o), SL_LOG_ERROR, "start_failed", msg);
         return 1;
     }
     char err[8192];
@@ -257,7 +276,10 @@ int sl_cli_serve(int argc, char **argv) {
         /* one line: the first error (config files may report several) */
         char *nl = strchr(err, '\n');
         if (nl) *nl = '\0';
-        fprintf(stderr, "sluice serve: %s\n", err);
+        /* in the format the logger would have used (the config's, once it was read) */
+        int lf = sl_obs_last_format();
+        sl_log_emit_once(o.log_format[0] || lf < 0 ? flag_format(&o) : (sl_log_format)lf, SL_LOG_ERROR,
+                         "start_failed", err);
         return 1;
     }
     int rc = sl_server_run(s);

@@ -483,7 +483,7 @@ void sl__load_root(sl__ctx *cx, const sl_ynode *root) {
         sl__envoy_load(cx, root);
         return;
     }
-    static const char *const top[] = {"listen", "workers", "admin", "auth", "headers",
+    static const char *const top[] = {"listen", "workers", "admin", "auth", "client_ip", "headers",
                                       "log", "store", "policies", "domains", "observe",
                                       "audit", NULL};
     sl__check_fields(cx, root, "the config", top);
@@ -661,6 +661,73 @@ bool sl_config_is_envoy(const sl_config *cfg) { return cfg && cfg->envoy_format;
 size_t sl_config_domain_count(const sl_config *cfg) { return cfg ? cfg->n_domains : 0; }
 bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i) {
     return cfg != NULL && i < cfg->n_pol && cfg->pol[i].fail_closed;
+}
+
+static bool keys_on_client_ip(const sl_cpolicy *cp) {
+    for (size_t c = 0; c < cp->n_chains; c++)
+        for (size_t k = 0; k < cp->chains[c].n; k++)
+            if (cp->chains[c].parts[k].kind == SL_PART_CLIENT_IP) return true;
+    if (cp->cap != NULL && cp->cap->pen_key_set)
+        for (size_t k = 0; k < cp->cap->pen_key.n; k++)
+            if (cp->cap->pen_key.parts[k].kind == SL_PART_CLIENT_IP) return true;
+    return false;
+}
+
+bool sl_config_client_ip_warning(const sl_config *cfg, char *msg, size_t len, int *line, int *col) {
+    if (cfg == NULL) return false;
+    const sl_client_ip_cfg *c = &cfg->settings.client_ip;
+    const sl_cpolicy *cp = NULL;
+    for (size_t i = 0; i < cfg->n_pol && cp == NULL; i++)
+        if (!cfg->pol[i].envoy && keys_on_client_ip(&cfg->pol[i])) cp = &cfg->pol[i];
+    if (cp == NULL) return false;
+    if (c->mode == SL_CIP_LEGACY || c->mode == SL_CIP_PLAIN) {
+        *line = c->mode == SL_CIP_LEGACY ? cp->line : c->line;
+        *col = c->mode == SL_CIP_LEGACY ? cp->col : c->col;
+        snprintf(msg, len,
+                 "policy '%.100s' keys on client_ip, read on /v1/auth from %s with no trusted proxies: "
+                 "a client that sends its own %s chooses its key (behind a gateway that appends, such "
+                 "as nginx's $proxy_add_x_forwarded_for); set client_ip: {header: %s, trusted: [the "
+                 "gateway's address]} or client_ip: peer (docs/operations.md)",
+                 cp->name, c->mode == SL_CIP_LEGACY ? "the left-most X-Forwarded-For (else X-Real-IP)" : c->header,
+                 c->mode == SL_CIP_LEGACY ? "X-Forwarded-For" : c->header,
+                 c->mode == SL_CIP_LEGACY ? "X-Forwarded-For" : c->header);
+        return true;
+    }
+    if (c->mode == SL_CIP_PEER && c->mapping) {
+        /* {header: X} alone: nothing trusted, so the header is never read */
+        *line = c->line;
+        *col = c->col;
+        snprintf(msg, len,
+                 "policy '%.100s' keys on client_ip, but client_ip trusts no proxy (no trusted:, no "
+                 "hops:): %s is never read and /v1/auth counts the peer, so every client behind one "
+                 "gateway shares a key; add trusted: [the gateway's address] (or write client_ip: peer)",
+                 cp->name, c->header);
+        return true;
+    }
+    return false;
+}
+
+bool sl_config_policy_grpc_shaping(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
+                                   int *col) {
+    if (cfg == NULL || i >= cfg->n_pol) return false;
+    const sl_cpolicy *cp = &cfg->pol[i];
+    if (cp->envoy || cp->domain == NULL) return false; /* only a domain policy meets gRPC */
+    bool leaky = cp->algo == SLUICE_LEAKY_BUCKET;
+    for (size_t w = 0; w < cp->nwin; w++) leaky |= cp->win[w].spec.algo == SLUICE_LEAKY_BUCKET;
+    bool react = cp->react == SL_REACT_DELAY;
+    if (!leaky && !react) return false;
+    if (line) *line = cp->line;
+    if (col) *col = cp->col;
+    if (msg != NULL && len > 0)
+        snprintf(msg, len,
+                 "policy '%.100s' (domain '%.60s') %s: over gRPC Envoy cannot hold a request, so %s",
+                 cp->name, cp->domain, leaky ? "shapes with a leaky_bucket" : "delays with on_exceed: delay",
+                 leaky ? "a delayed admission is answered OK at once (counted, not held) with "
+                         "X-Sluice-Delay-Ms in response_headers_to_add: the rate holds only as a burst "
+                         "of the bucket's size; for a hard rate use token_bucket or gcra"
+                       : "the delay is answered OVER_LIMIT with Retry-After and a problem body "
+                         "(nothing counted): the client retries, Envoy does not wait");
+    return true;
 }
 
 bool sl_config_policy_needs_finish(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/client_ip.h"
+
 #include "sluice.h"
 
 /* ---- diagnostics ------------------------------------------------------------------ */
@@ -105,6 +107,8 @@ typedef struct sl_settings {
     unsigned workers;               /* 0 = one per CPU */
     char admin_token[128];          /* "" = no token required on the admin listener */
     int auth_deny_status;           /* status of /v1/auth on a rejection: 429 (400-599) */
+    char auth_route_header[64];     /* /v1/auth: the route name's header, lowercase ("x-sluice-route") */
+    sl_client_ip_cfg client_ip;     /* who the client is behind proxies (client_ip.h) */
     bool legacy_headers;            /* also emit X-RateLimit-Limit/Remaining/Reset */
     bool log_raw_keys;              /* default false: keys are personal data */
     /* Named admin tokens (admin.tokens): the audit trail names the caller by its token's
@@ -126,6 +130,10 @@ typedef struct sl_settings {
         uint32_t decisions_sample_ppm;  /* eligible decisions logged, per million (1000000) */
         uint32_t decisions_per_s;   /* lines per second at most (100) */
         uint32_t decisions_burst;   /* (100) */
+        /* The rejection summary (log.rejections): one line per policy that refused, every
+         * rejections_every_ns (10 s; 0 = off), with its rejections_top keys and addresses. */
+        int64_t rejections_every_ns;
+        uint32_t rejections_top;    /* (3, at most 4) */
     } log;
     /* Metrics and hot keys (observe:). */
     struct {
@@ -179,6 +187,9 @@ int sl_envoy_unit_of(int64_t secs);
  * once at start, before any load). */
 void sl_config_set_envoy(const sl_envoy_settings *e);
 const sl_envoy_settings *sl_config_envoy(void);
+/* The envoyproxy/ratelimit rules of cfg as upstream's /rlconfig prints them (malloc'd
+ * text, one line per rule; "" when there are none; NULL without memory). */
+char *sl_config_envoy_dump(const sl_config *cfg, size_t *len);
 
 /* Loads and validates a config file. On success *out is a fully valid config and 0 is
  * returned; on failure every error found is in `diags` (may be NULL), *out is NULL and
@@ -218,6 +229,15 @@ bool sl_config_policy_fails_closed(const sl_config *cfg, size_t i);
  * the policy is written. */
 bool sl_config_policy_needs_finish(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
                                    int *col);
+
+/* Whether policy i shapes (a leaky_bucket window, or on_exceed: delay) and is reachable
+ * over gRPC (match.domain): Envoy cannot hold a request; msg says what it gets instead. */
+bool sl_config_policy_grpc_shaping(const sl_config *cfg, size_t i, char *msg, size_t len, int *line,
+                                   int *col);
+/* Whether a policy keys on client_ip while /v1/auth reads it from a header with no
+ * trusted proxy (no client_ip setting, or `client_ip: HEADER`): a client choosing its own
+ * key. msg receives the warning (config check prints it), line/col where it applies. */
+bool sl_config_client_ip_warning(const sl_config *cfg, char *msg, size_t len, int *line, int *col);
 
 /* The unit a policy counts in (RateLimit-Policy qu=). */
 typedef enum sl_quota_unit {

@@ -48,7 +48,7 @@ static void diag_here(sl_diag_list *dl, size_t from, const char *file) {
 /* A sluice-format document that carries server settings (listeners, store, ...): only
  * one file of a directory may, so no setting silently depends on the order of files. */
 static const sl_ynode *settings_key(const sl_ynode *root) {
-    static const char *const keys[] = {"listen", "workers", "admin", "auth", "headers", "log",
+    static const char *const keys[] = {"listen", "workers", "admin", "auth", "client_ip", "headers", "log",
                                        "store", NULL};
     if (root == NULL || root->kind != SL_YMAP || sl__get(root, "domain") != NULL ||
         sl__get(root, "descriptors") != NULL)

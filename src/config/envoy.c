@@ -579,3 +579,50 @@ const sl_enode *sl__envoy_child(const sl_elevel *lv, const char *k, size_t kl, c
     }
     return bare;
 }
+
+/* ---- the loaded rules as text (the debug port's /rlconfig) --------------------------- */
+
+/* One line per rule with a rate_limit, as envoyproxy/ratelimit's debug endpoint prints
+ * its config: "<domain.key_value...>: unit=<UNIT> requests_per_unit=<N>, shadow_mode:
+ * <bool>", in file order (upstream walks Go maps: no order). An unlimited rule has unit
+ * UNKNOWN and 0, as upstream's zero-valued limit. */
+char *sl_config_envoy_dump(const sl_config *cfg, size_t *len) {
+    size_t cap = 256, n = 0;
+    char *out = malloc(cap);
+    if (out == NULL) return NULL;
+    out[0] = '\0';
+    for (size_t i = 0; cfg != NULL && i < cfg->n_pol; i++) {
+        const sl_cpolicy *p = &cfg->pol[i];
+        if (!p->envoy || p->stat_key == NULL) continue;
+        int code = 0;
+        uint32_t rpu = 0;
+        if (!p->unlimited && p->nwin > 0) {
+            code = p->win[0].envoy_unit;
+            rpu = p->win[0].requests_per_unit;
+        }
+        char unit[16];
+        const char *un = code > 0 && code <= SL_ENVOY_UNIT_MAX ? sl_envoy_units[code].name : "unknown";
+        size_t k = 0;
+        for (; un[k] && k + 1 < sizeof(unit); k++)
+            unit[k] = (char)(un[k] >= 'a' && un[k] <= 'z' ? un[k] - 'a' + 'A' : un[k]);
+        unit[k] = '\0';
+        for (;;) {
+            int w = snprintf(out + n, cap - n, "%s: unit=%s requests_per_unit=%u, shadow_mode: %s\n",
+                             p->stat_key, unit, rpu, p->rollout_pct == 0 ? "true" : "false");
+            if (w < 0) break;
+            if ((size_t)w < cap - n) {
+                n += (size_t)w;
+                break;
+            }
+            char *nb = realloc(out, cap * 2 + (size_t)w);
+            if (nb == NULL) {
+                free(out);
+                return NULL;
+            }
+            out = nb;
+            cap = cap * 2 + (size_t)w;
+        }
+    }
+    *len = n;
+    return out;
+}

@@ -462,10 +462,14 @@ static bool parse_limits(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, const sl
         ok &= sl__parse_windows(cx, x, p, p->algo, algo_set, &p->win, &p->nwin);
         if (ok) sl__check_costs(cx, cost_node ? cost_node : x, p, p->win, p->nwin);
     }
+    /* a concurrency window counts concurrent requests (sl__make_win says so per window);
+     * the policy's unit becomes it only when every window is one, so a rate window beside
+     * a concurrency window keeps its own unit and reset in RateLimit-Policy / RateLimit */
+    bool all_conc = p->nwin > 0;
     for (size_t i = 0; i < p->nwin; i++)
-        if ((p->win[i].spec.algo == SLUICE_CONCURRENCY ||
-             p->win[i].spec.algo == SLUICE_ADAPTIVE_CONCURRENCY) && p->qu == SL_QU_REQUESTS)
-            p->qu = SL_QU_CONCURRENT;
+        if (p->win[i].spec.algo != SLUICE_CONCURRENCY && p->win[i].spec.algo != SLUICE_ADAPTIVE_CONCURRENCY)
+            all_conc = false;
+    if (all_conc && p->qu == SL_QU_REQUESTS) p->qu = SL_QU_CONCURRENT;
     *algo_set_out = algo_set;
     *algo_bad_out = algo_bad;
     return ok;

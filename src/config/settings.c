@@ -166,12 +166,16 @@ void sl__settings_defaults(sl_settings *st) {
     snprintf(st->listen_admin, sizeof(st->listen_admin), "127.0.0.1:9090");
     snprintf(st->listen_grpc, sizeof(st->listen_grpc), "127.0.0.1:8081");
     st->auth_deny_status = 429;
+    snprintf(st->auth_route_header, sizeof(st->auth_route_header), "x-sluice-route");
+    snprintf(st->client_ip.header, sizeof(st->client_ip.header), "x-forwarded-for");
     st->store.redis_timeout_ns = 20 * SLUICE_NS_PER_MS;
     st->log.level = 2; /* info */
     st->log.decisions_rejections_only = true;
     st->log.decisions_sample_ppm = 1000000;
     st->log.decisions_per_s = 100;
     st->log.decisions_burst = 100;
+    st->log.rejections_every_ns = 10 * SLUICE_NS_PER_S;
+    st->log.rejections_top = 3;
     st->observe.near_limit_ppm = 800000;
     st->observe.hot_counters = 64;
     st->observe.hot_interval_ns = 10 * SLUICE_NS_PER_S;
@@ -197,7 +201,8 @@ static bool get_ppm(sl__ctx *cx, const sl_ynode *n, const char *what, uint32_t *
 }
 
 static void parse_log(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
-    static const char *const f[] = {"raw_keys", "level", "format", "file", "decisions", NULL};
+    static const char *const f[] = {"raw_keys", "level", "format", "file", "decisions",
+                                    "rejections", NULL};
     if (!sl__check_fields(cx, x, "log", f)) return;
     const sl_ynode *y;
     if ((y = sl__get(x, "raw_keys")) != NULL) sl__get_bool(cx, y, &st->log_raw_keys);
@@ -240,6 +245,28 @@ static void parse_log(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
         }
         if ((z = sl__get(y, "burst")) != NULL && sl__get_u64(cx, z, 1000000, &v))
             st->log.decisions_burst = (uint32_t)(v ? v : 1);
+    }
+    /* log.rejections: off | false | {every: 10s, top: 3} (every: 0 is off too) */
+    if ((y = sl__get(x, "rejections")) != NULL) {
+        if (sl__is_scalar(y) && (strcmp(y->s, "off") == 0 || strcmp(y->s, "false") == 0)) {
+            st->log.rejections_every_ns = 0;
+        } else if (sl__check_fields(cx, y, "log.rejections", (const char *const[]){"every", "top", NULL})) {
+            const sl_ynode *z;
+            uint64_t v;
+            if ((z = sl__get(y, "every")) != NULL) {
+                int64_t ns = 0;
+                if (sl__is_scalar(z) && strcmp(z->s, "0") == 0) st->log.rejections_every_ns = 0;
+                else if (sl__get_duration(cx, z, &ns)) {
+                    if (ns < SLUICE_NS_PER_S)
+                        sl__err(cx, z, "log.rejections.every below 1s (expected 1s or more, or "
+                                "off)");
+                    else
+                        st->log.rejections_every_ns = ns;
+                }
+            }
+            if ((z = sl__get(y, "top")) != NULL && sl__get_u64(cx, z, 4, &v))
+                st->log.rejections_top = (uint32_t)v;
+        }
     }
 }
 
@@ -351,6 +378,75 @@ static void parse_admin_tokens(sl__ctx *cx, const sl_ynode *x, sl_settings *st) 
     }
 }
 
+/* A header name as the config writes it, kept lowercase in out (64 bytes). */
+static bool header_name(sl__ctx *cx, const sl_ynode *n, const char *what, char *out, size_t len) {
+    const char *s = sl__get_str(cx, n, what);
+    if (s == NULL) return false;
+    size_t l = strlen(s);
+    bool ok = l > 0 && l < len;
+    for (size_t i = 0; ok && i < l; i++) /* an HTTP token (RFC 9110) */
+        ok = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+             strchr("!#$%&'*+-.^_`|~", s[i]) != NULL;
+    if (!ok) {
+        sl__err(cx, n, "bad %s '%.60s' (expected a header name such as X-Forwarded-For, at most %zu bytes)",
+                what, s, len - 1);
+        return false;
+    }
+    for (size_t i = 0; i <= l; i++) out[i] = (char)((s[i] >= 'A' && s[i] <= 'Z') ? s[i] + 32 : s[i]);
+    return true;
+}
+
+/* client_ip: peer | HEADER | {header, trusted: [CIDR...], hops: N} (docs/config.md). */
+static void parse_client_ip(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
+    sl_client_ip_cfg *c = &st->client_ip;
+    c->line = x->line, c->col = x->col;
+    if (sl__is_scalar(x)) {
+        if (strcmp(x->s, "peer") == 0) {
+            c->mode = SL_CIP_PEER;
+        } else if (header_name(cx, x, "client_ip header", c->header, sizeof(c->header))) {
+            c->mode = SL_CIP_PLAIN;
+            c->forwarded = strcmp(c->header, "forwarded") == 0;
+            if (c->forwarded)
+                sl__err(cx, x, "client_ip: Forwarded needs trusted proxies (expected client_ip: "
+                        "{header: Forwarded, trusted: [10.0.0.0/8]})");
+        }
+        return;
+    }
+    static const char *const f[] = {"header", "trusted", "hops", NULL};
+    if (x->kind != SL_YMAP) {
+        sl__err(cx, x, "bad client_ip (expected peer, a header name, or {header: X-Forwarded-For, "
+                "trusted: [10.0.0.0/8], hops: N})");
+        return;
+    }
+    if (!sl__check_fields(cx, x, "client_ip", f)) return;
+    c->mapping = true;
+    const sl_ynode *a;
+    if ((a = sl__get(x, "header")) != NULL) header_name(cx, a, "client_ip header", c->header, sizeof(c->header));
+    c->forwarded = strcmp(c->header, "forwarded") == 0;
+    if ((a = sl__get(x, "hops")) != NULL) {
+        uint64_t v;
+        if (sl__get_u64(cx, a, SL_CIP_WALK_MAX, &v)) c->hops = (unsigned)v;
+    }
+    if ((a = sl__get(x, "trusted")) != NULL) {
+        if (!sl__is_seq(a)) {
+            sl__err(cx, a, "client_ip.trusted must be a list (expected trusted: [10.0.0.0/8, ::1])");
+        } else if (a->n > SL_CIP_TRUSTED_MAX) {
+            sl__err(cx, a, "client_ip.trusted has %zu networks (expected at most %d)", a->n, SL_CIP_TRUSTED_MAX);
+        } else {
+            for (size_t i = 0; i < a->n; i++) {
+                const sl_ynode *e = a->v[i];
+                if (!sl__is_scalar(e) || !sl_cidr_parse(e->s, e->len, &c->trusted[c->n_trusted])) {
+                    sl__err(cx, e, "bad trusted proxy '%.60s' (expected an address or network such as "
+                            "127.0.0.1, 10.0.0.0/8 or 2001:db8::/32)", sl__is_scalar(e) ? e->s : "");
+                    continue;
+                }
+                c->n_trusted++;
+            }
+        }
+    }
+    c->mode = (c->n_trusted > 0 || c->hops > 0) ? SL_CIP_WALK : SL_CIP_PEER;
+}
+
 void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
     const sl_ynode *x;
     if ((x = sl__get(root, "listen")) != NULL) {
@@ -377,9 +473,13 @@ void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
         if (sl__get(x, "tokens") != NULL) parse_admin_tokens(cx, sl__get(x, "tokens"), st);
     }
     if ((x = sl__get(root, "auth")) != NULL) {
-        static const char *const f[] = {"deny_status", NULL};
+        static const char *const f[] = {"deny_status", "route_header", NULL};
         uint64_t v;
-        if (sl__check_fields(cx, x, "auth", f) && sl__get(x, "deny_status") != NULL &&
+        bool fields_ok = sl__check_fields(cx, x, "auth", f);
+        if (fields_ok && sl__get(x, "route_header") != NULL)
+            header_name(cx, sl__get(x, "route_header"), "auth.route_header", st->auth_route_header,
+                        sizeof(st->auth_route_header));
+        if (fields_ok && sl__get(x, "deny_status") != NULL &&
             sl__get_u64(cx, sl__get(x, "deny_status"), 999, &v)) {
             if (v < 400 || v > 599)
                 sl__err(cx, sl__get(x, "deny_status"), "deny_status %llu is not an error "
@@ -393,6 +493,7 @@ void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
         if (sl__check_fields(cx, x, "headers", f) && sl__get(x, "legacy") != NULL)
             sl__get_bool(cx, sl__get(x, "legacy"), &st->legacy_headers);
     }
+    if ((x = sl__get(root, "client_ip")) != NULL) parse_client_ip(cx, x, st);
     if ((x = sl__get(root, "log")) != NULL) parse_log(cx, x, st);
     if ((x = sl__get(root, "observe")) != NULL) parse_observe(cx, x, st);
     if ((x = sl__get(root, "audit")) != NULL) parse_audit(cx, x, st);

@@ -16,6 +16,7 @@
 
 #define YAML_MAX_DEPTH 64
 #define YAML_MAX_NODES 1000000
+#define YAML_MAX_MERGED 256 /* keys of a map built with merge keys (compared pairwise) */
 
 /* ---- arena ------------------------------------------------------------------------ */
 
@@ -98,10 +99,21 @@ size_t sl_diag_format(const sl_diag_list *dl, size_t i, char *buf, size_t len) {
 
 /* ---- YAML tree -------------------------------------------------------------------- */
 
+/* An anchor (&name) and the node it names; `weight` is the node's size with every alias
+ * inside it expanded, which is what an alias to it adds to the document. */
+typedef struct yanchor {
+    const char *name;
+    sl_ynode *node;
+    size_t weight;
+} yanchor;
+
 typedef struct ybuild {
     sl__ctx *cx;
     yaml_parser_t parser;
     size_t nodes;
+    size_t expanded; /* nodes with aliases expanded: bounded like nodes (billion laughs) */
+    yanchor *anch; /* the anchors by name (anchor_slot) */
+    size_t nanch, capanch;
     bool failed;
     const char *buf; /* the input, for positions of reader errors */
     size_t len;
@@ -147,6 +159,7 @@ static sl_ynode *ynode_new(ybuild *b, sl_ykind k, const yaml_mark_t *m) {
         b->failed = true;
         return NULL;
     }
+    b->expanded++;
     sl_ynode *n = sl__alloc(&b->cx->tmp, sizeof(*n));
     if (n == NULL) {
         b->failed = true;
@@ -158,10 +171,158 @@ static sl_ynode *ynode_new(ybuild *b, sl_ykind k, const yaml_mark_t *m) {
     return n;
 }
 
+static sl_ynode *ybuild_node_in(ybuild *b, yaml_event_t *ev, int depth);
+
+/* FNV-1a of an anchor's name (the anchor table's hash). */
+static uint64_t anchor_hash(const char *s) {
+    uint64_t h = UINT64_C(1469598103934665603);
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+    return h;
+}
+
+/* The slot of `name` in the anchor table (open addressing, a power of two, at most half
+ * full): its entry, or the free slot where it goes. */
+static yanchor *anchor_slot(yanchor *t, size_t cap, const char *name) {
+    for (size_t i = (size_t)anchor_hash(name) & (cap - 1);; i = (i + 1) & (cap - 1))
+        if (t[i].name == NULL || strcmp(t[i].name, name) == 0) return &t[i];
+}
+
+/* Keeps `node` under its anchor's name (a later anchor of the same name wins, as YAML
+ * says); weight: what the node counts when expanded. A hash table: a file of many
+ * anchors and aliases costs one probe per alias. */
+static void anchor_add(ybuild *b, const yaml_char_t *name, sl_ynode *node, size_t weight) {
+    if (name == NULL || node == NULL) return;
+    if (2 * (b->nanch + 1) > b->capanch) {
+        size_t nc = b->capanch ? b->capanch * 2 : 32;
+        yanchor *na = calloc(nc, sizeof(*na));
+        if (na == NULL) {
+            b->cx->cfg->arena.oom = true;
+            b->failed = true;
+            return;
+        }
+        for (size_t i = 0; i < b->capanch; i++)
+            if (b->anch[i].name != NULL) *anchor_slot(na, nc, b->anch[i].name) = b->anch[i];
+        free(b->anch);
+        b->anch = na;
+        b->capanch = nc;
+    }
+    yanchor *e = anchor_slot(b->anch, b->capanch, (const char *)name);
+    if (e->name == NULL) {
+        const char *nm = sl__strndup(&b->cx->tmp, (const char *)name, strlen((const char *)name));
+        if (nm == NULL) {
+            b->failed = true;
+            return;
+        }
+        e->name = nm;
+        b->nanch++;
+    }
+    e->node = node;
+    e->weight = weight;
+}
+
+/* *name: the anchored node itself (shared, never copied: the tree is read-only), its
+ * expanded size charged to the document, so nested aliases that would multiply into a
+ * billion nodes stop at YAML_MAX_NODES with an error instead. */
+static sl_ynode *alias_node(ybuild *b, const yaml_event_t *ev) {
+    const char *name = (const char *)ev->data.alias.anchor;
+    int line = (int)ev->start_mark.line + 1, col = (int)ev->start_mark.column + 1;
+    yanchor *a = b->capanch ? anchor_slot(b->anch, b->capanch, name) : NULL;
+    if (a != NULL && a->name != NULL) {
+        if (a->weight > YAML_MAX_NODES - b->expanded) {
+            diag_add(b->cx, line, col,
+                     "YAML aliases expand to more than 1000000 nodes (expected aliases that do "
+                     "not multiply: each alias copies its anchor's whole value)");
+            b->failed = true;
+            return NULL;
+        }
+        b->expanded += a->weight;
+        return a->node;
+    }
+    char msg[SL_DIAG_MSG];
+    snprintf(msg, sizeof(msg), "unknown YAML alias '*%.60s' (expected an anchor &%.60s defined "
+             "before it, outside its own value)", name, name);
+    diag_add(b->cx, line, col, msg);
+    b->failed = true;
+    return NULL;
+}
+
+/* YAML 1.1 merge keys, as gopkg.in/yaml.v2 reads them: `<<: *base` (or a list of
+ * aliases) adds the merged maps' pairs whose keys the map does not set itself; among
+ * several merged maps the first that has a key wins. kids/cnt: key, value, key, value. */
+static sl_ynode **merge_keys(ybuild *b, sl_ynode **kids, size_t *cnt) {
+    bool any = false;
+    for (size_t i = 0; i + 1 < *cnt; i += 2)
+        if (kids[i]->plain && strcmp(kids[i]->s, "<<") == 0) any = true;
+    if (!any) return kids;
+    size_t total = 0;
+    for (size_t i = 0; i + 1 < *cnt; i += 2) {
+        const sl_ynode *v = kids[i + 1];
+        if (!(kids[i]->plain && strcmp(kids[i]->s, "<<") == 0)) {
+            total += 2;
+            continue;
+        }
+        const sl_ynode *const *m = v->kind == SL_YSEQ ? (const sl_ynode *const *)v->v : &v;
+        size_t nm = v->kind == SL_YSEQ ? v->n : 1;
+        for (size_t j = 0; j < nm; j++) {
+            if (m[j]->kind != SL_YMAP) {
+                diag_add(b->cx, m[j]->line, m[j]->col,
+                         "a merge key '<<' takes a mapping or a list of mappings (expected "
+                         "<<: *anchor)");
+                b->failed = true;
+                return kids;
+            }
+            total += 2 * m[j]->n;
+        }
+    }
+    /* keys are compared pairwise below: a merged map is bounded (config maps are small) */
+    if (total > 2 * YAML_MAX_MERGED) {
+        diag_add(b->cx, kids[0]->line, kids[0]->col,
+                 "a map with merge keys '<<' has more than 256 keys (expected a smaller map)");
+        b->failed = true;
+        return kids;
+    }
+    sl_ynode **out = malloc((total ? total : 1) * sizeof(*out));
+    if (out == NULL) {
+        b->cx->cfg->arena.oom = true;
+        b->failed = true;
+        return kids;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i + 1 < *cnt; i += 2)
+        if (!(kids[i]->plain && strcmp(kids[i]->s, "<<") == 0)) out[n++] = kids[i], out[n++] = kids[i + 1];
+    for (size_t i = 0; i + 1 < *cnt; i += 2) {
+        if (!(kids[i]->plain && strcmp(kids[i]->s, "<<") == 0)) continue;
+        const sl_ynode *v = kids[i + 1];
+        sl_ynode *const *m = v->kind == SL_YSEQ ? v->v : &kids[i + 1];
+        size_t nm = v->kind == SL_YSEQ ? v->n : 1;
+        for (size_t j = 0; j < nm; j++)
+            for (size_t k = 0; k < m[j]->n; k++) {
+                sl_ynode *key = m[j]->v[2 * k];
+                bool have = false;
+                for (size_t q = 0; q < n && !have; q += 2) have = strcmp(out[q]->s, key->s) == 0;
+                if (!have) out[n++] = key, out[n++] = m[j]->v[2 * k + 1];
+            }
+    }
+    free(kids);
+    *cnt = n;
+    return out;
+}
+
 /* Why recursive descent over events rather than libyaml's document API: it keeps the
- * marks we need, refuses aliases before they can multiply (billion laughs) and bounds
- * depth while parsing. `ev` is the node's first event, already read. */
+ * marks we need, bounds what aliases expand to before they can multiply (billion laughs)
+ * and bounds depth while parsing. `ev` is the node's first event, already read. */
 static sl_ynode *ybuild_node(ybuild *b, yaml_event_t *ev, int depth) {
+    size_t before = b->expanded;
+    sl_ynode *n = ybuild_node_in(b, ev, depth);
+    const yaml_char_t *anchor = ev->type == YAML_SCALAR_EVENT           ? ev->data.scalar.anchor
+                                : ev->type == YAML_SEQUENCE_START_EVENT ? ev->data.sequence_start.anchor
+                                : ev->type == YAML_MAPPING_START_EVENT  ? ev->data.mapping_start.anchor
+                                                                        : NULL;
+    if (n != NULL && anchor != NULL) anchor_add(b, anchor, n, b->expanded - before);
+    return b->failed ? NULL : n;
+}
+
+static sl_ynode *ybuild_node_in(ybuild *b, yaml_event_t *ev, int depth) {
     if (depth > YAML_MAX_DEPTH) {
         diag_add(b->cx, (int)ev->start_mark.line + 1, (int)ev->start_mark.column + 1,
                  "nesting too deep (expected at most 64 levels)");
@@ -183,10 +344,7 @@ static sl_ynode *ybuild_node(ybuild *b, yaml_event_t *ev, int depth) {
         return n;
     }
     case YAML_ALIAS_EVENT:
-        diag_add(b->cx, (int)ev->start_mark.line + 1, (int)ev->start_mark.column + 1,
-                 "YAML aliases are not supported (expected the value written out)");
-        b->failed = true;
-        return NULL;
+        return alias_node(b, ev);
     case YAML_SEQUENCE_START_EVENT:
     case YAML_MAPPING_START_EVENT: {
         bool map = ev->type == YAML_MAPPING_START_EVENT;
@@ -231,6 +389,11 @@ static sl_ynode *ybuild_node(ybuild *b, yaml_event_t *ev, int depth) {
                 cap = nc;
             }
             kids[cnt++] = k;
+        }
+        if (map) kids = merge_keys(b, kids, &cnt);
+        if (b->failed) {
+            free(kids);
+            return NULL;
         }
         n->n = map ? cnt / 2 : cnt;
         if (cnt > 0) {
@@ -290,6 +453,7 @@ sl_ynode *sl__yaml_parse(sl__ctx *cx, const char *buf, size_t len) {
         yaml_event_delete(&e);
     }
     yaml_parser_delete(&b.parser);
+    free(b.anch);
     if (b.failed) return NULL;
     if (root == NULL) {
         diag_add(cx, 1, 1, "empty config (expected a mapping with 'policies' or 'domain')");

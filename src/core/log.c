@@ -64,6 +64,7 @@ struct sl_log {
     _Atomic int sleeping __attribute__((aligned(64)));
     _Atomic int level;
     int format;
+    int journal; /* stderr is the journal: lines start with sd-daemon's <N> priority */
     sl_log_slot *ring;
     uint64_t mask;
     int efd;
@@ -340,6 +341,13 @@ static size_t format_line(const sl_log *l, char *buf, sl_log_level lvl, const ch
     sl_log_time(wall_ns, ts);
     if (!event) event = "log";
     int truncated = 0;
+    if (l->journal) {
+        /* sd-daemon(3): journald strips "<N>" and stores N as PRIORITY (3 err, 4 warning,
+         * 6 info, 7 debug), in both formats: a JSON line stays one JSON object after it */
+        static const char pri[4] = {'3', '4', '6', '7'};
+        char pfx[3] = {'<', pri[(unsigned)lvl <= SL_LOG_DEBUG ? lvl : SL_LOG_INFO], '>'};
+        lb_put(&b, pfx, 3);
+    }
     if (json) {
         lb_puts(&b, "{\"ts\":\"");
         lb_puts(&b, ts);
@@ -389,6 +397,40 @@ static size_t format_line(const sl_log *l, char *buf, sl_log_level lvl, const ch
     if (truncated) lb_puts(&b, json ? ",\"truncated\":true" : " truncated=true");
     lb_puts(&b, json ? "}\n" : "\n");
     return b.len;
+}
+
+/* systemd.exec(5): JOURNAL_STREAM is "<device>:<inode>" of the stream the service's
+ * stderr was connected to; it names this descriptor only when both match (a child whose
+ * stderr was redirected elsewhere inherits the variable but not the stream). */
+int sl_log_fd_is_journal(int fd) {
+    const char *js = getenv("JOURNAL_STREAM");
+    if (js == NULL || js[0] == '\0') return 0;
+    char *end;
+    unsigned long long dev = strtoull(js, &end, 10);
+    if (end == js || *end != ':') return 0;
+    const char *p = end + 1;
+    unsigned long long ino = strtoull(p, &end, 10);
+    if (end == p || *end != '\0') return 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0) return 0;
+    return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+void sl_log_emit_once(sl_log_format fmt, sl_log_level lvl, const char *event, const char *msg) {
+    static sl_log one; /* only format and journal are read by format_line (no key fields) */
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    one.format = fmt;
+    one.journal = sl_log_fd_is_journal(2);
+    char line[SL_LOG_LINE_MAX];
+    size_t len = format_line(&one, line, lvl, event, msg, NULL, 0, sys_clock(CLOCK_REALTIME));
+    pthread_mutex_unlock(&mu);
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(2, line + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
 }
 
 /* ---- the queue ---------------------------------------------------------------------------- */
@@ -561,6 +603,8 @@ void sl_log_decisions_set(sl_log *l, int on, int rejections_only, uint32_t sampl
  * is the one shown, computed once. The limiter comes last: a line over the rate is a drop. */
 void sl_log_decision(sl_log *l, const sl_log_dec *d) {
     if (l == NULL || !atomic_load_explicit(&l->dec_on, memory_order_relaxed)) return;
+    /* decision lines are info lines: log.level warn or error leaves them out */
+    if (!sl_log_enabled(l, SL_LOG_INFO)) return;
     if (!d->rejected && atomic_load_explicit(&l->dec_rej_only, memory_order_relaxed)) return;
     int raw = atomic_load_explicit(&l->raw_keys, memory_order_relaxed);
     uint32_t ppm = atomic_load_explicit(&l->dec_ppm, memory_order_relaxed);
@@ -816,6 +860,7 @@ void sl_log_config_default(sl_log_config *c) {
     c->decisions_sample_ppm = 1000000;
     c->decisions_per_s = 100;
     c->decisions_burst = 100;
+    c->journal = -1;
 }
 
 int sl_log_create(sl_log **out, const sl_log_config *c) {
@@ -863,6 +908,7 @@ int sl_log_create(sl_log **out, const sl_log_config *c) {
         l->fd = c->fd >= 0 ? c->fd : 2;
         struct stat st;
         l->fd_is_reg = fstat(l->fd, &st) == 0 && S_ISREG(st.st_mode);
+        l->journal = c->journal > 0 || (c->journal < 0 && sl_log_fd_is_journal(l->fd));
     }
     sl_log_decisions_set(l, c->decisions, c->decisions_rejections_only, c->decisions_sample_ppm,
                          c->decisions_per_s, c->decisions_burst, c->raw_keys);

@@ -91,6 +91,10 @@ typedef struct sl_log_config {
     /* The process key for key hashes; NULL: a random one. Pass the key the hot-key
      * sketches use so the same key shows the same hash in /v1/top and in logs. */
     const sl_hash_key *hash_key;
+    /* Lines start with sd-daemon's "<N>" priority prefix (journald then files them at
+     * that priority): 1 yes, 0 no, -1 (the default) when the destination is stderr or a
+     * descriptor and JOURNAL_STREAM names it (sl_log_fd_is_journal). */
+    int journal;
     /* Clocks (tests); NULL: CLOCK_MONOTONIC and CLOCK_REALTIME. */
     int64_t (*mono_ns)(void *ud);
     int64_t (*wall_ns)(void *ud);
@@ -108,6 +112,13 @@ void sl_log_destroy(sl_log *l);
 /* A process-wide logger for code that is not handed one (NULL: nothing is logged). */
 void sl_log_set_default(sl_log *l);
 sl_log *sl_log_default(void);
+
+/* 1 when JOURNAL_STREAM ("<dev>:<ino>", set by systemd) names the stream fd writes to. */
+int sl_log_fd_is_journal(int fd);
+/* One line straight to stderr in `fmt`, for what must be said before a logger exists (or
+ * after it failed to start): the same line format, the journal prefix when stderr is the
+ * journal. Blocking, unqueued, unlimited: for start-up and fatal lines only. */
+void sl_log_emit_once(sl_log_format fmt, sl_log_level lvl, const char *event, const char *msg);
 
 /* ---- writing ----------------------------------------------------------------------------- */
 

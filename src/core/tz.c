@@ -462,9 +462,15 @@ static int64_t local_next(sluice_period p, int64_t l) {
  * t's local time can lie in a period that already ended (and a period skipped by a
  * jump forward has no instants); both are resolved by stepping forward. An unknown
  * period is treated as a day. */
+static void hour_bounds(const sl_tz *tz, int64_t t, int64_t *start, int64_t *next);
+
 static void period_bounds(const sl_tz *tz, sluice_period p, int64_t utc_s, int64_t *start,
                           int64_t *next) {
     int64_t t = clamp_t(utc_s);
+    if (p == SLUICE_PERIOD_HOUR && tz != NULL) {
+        hour_bounds(tz, t, start, next);
+        return;
+    }
     int64_t l = local_floor(p, t + sl_tz_offset(tz, t));
     int64_t s = first_local(tz, l), nx = s;
     for (int i = 0; i < 64; i++) { /* offsets within +-26 h bound the steps */
@@ -475,6 +481,39 @@ static void period_bounds(const sl_tz *tz, sluice_period p, int64_t utc_s, int64
     }
     *start = s;
     *next = nx;
+}
+
+/* An hour is a real hour: it begins where the local clock shows hh:00:00 in the offset
+ * in force, or where the offset changes, and lasts until the next of either. So the
+ * hour that repeats when clocks go back is two hours of budget (01:00 EDT and 01:00 EST,
+ * 05:00-06:00Z and 06:00-07:00Z in New York), a half-hour change (Lord Howe) cuts the
+ * hour it falls in into pieces no longer than an hour, and no period is ever longer than
+ * 3600 s (a day or a month still follows the local calendar: 23 or 25 hours). Only a
+ * change of offset cuts: a transition that keeps it (a new abbreviation) does not. */
+static void hour_bounds(const sl_tz *tz, int64_t t, int64_t *start, int64_t *next) {
+    int64_t end;
+    int32_t off = piece(tz, t, &end);
+    int64_t b = t - (((t + off) % 3600) + 3600) % 3600; /* the last hh:00:00 at this offset */
+    /* the latest change of offset in (b, t]: the hour began there instead */
+    int64_t s = b, pend;
+    int32_t prev = piece(tz, b, &pend);
+    for (int i = 0; i < 4100 && pend <= t; i++) { /* at most one change a second */
+        int64_t u = pend;
+        int32_t o = piece(tz, u, &pend);
+        if (o != prev) s = u;
+        prev = o;
+    }
+    /* the first change of offset in (t, b + 3600): the hour ends there */
+    int64_t n = b + 3600;
+    for (int i = 0; i < 4100 && end < n; i++) {
+        int64_t u = end;
+        if (piece(tz, u, &end) != off) {
+            n = u;
+            break;
+        }
+    }
+    *start = s;
+    *next = n;
 }
 
 int64_t sl_cal_period_start(const sl_tz *tz, sluice_period p, int64_t utc_s) {

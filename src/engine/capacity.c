@@ -252,6 +252,33 @@ int sl__cap_items(const sl__epol *ep, sl_verdict *v, size_t first, size_t koff, 
 
 static bool is_penalty(const sl_verdict_item *it) { return (it->cap & SL_SIC_PENALTY) != 0; }
 
+/* Why: the block, not the window, is what keeps the key out. Reported as the window, a
+ * blocked key saw the window's own state (a window reset during the block: r=3, t=0; a
+ * cost above the limit: retry-after "never"), on every protocol, and clients retried
+ * into the block. So while a penalty item refuses (a block or challenge running, or the
+ * violation that starts one), every window of its policy (same pgrp) reports refused,
+ * remaining 0, and a retry-after no earlier than the block's end (later when the window
+ * itself refuses for longer). Nothing stored changes: this is only what is reported. */
+void sl__cap_penalty_results(sl_verdict *v) {
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *p = &v->items[i];
+        if (!is_penalty(p) || p->result.allowed || !(p->x.kind & SL_CAPI_PENALTY) ||
+            p->x.pen_action == SL_PENALTY_NONE || p->pgrp == 0)
+            continue;
+        int64_t until = p->result.retry_after_ns;
+        for (size_t j = 0; j < v->n; j++) {
+            sl_verdict_item *w = &v->items[j];
+            if (j == i || is_penalty(w) || w->pgrp != p->pgrp || w->shadow || w->unlimited) continue;
+            w->result.allowed = 0;
+            w->result.remaining = 0;
+            if (until != SLUICE_NEVER &&
+                (w->result.retry_after_ns == SLUICE_NEVER || w->result.retry_after_ns < until))
+                w->result.retry_after_ns = until;
+            w->would_limit = true;
+        }
+    }
+}
+
 /* A refusal by a penalty's challenge answers the policy's challenge status (a gateway maps
  * it to a CAPTCHA or a step-up); a hard block anywhere stays a 429. */
 void sl__cap_answer(sl_verdict *v) {

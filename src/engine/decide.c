@@ -149,6 +149,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
         return;
     }
     if (v->run.deny) allowed = false;
+    if (v->run.capacity && !allowed) sl__cap_penalty_results(v);
     for (size_t i = 0; i < v->n; i++) {
         sl_verdict_item *it = &v->items[i];
         if (it->unlimited) continue;

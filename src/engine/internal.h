@@ -126,6 +126,9 @@ int sl__cap_items(const sl__epol *ep, sl_verdict *v, size_t first, size_t koff, 
                   const sl__ctxreq *c, const char *cls);
 /* The store answered: the reaction of a refusal by a penalty (challenge status). */
 void sl__cap_answer(sl_verdict *v);
+/* A key in a penalty's block or challenge: the windows of its policy answer as the block
+ * (refused, remaining 0, retry-after at least the block's remaining time). */
+void sl__cap_penalty_results(sl_verdict *v);
 /* engine.c: a window of ep created with capacity parameters (NULL: none). */
 int sl__make_win(sl_engine *e, sl__epol *ep, sl__ewin *w, const sl_cwindow *cw, const char *limname,
                  const char *plan, const sl_cap *cap, char *errbuf, size_t errlen);

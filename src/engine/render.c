@@ -260,8 +260,12 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
     wr w = {buf, len, 0, false};
     if (buf == NULL || len == 0) return SLUICE_ERANGE;
     buf[0] = '\0';
-    if (v == NULL || (v->action != SL_REJECT && v->action != SL_FAIL && v->action != SL_ERROR))
+    /* a recheck (on_exceed: delay, nothing consumed) is refused for now: gRPC answers it
+     * OVER_LIMIT, with the same body as a rejection */
+    bool recheck = v != NULL && v->action == SL_DELAY && v->recheck;
+    if (v == NULL || (v->action != SL_REJECT && v->action != SL_FAIL && v->action != SL_ERROR && !recheck))
         return SLUICE_EINVAL;
+    const int64_t retry_ns = recheck ? v->delay_ns : v->retry_after_ns;
     char tid[33];
     bool has_tid = trace_id(traceparent, tid);
     const char *names[SLUICE_MAX_ITEMS];
@@ -333,14 +337,14 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
             snprintf(d, sizeof(d), "Requests of class '%s' are shed: limit '%s' is %s%s.", shed, who,
                      strcmp(why, "full") == 0 ? "full" : "filled beyond that class's share",
                      strcmp(why, "reserved") == 0 ? " (what is left is reserved for other classes)" : "");
-        else if (sl_verdict_penalty(v, &plvl, &pact, NULL) && v->retry_after_ns != SLUICE_NEVER)
+        else if (sl_verdict_penalty(v, &plvl, &pact, NULL) && retry_ns != SLUICE_NEVER)
             snprintf(d, sizeof(d), "Repeated violations: blocked for %lld s (penalty level %u).",
-                     (long long)sl_ceil_s(v->retry_after_ns, 1), plvl);
-        else if (v->retry_after_ns == SLUICE_NEVER)
+                     (long long)sl_ceil_s(retry_ns, 1), plvl);
+        else if (retry_ns == SLUICE_NEVER)
             snprintf(d, sizeof(d), "The request costs more than limit '%s' can ever admit.", who);
         else
             snprintf(d, sizeof(d), "Limit '%s' is exhausted; retry after %lld s.", who,
-                     (long long)sl_ceil_s(v->retry_after_ns, 1));
+                     (long long)sl_ceil_s(retry_ns, 1));
         wjson_str(&w, d);
     }
     ws(&w, ",\"violated-policies\":[");

@@ -252,6 +252,15 @@ int sl_rls_answer_of(const sl_verdict *v, int rc, size_t nd, unsigned render_fla
         snprintf(a->hbuf + l, sizeof(a->hbuf) - l, "Retry-After: %lld\r\n",
                  (long long)sl_ceil_s(ra, 1));
     }
+    if (v->action == SL_DELAY && !v->recheck && v->delay_ns > 0) {
+        /* A shaped admission: admitted and counted, to be forwarded after delay_ns. Envoy
+         * cannot hold a request, so it is answered OK now, saying how long it was meant
+         * to wait (an OVER_LIMIT would refuse a request the bucket already counted: its
+         * retry would queue behind itself). config check says so for such policies. */
+        size_t l = strlen(a->hbuf);
+        snprintf(a->hbuf + l, sizeof(a->hbuf) - l, "X-Sluice-Delay-Ms: %lld\r\n",
+                 (long long)((v->delay_ns + SLUICE_NS_PER_MS - 1) / SLUICE_NS_PER_MS));
+    }
     split_headers(a);
     if (over) {
         int bl = sl_render_problem(v, NULL, a->body, sizeof(a->body));

@@ -23,6 +23,8 @@
  */
 #include "redis/conn.h"
 
+#include "core/log.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -772,6 +774,14 @@ static char g_log_last[8][200];
 static int64_t g_log_at[8];
 static unsigned g_log_next;
 
+/* The level of one of the client's lines: "warning: ..." (insecure settings), failures
+ * (connect, TLS, auth) and a failover ("the primary moved") warn; a node back up is info. */
+static sl_log_level redis_line_level(const char *line) {
+    size_t n = strlen(line);
+    if (n >= 11 && strcmp(line + n - 11, ": connected") == 0) return SL_LOG_INFO;
+    return SL_LOG_WARN;
+}
+
 void sl_redis_log_stderr(void *ud, const char *line) {
     (void)ud;
     struct timespec ts;
@@ -786,7 +796,15 @@ void sl_redis_log_stderr(void *ud, const char *line) {
         unsigned k = g_log_next++ % 8;
         snprintf(g_log_last[k], sizeof(g_log_last[k]), "%s", line);
         g_log_at[k] = now == 0 ? 1 : now;
-        fprintf(stderr, "sluice serve: redis %s\n", line);
+        sl_log *lg = sl_log_default();
+        if (lg != NULL) {
+            /* through the server's logger: its format, level and journal priority */
+            sl_log_level lvl = redis_line_level(line);
+            const char *msg = strncmp(line, "warning: ", 9) == 0 ? line + 9 : line;
+            SL_LOG(lg, lvl, "store_redis", msg, SL_LOG_STR("store", "redis"));
+        } else {
+            fprintf(stderr, "sluice serve: redis %s\n", line); /* no logger: a command-line tool */
+        }
     }
     pthread_mutex_unlock(&g_log_mu);
 }

@@ -586,6 +586,16 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
         }
         reply(c, x->req->minor, 200, NULL, "text/plain; version=0.0.4", m, n, !x->is_head);
         free(m);
+    } else if (path_is(x, "/rlconfig") && get) {
+        /* envoyproxy/ratelimit's debug endpoint: the loaded rules, one line each */
+        size_t n = 0;
+        char *t = sl_config_envoy_dump(c->w->gen->cfg, &n);
+        if (t == NULL) {
+            problem(c, x->req->minor, 500, "out of memory", 1);
+            return;
+        }
+        reply(c, x->req->minor, 200, NULL, "text/plain; charset=utf-8", t, n, !x->is_head);
+        free(t);
     } else if (path_is(x, "/v1/policies") && get) {
         handle_policies(x);
     } else if (path_is(x, "/v1/top") && get) {

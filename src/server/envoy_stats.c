@@ -336,11 +336,15 @@ void sl_envoy_stats_render(const sl_server *s, sl_wbuf *out) {
     uint64_t ok, er;
     loads(s, &ok, &er);
     sl_wbuf_printf(out,
-                   "# HELP sluice_config_load_success_total Config loads that took effect (the "
-                   "first at start included).\n# TYPE sluice_config_load_success_total counter\n"
+                   "# HELP sluice_config_load_success_total Deprecated (removed in the next "
+                   "release): sum of sluice_reloads_total{outcome=\"ok\"}. Config loads that took "
+                   "effect (the first at start included).\n"
+                   "# TYPE sluice_config_load_success_total counter\n"
                    "sluice_config_load_success_total %llu\n"
-                   "# HELP sluice_config_load_error_total Config loads refused (the previous "
-                   "config stayed).\n# TYPE sluice_config_load_error_total counter\n"
+                   "# HELP sluice_config_load_error_total Deprecated (removed in the next "
+                   "release): sum of sluice_reloads_total{outcome=\"refused\"}. Config loads "
+                   "refused (the previous config stayed).\n"
+                   "# TYPE sluice_config_load_error_total counter\n"
                    "sluice_config_load_error_total %llu\n",
                    (unsigned long long)ok, (unsigned long long)er);
     if (!sl_config_envoy()->compat) return;

@@ -16,6 +16,7 @@
 #include "grpc/rls.h"
 #include "server/envoy_stats.h"
 #include "server/pending.h"
+#include "server/rejections.h"
 #include "server/server.h"
 
 static const char PREFACE[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -30,6 +31,22 @@ static unsigned render_flags(const sl_worker *w) {
     return w->gen->legacy_headers ? SL_RENDER_LEGACY : 0;
 }
 
+/* The client address of a call for the rejection summary: the value of its first
+ * `remote_address` entry (Envoy's remote_address action), else unknown. */
+static void rls_client(sl_pending *p, const sl_rls_req *rq) {
+    p->client[0] = '\0';
+    for (size_t i = 0; i < rq->r.n_descriptors; i++)
+        for (size_t k = 0; k < rq->r.descriptors[i].n; k++) {
+            const sl_entry *en = &rq->r.descriptors[i].entries[k];
+            if (en->key.len == 14 && memcmp(en->key.p, "remote_address", 14) == 0 &&
+                en->value.len < sizeof(p->client)) {
+                memcpy(p->client, en->value.p, en->value.len);
+                p->client[en->value.len] = '\0';
+                return;
+            }
+        }
+}
+
 /* The answer of a decided call, packed into its reply buffer. */
 static void answer(sl_pending *p, int rc, sl_grpc_reply *out) {
     static _Thread_local sl_rls_answer ans;
@@ -37,7 +54,9 @@ static void answer(sl_pending *p, int rc, sl_grpc_reply *out) {
     out->status = sl_rls_answer_ex(&p->v, rc, p->nd, render_flags(w), &p->rls, &ans,
                                    out->message, sizeof(out->message));
     sl_rls_compat_verdict(&p->v, out->status, &ans); /* envoy compat: the answer decides */
+    sl_rej_client_set(p->client, strlen(p->client));
     sl_server_count_verdict(w, rc, &p->v);
+    sl_rej_client_set(NULL, 0);
     if (ans.compat) sl_envoy_stats_count(w, out->status, &ans);
     if (out->status == SL_GRPC_OK) {
         out->len = sl_rls_pack(&ans, out->buf, out->cap);
@@ -90,6 +109,7 @@ static int grpc_decide(void *ud, void *call, const sl_rls_req *rq, sl_grpc_reply
     p->ocap = out->cap;
     p->nd = rq->r.n_descriptors;
     p->inline_out = out;
+    rls_client(p, rq);
     sl_rls_compat_prepare(e, rq, &p->v, sl_worker_now(w), &p->rls);
     sl_pending_submit(p);
     sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
@@ -222,7 +242,9 @@ static void finish_json(sl_pending *p, int rc, bool later) {
     char err[160] = "";
     int st = sl_rls_answer_ex(&p->v, rc, p->nd, render_flags(c->w), &p->rls, &ans, err, sizeof(err));
     sl_rls_compat_verdict(&p->v, st, &ans);
+    sl_rej_client_set(p->client, strlen(p->client));
     sl_server_count_verdict(c->w, rc, &p->v);
+    sl_rej_client_set(NULL, 0);
     if (ans.compat) sl_envoy_stats_count(c->w, st, &ans);
     json_reply(c, p->minor, st, err, &ans);
     if (later) sl_conn_resume(c);
@@ -241,6 +263,7 @@ void sl_grpc_http_json(sl_conn *c, const sl_http_req *req) {
     }
     if (st == SL_GRPC_OK) st = sl_rls_prepare(w->gen ? w->gen->engine : NULL, &rq, &p->v, err, sizeof(err));
     if (st == SL_GRPC_OK) sl_rls_compat_prepare(w->gen->engine, &rq, &p->v, sl_worker_now(w), &p->rls);
+    if (st == SL_GRPC_OK) rls_client(p, &rq); /* before the strings it borrows are freed */
     sl_rls_json_free(root); /* the verdict (and p->rls) hold what it needs */
     if (st != SL_GRPC_OK) {
         if (p != NULL) sl_pending_put(p);

@@ -18,6 +18,7 @@
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/pending.h"
+#include "server/rejections.h"
 #include "server/server.h"
 
 #define HDRS_MAX 3072
@@ -134,6 +135,13 @@ static long query_param(const http_ctx *x, const char *name, const char **val) {
 }
 
 
+/* The request's client address kept for the rejection summary (too long: unknown). */
+static void set_client(sl_pending *p, sl_str ip) {
+    size_t n = ip.p != NULL && ip.len < sizeof(p->client) ? ip.len : 0;
+    if (n) memcpy(p->client, ip.p, n);
+    p->client[n] = '\0';
+}
+
 static int rejected(const sl_verdict *v) { return v->action == SL_REJECT || v->action == SL_FAIL; }
 
 static void busy(sl_conn *c, int minor) {
@@ -145,7 +153,9 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
     sl_conn *c = p->c;
     sl_worker *w = c->w;
     sl_verdict *v = &p->v;
+    sl_rej_client_set(p->client, strlen(p->client));
     sl_server_count_verdict_tp(w, rc, v, p->text[0] ? p->text : NULL);
+    sl_rej_client_set(NULL, 0);
     char hbuf[HDRS_MAX];
     unsigned rflags = w->gen->legacy_headers ? SL_RENDER_LEGACY : 0;
     int hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
@@ -243,16 +253,37 @@ static void handle_auth(http_ctx *x) {
     r.path = (sl_str){uri.p, q ? (size_t)(q - uri.p) : uri.len};
     r.host = hstr(sl_http1_header(req, "x-forwarded-host"));
     if (!r.host.p) r.host = hstr(sl_http1_header(req, "host"));
-    if ((h = sl_http1_header(req, "x-forwarded-for")) != NULL && h->value_len) {
-        /* the left-most address is the client as the first proxy saw it */
-        const char *comma = memchr(h->value, ',', h->value_len);
-        size_t n = comma ? (size_t)(comma - h->value) : h->value_len;
-        while (n && (h->value[n - 1] == ' ' || h->value[n - 1] == '\t')) n--;
-        r.client_ip = (sl_str){h->value, n};
-    } else if ((h = sl_http1_header(req, "x-real-ip")) != NULL && h->value_len) {
-        r.client_ip = hstr(h);
-    } else {
-        r.client_ip = (sl_str){c->peer_ip, strlen(c->peer_ip)};
+    /* the client: client_ip's walk over the forwarded chain (or, with no setting, the
+     * left-most X-Forwarded-For, else X-Real-IP, else the peer) */
+    const sl_settings *st = sl_config_settings(w->gen->cfg);
+    const sl_client_ip_cfg *cip = &st->client_ip;
+    const char *vals[SL_CIP_VALUES_MAX];
+    size_t lens[SL_CIP_VALUES_MAX], nv = 0;
+    for (size_t i = 0; i < req->nheaders && cip->mode != SL_CIP_PEER; i++) {
+        const sl_http_header *hh = &req->headers[i];
+        if (hh->name_len != strlen(cip->header) || strncasecmp(hh->name, cip->header, hh->name_len) != 0) continue;
+        if (nv == SL_CIP_VALUES_MAX) { /* the last lines are the nearest proxies' */
+            memmove(vals, vals + 1, sizeof(vals[0]) * (nv - 1));
+            memmove(lens, lens + 1, sizeof(lens[0]) * (nv - 1));
+            nv--;
+        }
+        vals[nv] = hh->value, lens[nv++] = hh->value_len;
+    }
+    const sl_http_header *rip = cip->mode == SL_CIP_LEGACY ? sl_http1_header(req, "x-real-ip") : NULL;
+    char ipbuf[SL_CIP_TEXT_MAX];
+    const char *ipp;
+    size_t ipn;
+    sl_client_ip_pick(cip, vals, lens, nv, rip ? rip->value : NULL, rip ? rip->value_len : 0, c->peer_ip, ipbuf,
+                      &ipp, &ipn);
+    r.client_ip = (sl_str){ipp, ipn};
+    /* the route the gateway names (auth.route_header; the recipes strip a client's own) */
+    for (size_t i = 0; i < req->nheaders; i++) {
+        const sl_http_header *hh = &req->headers[i];
+        if (hh->name_len == strlen(st->auth_route_header) &&
+            strncasecmp(hh->name, st->auth_route_header, hh->name_len) == 0 && hh->value_len > 0) {
+            r.route = (sl_str){hh->value, hh->value_len};
+            break;
+        }
     }
     /* the original request's size (cost: body_bytes): a gateway forwards it in
      * X-Original-Length (its auth request has no body), or sends the body itself */
@@ -273,6 +304,7 @@ static void handle_auth(http_ctx *x) {
     }
     const sl_engine *e = w->gen->engine;
     sl_engine_prepare(e, &r, &p->v);
+    set_client(p, r.client_ip);
     sl_pending_submit(p);
     sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
     if (sl_pending_park(p)) c->suspended = true;
@@ -431,7 +463,9 @@ static void finish_check(sl_pending *p, int rc, bool later) {
         if (ok) reply(c, p->minor, 200, NULL, "application/json", b, strlen(b), 1);
         else problem(c, p->minor, 404, "no challenge to pass for this key (none running, or a block)", 1);
     } else {
+        sl_rej_client_set(p->client, strlen(p->client));
         sl_server_count_verdict(c->w, rc, &p->v);
+        sl_rej_client_set(NULL, 0);
         verdict_reply(c, p->minor, p->is_head, rc, &p->v);
     }
     if (later) sl_conn_resume(c);
@@ -488,6 +522,7 @@ static void handle_check(http_ctx *x, int acquire) {
     p->minor = x->req->minor;
     p->is_head = x->is_head != 0;
     const sl_engine *e = w->gen->engine;
+    set_client(p, (sl_str){NULL, 0});
     if (named) {
         sl_engine_prepare_named_class(e, policy, key, kl, acquire || has_cost, acquire ? 1 : cost, cls, &p->v);
     } else {
@@ -499,6 +534,7 @@ static void handle_check(http_ctx *x, int acquire) {
             r.cost = r.hits_addend = cost;
         }
         sl_engine_prepare(e, &r, &p->v);
+        set_client(p, r.client_ip);
     }
     json_decref(j); /* the verdict holds what it needs (keys are copied) */
     sl_pending_submit(p);

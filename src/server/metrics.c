@@ -48,7 +48,8 @@ static void decisions(sl_server *s, sl_prom *p) {
     unsigned n = atomic_load(&o->nseries);
     sl_prom_family(p, "sluice_decisions_total", SL_PROM_COUNTER,
                    "Decisions, counted under every policy that saw the request, by that policy's "
-                   "result and the window that decided (empty when none did).");
+                   "result and the name of the window that decided (empty when none did); "
+                   "policy=\"(no rule)\": requests no policy or rule matched.");
     for (unsigned i = 0; i < n; i++)
         for (int r = 0; r < SL_MET_RESULTS; r++) {
             uint64_t t = OSUM(dec[i][r]);
@@ -65,6 +66,18 @@ static void decisions(sl_server *s, sl_prom *p) {
         if (t == 0) continue;
         const char *l[] = {"policy", o->series[i].policy, "window", o->series[i].window, NULL};
         sl_prom_u64(p, l, t);
+    }
+    sl_prom_family(p, "sluice_window_info", SL_PROM_GAUGE,
+                   "1 for every window of the config: its `window` label (the window's name) "
+                   "and its rate as written (rate), to join on (policy, window).");
+    const sl_config *wcfg = sl_obs_gen_now(s)->cfg;
+    for (unsigned i = 1; i < n; i++) {
+        if (o->series[i].window[0] == '\0' || o->series[i].rate[0] == '\0' ||
+            !sl_obs_in_config(wcfg, o->series[i].policy))
+            continue;
+        const char *l[] = {"policy", o->series[i].policy, "window", o->series[i].window, "rate",
+                           o->series[i].rate, NULL};
+        sl_prom_u64(p, l, 1);
     }
     sl_prom_family(p, "sluice_admitted_cost_total", SL_PROM_COUNTER,
                    "Cost units admitted by the policy (1 per request, the operation's weight, "
@@ -144,8 +157,12 @@ static void server_families(sl_server *s, sl_prom *p) {
     sl_prom_family(p, "sluice_resp_commands_total", SL_PROM_COUNTER, "RESP commands parsed.");
     sl_prom_u64(p, NULL, SUM(resp_commands));
     sl_prom_family(p, "sluice_bad_requests_total", SL_PROM_COUNTER,
-                   "Requests that could not be parsed (the connection is closed).");
-    sl_prom_u64(p, NULL, SUM(bad_requests));
+                   "Bad requests by reason: parse (could not be parsed; the connection is "
+                   "closed), missing_key (a policy's key is missing and it says on_missing_key: "
+                   "reject; answered 400).");
+    const char *br_parse[] = {"reason", "parse", NULL}, *br_key[] = {"reason", "missing_key", NULL};
+    sl_prom_u64(p, br_parse, SUM(bad_requests));
+    sl_prom_u64(p, br_key, SUM(bad_missing_key));
     sl_prom_family(p, "sluice_timeouts_total", SL_PROM_COUNTER,
                    "Connections closed by a read, idle or write timeout.");
     sl_prom_u64(p, NULL, SUM(timeouts));

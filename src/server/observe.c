@@ -24,6 +24,7 @@
 #include "engine/explain.h"
 #include "redis/store.h"
 #include "server/capacity_metrics.h"
+#include "server/rejections.h"
 #include "server/series.h"
 #include "store/famstats.h"
 
@@ -44,6 +45,10 @@ const int64_t sl_obs_req_bounds[SL_OBS_REQ_BOUNDS] = {
 
 static const char *const source_names[SL_OBS_SOURCES] = {"startup", "sighup", "admin-api",
                                                          "file-change"};
+
+static _Atomic int g_last_format = -1; /* the format of the last logger made (sl_obs_last_format) */
+
+int sl_obs_last_format(void) { return atomic_load(&g_last_format); }
 
 static _Thread_local sl_worker *tls_worker; /* the worker this thread runs (NULL: main) */
 
@@ -126,7 +131,8 @@ int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen)
     o->srv = s;
     pthread_mutex_init(&o->mu, NULL);
     pthread_mutex_init(&o->census_mu, NULL);
-    atomic_store(&o->nseries, 1); /* series 0: policy="" (nothing matched) */
+    atomic_store(&o->nseries, 1); /* series 0: nothing matched, or an error before a policy */
+    snprintf(o->series[0].policy, sizeof(o->series[0].policy), "%s", SL_OBS_NO_RULE);
     s->obs = o;
     if (sl_hash_random_key(&o->hkey) != 0) {
         snprintf(err, errlen, "cannot read random bytes for the key hash");
@@ -153,6 +159,7 @@ int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen)
     snprintf(o->log_file, sizeof(o->log_file), "%s",
              s->opt.log_file[0] ? s->opt.log_file : st->log.file);
     o->log_format = (int)lc.format;
+    atomic_store(&g_last_format, (int)lc.format);
     lc.path = o->log_file;
     lc.hash_key = &o->hkey;
     lc.raw_keys = st->log_raw_keys;
@@ -175,6 +182,11 @@ int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen)
     apply_decision_log(o, st);
     /* count-only: one summary line per interval, never one per connection */
     sl_log_kind_set(o->log, "conn_refused", SL_LOG_WARN, 0, 0, "connections refused");
+    /* a client without its key can send thousands a second: 1 line/s, the rest summarised */
+    sl_log_kind_set(o->log, "missing_key", SL_LOG_WARN, 1, 5, NULL);
+    /* the rejection summary: one line per refusing policy per interval, every one of them
+     * (bounded by the config's policies, SL_OBS_SERIES) */
+    sl_log_kind_set(o->log, "rejections", SL_LOG_WARN, 1000, SL_OBS_SERIES, NULL);
 
     sl_audit_config ac = {.path = st->audit.file[0] ? st->audit.file : NULL, .ring = st->audit.keep};
     rc = sl_audit_create(&o->audit, &ac);
@@ -207,9 +219,17 @@ void sl_obs_destroy(sl_server *s) {
     s->obs = NULL;
 }
 
-sl_obs_w *sl_obs_worker_new(void) { return calloc(1, sizeof(sl_obs_w)); }
+sl_obs_w *sl_obs_worker_new(void) {
+    sl_obs_w *ow = calloc(1, sizeof(sl_obs_w));
+    if (ow != NULL && (ow->rej = sl_rej_worker_new()) == NULL) {
+        free(ow);
+        return NULL;
+    }
+    return ow;
+}
 void sl_obs_worker_free(sl_obs_w *ow) {
     if (ow == NULL) return;
+    sl_rej_worker_free(ow->rej);
     for (int i = 0; i < SL_OBS_EXPLAINS; i++) sl_explain_free(ow->xs_x[i]);
     free(ow);
 }
@@ -355,6 +375,17 @@ static void gen_put(sl_obs_gen *g, const sl_obs_gen_ent *e) {
         }
 }
 
+void sl_obs_window_label(const sl_window_info *wi, char *out, size_t cap) {
+    char d[48];
+    sl_window_describe(wi, d, sizeof(d));
+    if (strncmp(d, "override/", 9) == 0 || wi == NULL || wi->name == NULL || wi->name[0] == '\0')
+        snprintf(out, cap, "%s", d);
+    else if (wi->plan != NULL)
+        snprintf(out, cap, "%s/%s", wi->plan, wi->name);
+    else
+        snprintf(out, cap, "%s", wi->name);
+}
+
 /* Sketches for a policy seen for the first time (memory fixed by observe.hot_keys). */
 static void ensure_topk(sl_obs *o, unsigned pslot) {
     if (o->hot_counters == 0 || pslot == 0 || atomic_load(&o->topk[pslot]) != NULL) return;
@@ -384,10 +415,13 @@ sl_obs_gen *sl_obs_gen_create(sl_server *s, const sl_engine *e) {
     for (size_t i = 0; i < nw; i++) {
         sl_window_meta m;
         sl_window_meta_get(wins[i], &m);
-        char label[48];
-        sl_window_describe(wins[i], label, sizeof(label));
+        char label[128], rate[48];
+        sl_obs_window_label(wins[i], label, sizeof(label));
+        sl_window_describe(wins[i], rate, sizeof(rate));
         unsigned ps = sl_obs_series_for(o, m.policy, "");
         unsigned ws = sl_obs_series_for(o, m.policy, label);
+        if (ws != 0 && o->series[ws].rate[0] == '\0') /* set once, before any scrape reads it */
+            snprintf(o->series[ws].rate, sizeof(o->series[ws].rate), "%s", rate);
         uint8_t f = (uint8_t)((m.shadow ? SL_OBSF_SHADOW : 0) |
                               (!m.shadow && m.rollout_pct < 100 ? SL_OBSF_ROLLOUT : 0) |
                               (m.fail_closed ? SL_OBSF_CLOSED : 0) | (m.delay ? SL_OBSF_DELAY : 0));
@@ -529,10 +563,12 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     bool rejected = lim || r == SL_MET_FAIL_CLOSED;
     sl_series_note(w, v, i, dec, wslot, r, rejected); /* the console's ring (series.c) */
     sl_topk **sk = atomic_load_explicit(&o->topk[pslot], memory_order_acquire);
+    bool refused = (r == SL_MET_LIMITED || r == SL_MET_FAIL_CLOSED) && sl_rej_enabled();
+    uint64_t kh = (sk != NULL || refused) ? sl_topk_key_hash(&o->hkey, key, klen) : 0;
     if (sk != NULL && w->id < o->nworkers)
-        sl_topk_add(sk[w->id], v->decided_at.mono_ns, sl_topk_key_hash(&o->hkey, key, klen), key,
-                    klen, cost ? cost : 1, rejected);
-    if (atomic_load_explicit(&o->dec_on, memory_order_relaxed)) {
+        sl_topk_add(sk[w->id], v->decided_at.mono_ns, kh, key, klen, cost ? cost : 1, rejected);
+    if (refused) sl_rej_count(w, pslot, kh); /* the rejection summary (rejections.c) */
+    if (atomic_load_explicit(&o->dec_on, memory_order_relaxed) && sl_log_enabled(o->log, SL_LOG_INFO)) {
         const sluice_result *dr = &v->items[dec].result;
         char tid[33];
         char raw[512];
@@ -560,8 +596,15 @@ void sl_server_count_verdict_tp(sl_worker *w, int rc, const sl_verdict *v, const
     const sl_obs_gen *gm = w->gen ? w->gen->obs : NULL;
     if (ow == NULL) return;
     if (v->missing_key_policy != NULL && rc == SLUICE_OK) {
+        /* the client's fault, not the server's: a bad request (reason missing_key), and
+         * one line (rate-limited per second, the rest summarised) naming the policy */
         const sl_obs_gen_ent *e = gen_find(gm, v->missing_key_policy);
         inc(&ow->dec[e ? e->pseries : 0][SL_MET_ERROR], 1);
+        sl_met_inc(&w->met->bad_missing_key, 1);
+        sl_obs *o = w->srv->obs;
+        SL_LOG(o->log, SL_LOG_WARN, "missing_key",
+               "request refused with 400: the policy's key is missing (on_missing_key: reject)",
+               SL_LOG_STR("policy", v->missing_key_policy));
         return;
     }
     if (v->store_error) inc(&ow->store_err[store_err_kind(v->error)], 1);
@@ -727,6 +770,7 @@ void sl_obs_started(sl_server *s) {
 
 void sl_obs_stopped(sl_server *s) {
     sl_obs *o = s->obs;
+    sl_rej_flush(s); /* what the last interval refused */
     SL_LOG(o->log, SL_LOG_INFO, "stop", "sluice serve stopped",
            SL_LOG_STR("http", addr_or_off(s->opt.http)), SL_LOG_STR("resp", addr_or_off(s->opt.resp)),
            SL_LOG_STR("grpc", addr_or_off(s->opt.grpc)), SL_LOG_STR("admin", addr_or_off(s->opt.admin)),
@@ -739,6 +783,7 @@ void sl_obs_tick(sl_server *s) {
     sl_obs *o = s->obs;
     if (o == NULL) return;
     int64_t now = sl_clock_mono_ns();
+    sl_rej_tick(s, now); /* the rejection summary's intervals */
     if (s->redis) sl_redis_store_watch(o->log);
     if (now < o->next_store_check_ns || s->redis) return;
     o->next_store_check_ns = now + 10 * SLUICE_NS_PER_S;

@@ -47,13 +47,15 @@ typedef struct sl_obs_w {
     struct sl_pending *xs_p[SL_OBS_EXPLAINS];
     int xs_tok[SL_OBS_EXPLAINS];
     int xs_next;
+    struct sl_rej_w *rej; /* the rejection summary's counters (rejections.c) */
 } sl_obs_w;
 
 /* A (policy, window) series: names copied once, never removed (counters keep their
  * values across reloads, as Prometheus expects of counters). */
 typedef struct sl_obs_series {
     char policy[128];
-    char window[48];
+    char window[128]; /* the window's name (sl_obs_window_label); "" for the policy's own */
+    char rate[48];    /* the window's rate text ("10/s"), for sluice_window_info */
 } sl_obs_series;
 
 /* Per generation: engine window (or policy name pointer) -> series, for counting. */
@@ -114,6 +116,9 @@ typedef struct sl_obs sl_obs;
  * process default (sl_log_default) for code that is not handed one. */
 int sl_obs_create(sl_server *s, const sl_settings *st, char *err, size_t errlen);
 void sl_obs_destroy(sl_server *s);
+/* The log format of the last logger sl_obs_create made (-1: none yet): a start that fails
+ * after the config was read says why in that format. */
+int sl_obs_last_format(void);
 /* A worker's counters (NULL without memory) and their release. */
 sl_obs_w *sl_obs_worker_new(void);
 void sl_obs_worker_free(sl_obs_w *ow);
@@ -137,6 +142,15 @@ void sl_obs_started(sl_server *s);
 void sl_obs_stopped(sl_server *s);
 /* Main thread, every ~100 ms: eviction pressure, Redis readiness and breaker. */
 void sl_obs_tick(sl_server *s);
+
+/* The `window` label of a window: its name (`name:` in the config; unnamed: the policy's
+ * name when it has one window, "<policy>.<i>" by position from 0 when it has several; an
+ * Envoy rule's rate_limit name, else its path), "<plan>/<name>" for a plan's window, and
+ * "override/<unit>" for an Envoy descriptor's own limit. Cut at 127 bytes. */
+void sl_obs_window_label(const sl_window_info *wi, char *out, size_t cap);
+/* The series name of policy="" : requests no policy or rule matched, and errors before
+ * any policy was reached. */
+#define SL_OBS_NO_RULE "(no rule)"
 
 /* ---- counting ------------------------------------------------------------------------ */
 

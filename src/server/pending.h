@@ -46,6 +46,8 @@ typedef struct sl_pending {
     int status_q;               /* /v1/auth?status=NNN, 0 = none */
     unsigned op;                /* token operation, command kind */
     char text[256];             /* policy name (RESP errors), traceparent (/v1/auth) */
+    char client[48];            /* the request's client address ("": unknown), for the
+                                   rejection summary (rejections.c) */
     void *call;                 /* gRPC: the session's call, NULL once it went away */
     uint8_t *obuf;              /* gRPC: the call's reply buffer */
     size_t ocap;

@@ -165,13 +165,14 @@ static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const 
     int extra = (adaptive ? 3 : 0) + (shed ? 2 : 0) + (penalty ? 2 : 0);
     /* the field names are pre-encoded bulk strings: this reply is on the hot path */
 #define LIT(w, s) sl_wbuf_put((w), s, sizeof(s) - 1)
+    /* + shadow_limited, always last: the fields before it keep their places */
     if (extra > 0) {
-        if (p == 3) sl_wbuf_printf(wb, "%%%d\r\n$7\r\nallowed\r\n", 9 + extra);
-        else sl_wbuf_printf(wb, "*%d\r\n$7\r\nallowed\r\n", 18 + 2 * extra);
+        if (p == 3) sl_wbuf_printf(wb, "%%%d\r\n$7\r\nallowed\r\n", 10 + extra);
+        else sl_wbuf_printf(wb, "*%d\r\n$7\r\nallowed\r\n", 20 + 2 * extra);
     } else if (p == 3)
-        LIT(wb, "%9\r\n$7\r\nallowed\r\n");
+        LIT(wb, "%10\r\n$7\r\nallowed\r\n");
     else
-        LIT(wb, "*18\r\n$7\r\nallowed\r\n");
+        LIT(wb, "*20\r\n$7\r\nallowed\r\n");
     sl_resp_bool(wb, p, allowed);
     LIT(wb, "$6\r\naction\r\n");
     switch (v->action) {
@@ -235,6 +236,10 @@ static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const 
         sl_resp_bulk_str(wb, "penalty_action");
         sl_resp_bulk_str(wb, paction);
     }
+    /* a shadow policy (or a rollout's unenforced share) would have refused: /v1/check's
+     * shadow_limited, appended so that clients reading fields by position keep working */
+    sl_wbuf_put(wb, "$14\r\nshadow_limited\r\n", 21);
+    sl_resp_bool(wb, p, v->shadow_limited);
 }
 
 static void write_verdict(sl_conn *c, sl_wbuf *wb, void *arg) {

@@ -96,6 +96,7 @@ typedef struct sl_gen {
 
 typedef struct sl_wmetrics {
     _Atomic uint64_t http_requests, resp_commands, bad_requests, timeouts, conns_refused;
+    _Atomic uint64_t bad_missing_key; /* 400: a policy's key is missing (on_missing_key: reject) */
 } sl_wmetrics;
 
 static inline void sl_met_inc(_Atomic uint64_t *c, uint64_t by) {

@@ -5,7 +5,8 @@ application and its response carries sluice's RateLimit fields; limited ones get
 429 (Retry-After, RateLimit fields, problem+json naming the policy and the trace id) and
 never reach the application; shaped requests are held by sluice up to max_delay and
 still succeed (the gateway waits longer than max_delay); with sluice stopped, the
-fail-open variant lets requests through and the fail-closed one answers a 503 problem.
+fail-open variant lets requests through (saying so: X-Sluice-Fail-Open) and the
+fail-closed one answers a 503 problem.
 The recipes' timeouts are written for MAX_DELAY_S; GATEWAY_CONFIG uses it."""
 import http.server
 import json
@@ -113,6 +114,7 @@ def check_admitted_and_limited(base, app, key="alice"):
         r = s.get(base + "/api/items?i=%d" % i, headers={"X-Api-Key": key}, timeout=10)
         assert r.status_code == 200 and r.text == "app\n", (i, r.status_code, r.text)
         assert r.headers.get("X-App") == "yes"
+        assert "X-Sluice-Fail-Open" not in r.headers  # decided by sluice
         # sluice's fields on the application's response, counting down
         assert r.headers["RateLimit"].startswith('"api";r=%d;' % (4 - i)), r.headers
         assert r.headers["RateLimit-Policy"] == '"api";q=5;w=300', r.headers
@@ -173,6 +175,7 @@ def check_sluice_down(base, app, mode):
     if mode == "open":
         assert r.status_code == 200 and r.text == "app\n", (r.status_code, r.text)
         assert "RateLimit" not in r.headers
+        assert r.headers.get("X-Sluice-Fail-Open") == "sluice unreachable", r.headers  # never silent
         assert len(app.hits) == before + 1
     else:
         assert r.status_code == 503, (r.status_code, r.text)

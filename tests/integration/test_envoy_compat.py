@@ -522,13 +522,14 @@ def test_statsd_lines_over_udp(compat, pb, dog):
 # ---- the environment ---------------------------------------------------------------------
 
 def test_environment_warnings_and_errors(compat):
-    s = compat({"a.yaml": BASIC}, env={"REDIS_POOL_SIZE": "20", "LOG_LEVEL": "debug",
-                                        "GRPC_MAX_CONNECTION_AGE": "1h"})
+    s = compat({"a.yaml": BASIC}, env={"REDIS_POOL_SIZE": "20", "TRACING_ENABLED": "true",
+                                        "GRPC_MAX_CONNECTION_AGE": "1h", "LOG_LEVEL": "info"})
     time.sleep(0.2)
     warn = [l for l in s.output().splitlines() if "not acted on" in l]
     assert len(warn) == 1, s.output()
-    for name in ("REDIS_POOL_SIZE", "LOG_LEVEL", "GRPC_MAX_CONNECTION_AGE"):
+    for name in ("REDIS_POOL_SIZE", "TRACING_ENABLED", "GRPC_MAX_CONNECTION_AGE"):
         assert name in warn[0]
+    assert "LOG_LEVEL" not in warn[0]  # honoured (test_log_level_and_format)
     quiet = compat({"a.yaml": BASIC})
     time.sleep(0.2)
     assert "not acted on" not in quiet.output()
@@ -551,3 +552,70 @@ def test_environment_warnings_and_errors(compat):
     rc, out = run_once({"a.yaml": BASIC}, env={"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp",
                                                "REDIS_URL": "127.0.0.1:1", "REDIS_TLS_CACERT": "/x.pem"})
     assert rc == 1 and "REDIS_TLS is not true" in out
+
+
+# ---- LOG_LEVEL, LOG_FORMAT, /rlconfig, YAML anchors -------------------------------------
+
+ANCHORS = """
+domain: anch
+descriptors:
+  - key: a
+    rate_limit: &rl
+      unit: minute
+      requests_per_unit: 2
+  - key: b
+    rate_limit: *rl
+  - key: c
+    shadow_mode: true
+    rate_limit:
+      <<: *rl
+      requests_per_unit: 5
+  - key: d
+    rate_limit: {unlimited: true}
+"""
+
+
+def test_log_level_and_format(compat):
+    # upstream's default level is WARN: the info lines (start, config) are not written
+    quiet = compat({"a.yaml": BASIC})
+    time.sleep(0.2)
+    quiet.stop()
+    assert "sluice serve started" not in quiet.output() and "config loaded" not in quiet.output()
+    # LOG_LEVEL=info (any case) and LOG_FORMAT=json: the info lines, every one JSON
+    s = compat({"a.yaml": BASIC}, env={"LOG_LEVEL": "Info", "LOG_FORMAT": "JSON",
+                                        "REDIS_POOL_SIZE": "1"})
+    time.sleep(0.2)
+    s.stop()
+    lines = [json.loads(l) for l in s.output().splitlines() if l.strip()]
+    events = {x["event"] for x in lines}
+    assert {"start", "config", "compat_env"} <= events, lines
+    assert [x for x in lines if x["event"] == "compat_env"][0]["level"] == "warn"
+    # LOG_LEVEL=error: not even the warning about what is not acted on
+    e = compat({"a.yaml": BASIC}, env={"LOG_LEVEL": "error", "REDIS_POOL_SIZE": "1"})
+    time.sleep(0.2)
+    e.stop()
+    assert "not acted on" not in e.output()
+    # a level logrus would not parse stops the start (upstream: "Could not parse log level")
+    rc, out = run_once({"a.yaml": BASIC}, env={"LOG_LEVEL": "loud", "LOG_FORMAT": "json"})
+    assert rc == 1 and "LOG_LEVEL=loud" in out
+    assert json.loads(out.strip().splitlines()[-1])["level"] == "error"
+
+
+def test_rlconfig_and_yaml_anchors(compat, pb):
+    s = compat({"a.yaml": ANCHORS})
+    c = Client(pb, s)
+    assert [codes(c.check("anch", [[("b", "x")]]))[0] for _ in range(3)] == [OK, OK, OVER]
+    assert [codes(c.check("anch", [[("a", "x")]]))[0] for _ in range(3)] == [OK, OK, OVER]
+    r = requests.get(s.debug + "/rlconfig", timeout=5)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
+    assert sorted(r.text.splitlines()) == [
+        "anch.a: unit=MINUTE requests_per_unit=2, shadow_mode: false",
+        "anch.b: unit=MINUTE requests_per_unit=2, shadow_mode: false",
+        "anch.c: unit=MINUTE requests_per_unit=5, shadow_mode: true",
+        "anch.d: unit=UNKNOWN requests_per_unit=0, shadow_mode: false",
+    ], r.text
+    # an alias bomb is refused with the file named, not expanded
+    bomb = "domain: boom\nl0: &l0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        "l%d: &l%d [%s]\n" % (i, i, ", ".join(["*l%d" % (i - 1)] * 10)) for i in range(1, 10))
+    rc, out = run_once({"a.yaml": bomb})
+    assert rc == 1 and "a.yaml" in out and "aliases expand to more than" in out, out

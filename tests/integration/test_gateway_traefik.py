@@ -2,7 +2,7 @@
 """examples/traefik is checked for syntax only (Traefik is not in Debian, so it cannot
 run here): both files parse as YAML, use only option names Traefik's forwardAuth, router
 and service configuration define, point forwardAuth at sluice's /v1/auth, copy the
-RateLimit fields, and wire the middleware into the router."""
+RateLimit fields, name the route (X-Sluice-Route) and wire the middlewares into the router."""
 import os
 
 import yaml
@@ -40,7 +40,10 @@ def test_traefik_forward_auth_to_sluice():
     assert set(fa["authResponseHeaders"]) == {"RateLimit", "RateLimit-Policy"}
     router = http["routers"]["app"]
     assert set(router) <= {"rule", "entryPoints", "middlewares", "service", "priority", "tls"}
-    assert router["middlewares"] == ["sluice"] and router["service"] in http["services"]
+    # the route name first (it also replaces a client's own X-Sluice-Route), then sluice
+    assert router["middlewares"] == ["sluice-route-app", "sluice"] and router["service"] in http["services"]
+    route = http["middlewares"]["sluice-route-app"]
+    assert set(route) == {"headers"} and route["headers"]["customRequestHeaders"] == {"X-Sluice-Route": "app"}
     assert router["entryPoints"] == list(load("traefik.yml")["entryPoints"])
     servers = http["services"][router["service"]]["loadBalancer"]["servers"]
     assert servers and all(s["url"].startswith("http://127.0.0.1:") for s in servers)

@@ -161,8 +161,8 @@ def test_admin(server):
     requests.post(server.http + "/v1/check", json={"policy": "api", "key": "secret-key-123", "cost": 30}, timeout=5)
     requests.post(server.http + "/v1/check", json={"policy": "api", "key": "secret-key-123"}, timeout=5)
     m = requests.get(a + "/metrics", timeout=5).text
-    assert 'sluice_decisions_total{policy="api",result="allowed",window="10/s"} 1' in m
-    assert 'sluice_decisions_total{policy="api",result="limited",window="10/s"} 1' in m
+    assert 'sluice_decisions_total{policy="api",result="allowed",window="api"} 1' in m
+    assert 'sluice_decisions_total{policy="api",result="limited",window="api"} 1' in m
     assert "sluice_request_duration_seconds_bucket" in m and 'sluice_keys{policy="api"} ' in m
     assert "sluice_evictions_total" in m
     assert "secret-key-123" not in m  # never a raw key

@@ -33,6 +33,8 @@ METRICS = {
     "sluice_hot_key_share": {"policy", "rank", "key"},
     "sluice_log_dropped_total": set(),
     "sluice_reloads_total": {"source", "outcome"},
+    "sluice_window_info": {"policy", "window", "rate"},
+    "sluice_bad_requests_total": {"reason"},
     "sluice_redis_node_up": {"node"},
     "sluice_connections_refused_total": {"listener"},
     "sluice_build_info": {"version", "commit"},
@@ -133,14 +135,14 @@ def series(name, labels, values):
 # ones, so a rule that fires for everything fails as surely as one that never fires.
 CASES = [
     ("SluiceFailOpenRate", [
-        series("sluice_decisions_total", 'policy="api",result="allowed",window="10/s"', "0+6000x30"),
+        series("sluice_decisions_total", 'policy="api",result="allowed",window="api"', "0+6000x30"),
         series("sluice_decisions_total", 'policy="api",result="fail_open",window=""', "0+300x30"),
-        series("sluice_decisions_total", 'policy="ok",result="allowed",window="10/s"', "0+6000x30"),
+        series("sluice_decisions_total", 'policy="ok",result="allowed",window="ok"', "0+6000x30"),
         series("sluice_decisions_total", 'policy="ok",result="fail_open",window=""', "0+30x30"),  # 0.5 %
     ], [(3, []), (15, [{"job": "sluice", "policy": "api", "severity": "warning"}])]),
     ("SluiceFailClosed", [
         series("sluice_decisions_total", 'policy="pay",result="fail_closed",window=""', "0+60x20"),
-        series("sluice_decisions_total", 'policy="api",result="allowed",window="10/s"', "0+60x20"),
+        series("sluice_decisions_total", 'policy="api",result="allowed",window="api"', "0+60x20"),
     ], [(1, []), (10, [{"job": "sluice", "policy": "pay", "severity": "critical"}])]),
     ("SluiceStoreErrors", [
         series("sluice_store_errors_total", 'store="redis",kind="timeout"', "0+60x20"),
@@ -161,25 +163,25 @@ CASES = [
         series("sluice_store_latency_seconds_bucket", 'store="redis",op="settle",le="+Inf"', "0+100x30"),
     ], [(5, []), (20, [{"job": "sluice", "store": "redis", "op": "decide", "severity": "warning"}])]),
     ("SluiceRejectionRatioHigh", [
-        series("sluice_decisions_total", 'policy="api",result="allowed",window="10/s"', "0+600x45"),
-        series("sluice_decisions_total", 'policy="api",result="limited",window="10/s"', "0+300x45"),
-        series("sluice_decisions_total", 'policy="ok",result="allowed",window="10/s"', "0+600x45"),
-        series("sluice_decisions_total", 'policy="ok",result="limited",window="10/s"', "0+30x45"),
+        series("sluice_decisions_total", 'policy="api",result="allowed",window="api"', "0+600x45"),
+        series("sluice_decisions_total", 'policy="api",result="limited",window="api"', "0+300x45"),
+        series("sluice_decisions_total", 'policy="ok",result="allowed",window="ok"', "0+600x45"),
+        series("sluice_decisions_total", 'policy="ok",result="limited",window="ok"', "0+30x45"),
         # few requests: a high ratio on a trickle does not page anyone
-        series("sluice_decisions_total", 'policy="tiny",result="allowed",window="1/min"', "0+1x45"),
-        series("sluice_decisions_total", 'policy="tiny",result="limited",window="1/min"', "0+1x45"),
+        series("sluice_decisions_total", 'policy="tiny",result="allowed",window="tiny"', "0+1x45"),
+        series("sluice_decisions_total", 'policy="tiny",result="limited",window="tiny"', "0+1x45"),
     ], [(10, []), (30, [{"job": "sluice", "policy": "api", "severity": "warning"}])]),
     ("SluiceShadowWouldLimit", [
-        series("sluice_decisions_total", 'policy="guard",result="allowed",window="5000/s"', "0+600x80"),
-        series("sluice_decisions_total", 'policy="guard",result="shadow_limited",window="5000/s"', "0+120x80"),
-        series("sluice_decisions_total", 'policy="api",result="allowed",window="10/s"', "0+600x80"),
-        series("sluice_decisions_total", 'policy="api",result="limited",window="10/s"', "0+120x80"),
+        series("sluice_decisions_total", 'policy="guard",result="allowed",window="guard"', "0+600x80"),
+        series("sluice_decisions_total", 'policy="guard",result="shadow_limited",window="guard"', "0+120x80"),
+        series("sluice_decisions_total", 'policy="api",result="allowed",window="api"', "0+600x80"),
+        series("sluice_decisions_total", 'policy="api",result="limited",window="api"', "0+120x80"),
     ], [(20, []), (70, [{"job": "sluice", "policy": "guard", "severity": "info"}])]),
     ("SluiceNearLimit", [
-        series("sluice_decisions_total", 'policy="api",result="allowed",window="10/s"', "0+600x45"),
-        series("sluice_near_limit_total", 'policy="api",window="10/s"', "0+360x45"),
-        series("sluice_decisions_total", 'policy="ok",result="allowed",window="10/s"', "0+600x45"),
-        series("sluice_near_limit_total", 'policy="ok",window="10/s"', "0+60x45"),
+        series("sluice_decisions_total", 'policy="api",result="allowed",window="api"', "0+600x45"),
+        series("sluice_near_limit_total", 'policy="api",window="api"', "0+360x45"),
+        series("sluice_decisions_total", 'policy="ok",result="allowed",window="ok"', "0+600x45"),
+        series("sluice_near_limit_total", 'policy="ok",window="ok"', "0+60x45"),
     ], [(10, []), (35, [{"job": "sluice", "policy": "api", "severity": "info"}])]),
     ("SluiceEvictionPressure", [
         series("sluice_evictions_total", 'policy="api",kind="lru"', "0+60x30"),

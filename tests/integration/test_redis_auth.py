@@ -126,7 +126,7 @@ def test_requirepass(tmp_path):
         servers.append(srv)
         assert_working(srv, redis.port, PASS)
         out = srv.output()
-        assert "warning: the store URL holds a password" in out and " ps " in out, out
+        assert "warn store_redis: the store URL holds a password" in out and " ps " in out, out
         assert "redis 127.0.0.1:%d (password set)" % redis.port in out, out
         said.append(everything_said(srv, []))
     finally:

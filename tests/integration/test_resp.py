@@ -2,11 +2,13 @@
 """RESP against the real server with real clients: redis-cli (one-shot, -3 and an
 interactive session on a pseudo-terminal), redis-benchmark (short, bounded), redis-py,
 and raw bytes for the protocol's edge cases (pipelining, inline commands, errors)."""
+import json
 import os
 import pty
 import select
 import subprocess
 import time
+import urllib.request
 
 import redis
 
@@ -233,4 +235,46 @@ def test_pipelined_checks_answered_in_order_and_exact(server):
     assert remaining_seen == sorted(remaining_seen, reverse=True), remaining_seen
     d = as_dict(c.command("SL.PEEK", "api", "same"))
     assert d["remaining"] == 0
+    c.close()
+
+
+SHADOW_CONFIG = """
+policies:
+  - name: watch
+    objective: fairness
+    key: [header.x-user]
+    mode: shadow
+    algorithm: fixed_window
+    limits: [{ rate: 2/min }]
+  - name: api
+    objective: fairness
+    key: [header.x-user]
+    algorithm: fixed_window
+    limits: [{ rate: 5/min }]
+"""
+
+
+def test_check_says_shadow_decisions(make_server):
+    """SL.CHECK carries /v1/check's shadow_limited, as its last field (RESP2 and RESP3):
+    the fields before it keep their positions."""
+    s = make_server(config_text=SHADOW_CONFIG)
+    c = s.resp()
+    got = []
+    for _ in range(3):
+        r = c.command("SL.CHECK", "watch", "u1")
+        assert isinstance(r, list) and len(r) == 20, r
+        assert r[0] == b"allowed" and r[2] == b"action" and r[16] == b"token" and r[18] == b"shadow_limited"
+        got.append(as_dict(r))
+    assert [d["allowed"] for d in got] == [1, 1, 1]  # a shadow policy never refuses
+    assert [d["shadow_limited"] for d in got] == [0, 0, 1]
+    assert as_dict(c.command("SL.CHECK", "api", "u1"))["shadow_limited"] == 0
+    assert c.command("HELLO", "3")[b"proto"] == 3
+    d = as_dict(c.command("SL.CHECK", "watch", "u1"))
+    assert d["allowed"] is True and d["shadow_limited"] is True
+    assert as_dict(c.command("SL.CHECK", "api", "u1"))["shadow_limited"] is False
+    # the HTTP answer says the same
+    body = json.loads(urllib.request.urlopen(urllib.request.Request(
+        s.http + "/v1/check", data=json.dumps({"policy": "watch", "key": "u1"}).encode(),
+        headers={"Content-Type": "application/json"}), timeout=10).read())
+    assert body["shadow_limited"] is True
     c.close()

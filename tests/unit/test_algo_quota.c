@@ -83,7 +83,10 @@ static void test_boundaries(void) {
         {"Europe/Madrid", SLUICE_PERIOD_WEEK, U(2020, 12, 27, 23), U(2021, 1, 3, 23), "Madrid week 2020-53"},
         {"Europe/Madrid", SLUICE_PERIOD_WEEK, U(2023, 12, 31, 23), U(2024, 1, 7, 23), "Madrid week 2024-01"},
         {"Europe/Madrid", SLUICE_PERIOD_WEEK, U(2026, 10, 18, 22), U(2026, 10, 25, 23), "Madrid week with 25 h day"},
-        {"Europe/Madrid", SLUICE_PERIOD_HOUR, U(2026, 10, 25, 0), U(2026, 10, 25, 2), "Madrid repeated hour"},
+        {"Europe/Madrid", SLUICE_PERIOD_HOUR, U(2026, 10, 25, 0), U(2026, 10, 25, 1), "Madrid repeated hour (CEST)"},
+        {"Europe/Madrid", SLUICE_PERIOD_HOUR, U(2026, 10, 25, 1), U(2026, 10, 25, 2), "Madrid repeated hour (CET)"},
+        {"America/New_York", SLUICE_PERIOD_HOUR, U(2024, 11, 3, 5), U(2024, 11, 3, 6), "New York 01:00 EDT"},
+        {"America/New_York", SLUICE_PERIOD_HOUR, U(2024, 11, 3, 6), U(2024, 11, 3, 7), "New York 01:00 EST"},
         {"America/New_York", SLUICE_PERIOD_HOUR, U(2026, 3, 8, 6), U(2026, 3, 8, 7), "New York hour before the jump"},
         {"America/New_York", SLUICE_PERIOD_DAY, U(2090, 3, 12, 5), U(2090, 3, 13, 4), "New York 2090 (footer)"},
         {NULL, SLUICE_PERIOD_DAY, U(2028, 2, 29, 0), U(2028, 3, 1, 0), "UTC Feb 29"},
@@ -293,6 +296,16 @@ static void build_ref(ref *r, sluice_period p, int64_t from, int64_t to) {
         localtime_r(&tt, &tm);
         if (local_s(&tm) > max_local) max_local = local_s(&tm), max_tm = tm;
         int64_t k = key_of(p, &max_tm);
+        if (p == SLUICE_PERIOD_HOUR) {
+            /* a local hour is a real hour: one begins at each hh:00:00 of the local clock
+             * and at each change of offset */
+            static long prev_off;
+            if (u == from || (tm.tm_min == 0 && tm.tm_sec == 0) || tm.tm_gmtoff != prev_off)
+                k = prev_key + 1;
+            else
+                k = prev_key;
+            prev_off = tm.tm_gmtoff;
+        }
         if (k != prev_key) {
             if (r->n == r->cap) {
                 r->cap = r->cap ? r->cap * 2 : 1024;

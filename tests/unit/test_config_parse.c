@@ -440,8 +440,62 @@ static void nothing_ignored(void) {
     load_err("", "1:1: empty config");
     load_err("- a\n- b\n", "the config must be a mapping");
     load_err("a: 1\n---\nb: 2\n", "several YAML documents");
-    load_err("a: &x [1]\nb: *x\n", "YAML aliases are not supported");
+    load_err("a: &x [1]\nb: *nope\n", "2:4: unknown YAML alias '*nope'");
     load_err("policies:\n  - {name: a}\n  - {name: a}\n", "3:12: duplicate policy name 'a'");
+}
+
+/* Anchors, aliases and merge keys as gopkg.in/yaml.v2 reads them (envoyproxy/ratelimit
+ * files use them), and an alias bomb stopped by the expansion bound. */
+static void yaml_aliases(void) {
+    sl_config *cfg = load_ok("domain: d\n"
+                             "descriptors:\n"
+                             "  - key: a\n"
+                             "    rate_limit: &rl {unit: minute, requests_per_unit: 5}\n"
+                             "  - key: b\n"
+                             "    rate_limit: *rl\n"
+                             "  - key: c\n"
+                             "    shadow_mode: true\n"
+                             "    rate_limit:\n"
+                             "      <<: *rl\n"
+                             "      requests_per_unit: 7\n"
+                             "  - &sub\n"
+                             "    key: e\n"
+                             "    descriptors: [{key: f, rate_limit: {<<: [*rl], unit: hour}}]\n");
+    size_t n = 0;
+    char *dump = sl_config_envoy_dump(cfg, &n);
+    T_CHECK(dump != NULL);
+    T_EQ_S(dump, "d.a: unit=MINUTE requests_per_unit=5, shadow_mode: false\n"
+                 "d.b: unit=MINUTE requests_per_unit=5, shadow_mode: false\n"
+                 "d.c: unit=MINUTE requests_per_unit=7, shadow_mode: true\n"
+                 "d.e.f: unit=HOUR requests_per_unit=5, shadow_mode: false\n");
+    T_EQ_U(n, strlen(dump));
+    free(dump);
+    sl_config_destroy(cfg);
+    /* a sluice config: one policy's limits reused */
+    cfg = load_ok("policies:\n"
+                  "  - &p {name: a, objective: fairness, key: [], algorithm: gcra,\n"
+                  "        limits: &l [{rate: 3/s}]}\n"
+                  "  - {<<: *p, name: b, limits: *l}\n");
+    T_EQ_U(sl_config_policy_count(cfg), 2);
+    T_EQ_S(sl_config_policy_name(cfg, 1), "b");
+    sl_config_destroy(cfg);
+    /* billion laughs: 10 levels of 10 aliases would be 10^10 nodes */
+    char bomb[2048];
+    size_t off = (size_t)snprintf(bomb, sizeof(bomb), "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for (int i = 1; i < 10; i++)
+        off += (size_t)snprintf(bomb + off, sizeof(bomb) - off,
+                                "l%d: &l%d [*l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d]\n",
+                                i, i, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1);
+    load_err(bomb, "YAML aliases expand to more than 1000000 nodes");
+    load_err("a: &m 1\nb: {<<: *m}\n", "a merge key '<<' takes a mapping");
+    load_err("a: &x [*x]\n", "unknown YAML alias '*x'");
+    /* merged maps are bounded: the keys are compared pairwise */
+    char *big = malloc(40000);
+    size_t bo = (size_t)snprintf(big, 40000, "a: &m {");
+    for (int i = 0; i < 300; i++) bo += (size_t)snprintf(big + bo, 40000 - bo, "%sk%d: 1", i ? ", " : "", i);
+    snprintf(big + bo, 40000 - bo, "}\nb: {<<: *m}\n");
+    load_err(big, "more than 256 keys");
+    free(big);
 }
 
 static void diagnostics_are_bounded(void) {
@@ -507,5 +561,6 @@ int main(void) {
     T_RUN(both_formats_in_one_file);
     T_RUN(nothing_ignored);
     T_RUN(diagnostics_are_bounded);
+    T_RUN(yaml_aliases);
     return T_DONE();
 }

@@ -9,6 +9,7 @@
 #include "t.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -602,6 +603,79 @@ static void test_decision_log_fields_and_hashed_key(void) {
     }
 }
 
+/* Decision lines are info lines: under warn (or error) they are not written, nor counted
+ * as logged; a rejection at info is. */
+static void test_decision_log_obeys_the_level(void) {
+    for (int lvl = SL_LOG_ERROR; lvl <= SL_LOG_INFO; lvl++) {
+        sl_log_config c;
+        sl_log_config_default(&c);
+        c.decisions = 1;
+        c.level = (sl_log_level)lvl;
+        sl_log *l = mk(&c, "dec_level.log", NULL);
+        sl_log_dec d = dec("user-9", 1);
+        sl_log_decision(l, &d);
+        sl_log_flush(l, S(5));
+        sl_log_stats st;
+        sl_log_stats_get(l, &st);
+        char *out = finish(l, &c);
+        T_EQ_U(st.decisions_logged, lvl == SL_LOG_INFO ? 1 : 0);
+        T_EQ_I(count_lines(out), lvl == SL_LOG_INFO ? 1 : 0);
+        free(out);
+    }
+}
+
+/* journal: 1 puts sd-daemon's <N> in front of every line, in both formats (JSON stays one
+ * object after it); JOURNAL_STREAM must name the descriptor itself. */
+static void test_journal_prefix(void) {
+    for (int json = 0; json < 2; json++) {
+        char path[512];
+        tpath(path, sizeof(path), "journal.log");
+        unlink(path);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        T_CHECK(fd >= 0);
+        struct stat st;
+        T_CHECK(fstat(fd, &st) == 0);
+        char js[64];
+        snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
+                 (unsigned long long)st.st_ino);
+        setenv("JOURNAL_STREAM", js, 1);
+        T_EQ_I(sl_log_fd_is_journal(fd), 1);
+        sl_log_config c;
+        sl_log_config_default(&c);
+        c.fd = fd;
+        c.format = json ? SL_LOG_JSON : SL_LOG_TEXT;
+        c.level = SL_LOG_DEBUG;
+        sl_log *l = NULL;
+        T_EQ_I(sl_log_create(&l, &c), 0);
+        const sl_log_level lv[4] = {SL_LOG_ERROR, SL_LOG_WARN, SL_LOG_INFO, SL_LOG_DEBUG};
+        for (int i = 0; i < 4; i++) SL_LOG(l, lv[i], "ev", "m", SL_LOG_INT("i", i));
+        sl_log_destroy(l);
+        close(fd);
+        unsetenv("JOURNAL_STREAM");
+        char *out = slurp(path);
+        const char *pri = "3467";
+        const char *p = out;
+        for (int i = 0; i < 4; i++) {
+            T_CHECK(p[0] == '<' && p[1] == pri[i] && p[2] == '>');
+            if (json) T_CHECK(p[3] == '{');
+            p = strchr(p, '\n');
+            T_CHECK(p != NULL);
+            if (p == NULL) break;
+            p++;
+        }
+        free(out);
+        /* the variable naming another stream: no prefix */
+        fd = open(path, O_WRONLY | O_TRUNC);
+        snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
+                 (unsigned long long)st.st_ino + 1);
+        setenv("JOURNAL_STREAM", js, 1);
+        T_EQ_I(sl_log_fd_is_journal(fd), 0);
+        unsetenv("JOURNAL_STREAM");
+        close(fd);
+        unlink(path);
+    }
+}
+
 /* Two loggers with one process key show one key under one hash; other keys differ. */
 static void test_key_hash_shared_process_key(void) {
     sl_hash_key k = {0x0123456789abcdefull, 0xfedcba9876543210ull};
@@ -733,6 +807,8 @@ int main(void) {
     T_RUN(test_key_hash_shared_process_key);
     T_RUN(test_decision_sampling);
     T_RUN(test_decision_rate_limit);
+    T_RUN(test_decision_log_obeys_the_level);
+    T_RUN(test_journal_prefix);
     T_RUN(test_default_logger);
     rmdir(tmpdir);
     return T_DONE();

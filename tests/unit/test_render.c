@@ -141,6 +141,29 @@ static void several_windows_and_units(void) {
     fx_close(&f);
 }
 
+/* A policy with a rate window and a concurrency window: only the concurrency window is
+ * counted in concurrent requests (and has no reset); the rate window keeps its unit and t. */
+static void concurrency_beside_a_rate(void) {
+    fx f;
+    if (!fx_open(&f, "policies:\n"
+                     "  - name: mix\n"
+                     "    objective: fairness\n"
+                     "    key: [header.x-api-key]\n"
+                     "    limits:\n"
+                     "      - { rate: 10/s, burst: 10, algorithm: token_bucket }\n"
+                     "      - { max: 4 }\n"))
+        return;
+    check(&f, "k");
+    sl_render_headers(&V, H, sizeof(H), 0);
+    T_CHECK(strstr(H, "\"mix.0\";q=10;w=1,") != NULL);
+    T_CHECK(strstr(H, "\"mix.1\";q=4;qu=\"concurrent-requests\"") != NULL);
+    T_CHECK(strstr(H, "\"mix.0\";r=9;t=1") != NULL);
+    T_CHECK(strstr(H, "\"mix.1\";r=3") != NULL && strstr(H, "\"mix.1\";r=3;t=") == NULL);
+    if (strstr(H, "\"mix.0\";r=9;t=1") == NULL || strstr(H, "\"mix.0\";q=10;w=1,") == NULL)
+        fprintf(stderr, "%s", H);
+    fx_close(&f);
+}
+
 /* ---- hand-built verdicts ---------------------------------------------------------- */
 
 static sl_cpolicy POL = {.name = "p", .headers = true};
@@ -307,6 +330,7 @@ static void json_verdict(void) {
 int main(void) {
     T_RUN(token_bucket_allowed_and_rejected);
     T_RUN(several_windows_and_units);
+    T_RUN(concurrency_beside_a_rate);
     T_RUN(rounding_up);
     T_RUN(never_admissible);
     T_RUN(names_are_sf_strings);

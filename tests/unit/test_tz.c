@@ -228,9 +228,10 @@ static void test_v1_only(void) {
     T_EQ_I(sl_tz_offset(tz, 2000), 3600);
     T_EQ_I(sl_tz_offset(tz, 3000), 7200); /* no footer: the last type forever */
     T_EQ_I(sl_tz_offset(tz, 5000000000), 7200);
-    /* local time jumps from 01:16:40 to 02:16:40 at 1000: that is where hour 2 starts */
+    /* local time jumps from 01:16:40 to 02:16:40 at 1000: that is where hour 2 starts;
+     * the offset changes back at 2000, which ends it (an hour is never longer than one) */
     T_EQ_I(sl_cal_period_start(tz, SLUICE_PERIOD_HOUR, 1500), 1000);
-    T_EQ_I(sl_cal_period_next(tz, SLUICE_PERIOD_HOUR, 1500), 3600);
+    T_EQ_I(sl_cal_period_next(tz, SLUICE_PERIOD_HOUR, 1500), 2000);
     sl_tz_free(tz);
 }
 
@@ -518,8 +519,32 @@ static void test_periods(void) {
     /* Madrid: a 23-hour and a 25-hour day */
     check_period(mad, SLUICE_PERIOD_DAY, U(2026, 3, 29, 12, 0, 0), U(2026, 3, 28, 23, 0, 0), U(2026, 3, 29, 22, 0, 0));
     check_period(mad, SLUICE_PERIOD_DAY, U(2026, 10, 25, 12, 0, 0), U(2026, 10, 24, 22, 0, 0), U(2026, 10, 25, 23, 0, 0));
-    /* the hour that repeats is one 2-hour period; the skipped one does not exist */
-    check_period(mad, SLUICE_PERIOD_HOUR, U(2026, 10, 25, 1, 30, 0), U(2026, 10, 25, 0, 0, 0), U(2026, 10, 25, 2, 0, 0));
+    /* a local hour is a real hour: the hour that repeats is two periods of one hour (CEST
+     * then CET); the skipped one does not exist */
+    check_period(mad, SLUICE_PERIOD_HOUR, U(2026, 10, 25, 0, 30, 0), U(2026, 10, 25, 0, 0, 0), U(2026, 10, 25, 1, 0, 0));
+    check_period(mad, SLUICE_PERIOD_HOUR, U(2026, 10, 25, 1, 30, 0), U(2026, 10, 25, 1, 0, 0), U(2026, 10, 25, 2, 0, 0));
+    /* New York 2024-11-03 01:30 EDT (05:30Z) is 05:00-06:00Z, 01:30 EST (06:30Z) 06:00-07:00Z */
+    check_period(ny, SLUICE_PERIOD_HOUR, U(2024, 11, 3, 5, 30, 0), U(2024, 11, 3, 5, 0, 0), U(2024, 11, 3, 6, 0, 0));
+    check_period(ny, SLUICE_PERIOD_HOUR, U(2024, 11, 3, 6, 30, 0), U(2024, 11, 3, 6, 0, 0), U(2024, 11, 3, 7, 0, 0));
+    check_period(ny, SLUICE_PERIOD_HOUR, U(2024, 3, 10, 6, 30, 0), U(2024, 3, 10, 6, 0, 0), U(2024, 3, 10, 7, 0, 0));
+    /* Lord Howe goes back half an hour (2024-04-07 02:00 +11 = 15:00Z to 01:30 +10:30): the
+     * local hour 01:00 is 14:00-15:00Z, then 01:30-02:00 again (15:00-15:30Z), then 02:00 */
+    const sl_tz *lh = zone("Australia/Lord_Howe");
+    if (lh != NULL) {
+        check_period(lh, SLUICE_PERIOD_HOUR, U(2024, 4, 6, 14, 45, 0), U(2024, 4, 6, 14, 0, 0), U(2024, 4, 6, 15, 0, 0));
+        check_period(lh, SLUICE_PERIOD_HOUR, U(2024, 4, 6, 15, 10, 0), U(2024, 4, 6, 15, 0, 0), U(2024, 4, 6, 15, 30, 0));
+        check_period(lh, SLUICE_PERIOD_HOUR, U(2024, 4, 6, 15, 30, 0), U(2024, 4, 6, 15, 30, 0), U(2024, 4, 6, 16, 30, 0));
+        /* and forward (2024-10-06 02:00 +10:30 = 15:30Z to 02:30 +11): 02:30-03:00 is 30 min */
+        check_period(lh, SLUICE_PERIOD_HOUR, U(2024, 10, 5, 15, 0, 0), U(2024, 10, 5, 14, 30, 0), U(2024, 10, 5, 15, 30, 0));
+        check_period(lh, SLUICE_PERIOD_HOUR, U(2024, 10, 5, 15, 40, 0), U(2024, 10, 5, 15, 30, 0), U(2024, 10, 5, 16, 0, 0));
+        /* no hour in 2024 lasts longer than a real hour */
+        int64_t longest = 0;
+        for (int64_t u = U(2024, 1, 1, 0, 0, 0); u < U(2025, 1, 1, 0, 0, 0); u += 1800) {
+            int64_t len = sl_cal_period_next(lh, SLUICE_PERIOD_HOUR, u) - sl_cal_period_start(lh, SLUICE_PERIOD_HOUR, u);
+            if (len > longest) longest = len;
+        }
+        T_EQ_I(longest, 3600);
+    }
     check_period(mad, SLUICE_PERIOD_HOUR, U(2026, 3, 29, 1, 0, 0), U(2026, 3, 29, 1, 0, 0), U(2026, 3, 29, 2, 0, 0));
     check_period(mad, SLUICE_PERIOD_HOUR, U(2026, 3, 29, 0, 59, 59), U(2026, 3, 29, 0, 0, 0), U(2026, 3, 29, 1, 0, 0));
     /* New York */
