@@ -221,7 +221,7 @@ static void reply_json(sl_conn *c, const sl_http_req *req, json_t *o) {
 
 void sl_series_http(sl_conn *c, const sl_http_req *req) {
     sl_server *s = c->w->srv;
-    char policy[256], window[64], sec[256];
+    char policy[256], window[128], sec[256];
     int pl = qget(req, "policy", policy, sizeof(policy));
     if (pl <= 0) {
         sl_http_problem(c, req->minor, 400,
@@ -232,8 +232,8 @@ void sl_series_http(sl_conn *c, const sl_http_req *req) {
     }
     int wl = qget(req, "window", window, sizeof(window));
     if (wl == -2 || wl == 0) {
-        sl_http_problem(c, req->minor, 400, "window: expected a window's name as /v1/policies shows it "
-                        "(e.g. 10/s)", 1);
+        sl_http_problem(c, req->minor, 400, "window: expected a window's name as the metrics label it "
+                        "(e.g. api.0)", 1);
         return;
     }
     unsigned ring = s->series_seconds;
@@ -270,13 +270,13 @@ void sl_series_http(sl_conn *c, const sl_http_req *req) {
     int64_t end_s = sec_of(now.wall_ns);
     sl_series_w *ws[SL_MAX_WORKERS];
     for (unsigned k = 0; k < s->nworkers; k++) ws[k] = s->workers[k]->series;
-    char seen[SLUICE_MAX_ITEMS * 2][48];
+    char seen[SLUICE_MAX_ITEMS * 2][128];
     size_t nseen = 0;
     bool matched = wl < 0;
     for (size_t i = 0; i < nwin; i++) {
         if (all[i]->policy == NULL || strcmp(all[i]->policy, policy) != 0) continue;
-        char lab[48];
-        sl_window_describe(all[i], lab, sizeof(lab));
+        char lab[128];
+        sl_obs_window_label(all[i], lab, sizeof(lab));
         bool dup = false;
         for (size_t k = 0; k < nseen && !dup; k++) dup = strcmp(seen[k], lab) == 0;
         if (dup || (wl > 0 && strcmp(lab, window) != 0)) continue;
@@ -389,7 +389,7 @@ void sl_rejections_http(sl_conn *c, const sl_http_req *req) {
     json_t *a = json_array();
     for (size_t i = 0; i < m && (long long)json_array_size(a) < want; i++) {
         const sl_rej *e = &all[i].e;
-        char pol[128], win[48];
+        char pol[128], win[128];
         pthread_mutex_lock(&o->mu);
         snprintf(pol, sizeof(pol), "%s", o->series[e->series].policy);
         snprintf(win, sizeof(win), "%s", o->series[e->series].window);

@@ -335,9 +335,10 @@
       clear(box);
       box.dataset.policy = sr.data.policy;
       for (const w of wins) {
-        const src = (p.windows || []).find((x) => x.window === w.window);
+        const src = (p.windows || []).find((x) => x.name === w.window || x.window === w.window);
         box.appendChild(h('div', { class: 'chart', 'data-window': w.window },
-          h('h3', null, 'window ' + w.window + (src && src.source ? '  (' + src.source + ')' : '')),
+          h('h3', null, 'window ' + w.window + (src && src.window && src.window !== w.window ? ' — ' + src.window : '') +
+            (src && src.source ? '  (' + src.source + ')' : '')),
           h('canvas', { width: 900, height: 160, role: 'img', 'aria-label': 'decisions per second in window ' + w.window }),
           h('div', { class: 'legend' })));
       }
