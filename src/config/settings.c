@@ -13,6 +13,7 @@
 #include "algo/algo.h"
 #include "config/compiled.h"
 #include "core/path.h"
+#include "core/redact.h"
 #include "store/memory.h"
 
 /* ---- settings ----------------------------------------------------------------------- */
@@ -131,9 +132,11 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
          * password can come from a secret while the file keeps the rest; serve refuses to
          * start when neither does, and config check warns */
         if ((x = sl__get(n, "addr")) != NULL) {
-            if (!sl__is_scalar(x) || !addr_ok(x->s) || x->len >= SL_ADDR_MAX)
-                sl__err(cx, x, "bad redis address '%.60s' (expected host:port)",
-                        sl__is_scalar(x) ? x->s : "");
+            if (!sl__is_scalar(x) || !addr_ok(x->s) || x->len >= SL_ADDR_MAX) {
+                char shown[SL_ADDR_MAX + 8]; /* redacted before it is cut to 60 */
+                sl_redact_copy(sl__is_scalar(x) ? x->s : "", shown, sizeof(shown));
+                sl__err(cx, x, "bad redis address '%.60s' (expected host:port)", shown);
+            }
             else
                 memcpy(st->store.redis_addr, x->s, x->len + 1);
         }

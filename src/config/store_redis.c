@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/redact.h"
 #include "config/compiled.h"
 
 #define SECRET_FILE_MAX 4096
@@ -158,8 +159,10 @@ static void parse_sentinel(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
                 addr[len] = '\0';
                 while (len > 0 && addr[len - 1] == ' ') addr[--len] = '\0';
                 if (!sentinel_addr(addr, norm, sizeof(norm))) {
+                    char shown[sizeof(addr) + 8]; /* redacted before it is cut to 60 */
+                    sl_redact_copy(addr, shown, sizeof(shown));
                     sl__err(cx, items[i], "bad sentinel address '%.60s' (expected host:port such as "
-                            "127.0.0.1:26379 or [::1]:26379)", addr);
+                            "127.0.0.1:26379 or [::1]:26379)", shown);
                     break;
                 }
                 int w = snprintf(c->sentinel_addrs + off, sizeof(c->sentinel_addrs) - off, "%s%s", off ? "," : "",

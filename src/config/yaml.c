@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "config/compiled.h"
+#include "core/redact.h"
 
 #define YAML_MAX_DEPTH 64
 #define YAML_MAX_NODES 1000000
@@ -75,6 +76,7 @@ static void diag_add(sl__ctx *cx, int line, int col, const char *msg) {
     d->col = col;
     d->file[0] = '\0'; /* a directory load names the file afterwards (dir.c) */
     snprintf(d->msg, sizeof(d->msg), "%s", msg);
+    sl_redact(d->msg, sizeof(d->msg)); /* a URL or field echoed may hold a password */
 }
 
 void sl__err(sl__ctx *cx, const sl_ynode *at, const char *fmt, ...) {

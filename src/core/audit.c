@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/redact.h"
 
 #define LIST_MAX 256 /* names per list in one entry */
 #define TEXT_MAX 512 /* bytes per free text (error, how) */
@@ -248,7 +249,9 @@ int sl_audit_record(sl_audit *a, const sl_audit_event *e) {
     ds_puts(&d, "\"");
     if (!e->ok) {
         ds_puts(&d, ",\"error\":");
-        ds_json(&d, e->error ? e->error : "", TEXT_MAX);
+        char err[TEXT_MAX + 64]; /* recorded (and fdatasync'd) with no credential in it */
+        sl_redact_copy(e->error ? e->error : "", err, sizeof(err));
+        ds_json(&d, err, TEXT_MAX);
     }
     if (e->ok) {
         ds_puts(&d, ",\"generation\":");

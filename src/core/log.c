@@ -9,6 +9,7 @@
  * decisions_rate_limited.
  */
 #include "core/log.h"
+#include "core/redact.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -333,6 +334,22 @@ static void put_value(const sl_log *l, sl_lbuf *b, const sl_log_field *f, int js
 
 /* Formats one whole line into buf (SL_LOG_LINE_MAX bytes); returns its length. Fields that
  * do not fit are left out whole and the line says truncated. */
+/* Why every line, whatever wrote it: a message or a field may echo a URL or a parameter
+ * holding a password (a store address, a reload's error); the line is rewritten with it
+ * redacted (sl_redact) before it is queued. Only lines with a '@' or a '=' are looked at. */
+static size_t redact_line(char *buf, size_t len) {
+    if (len == 0 || (memchr(buf, '@', len) == NULL && memchr(buf, '=', len) == NULL)) return len;
+    char tmp[SL_LOG_LINE_MAX + 1];
+    size_t body = buf[len - 1] == '\n' ? len - 1 : len;
+    memcpy(tmp, buf, body);
+    tmp[body] = '\0';
+    if (sl_redact(tmp, SL_LOG_LINE_MAX) == 0) return len;
+    size_t n = strlen(tmp);
+    memcpy(buf, tmp, n);
+    buf[n++] = '\n';
+    return n;
+}
+
 static size_t format_line(const sl_log *l, char *buf, sl_log_level lvl, const char *event,
                           const char *msg, const sl_log_field *f, size_t n, int64_t wall_ns) {
     int json = l->format == SL_LOG_JSON;
@@ -396,7 +413,7 @@ static size_t format_line(const sl_log *l, char *buf, sl_log_level lvl, const ch
     b.cap = SL_LOG_LINE_MAX; /* the reserve is for what follows */
     if (truncated) lb_puts(&b, json ? ",\"truncated\":true" : " truncated=true");
     lb_puts(&b, json ? "}\n" : "\n");
-    return b.len;
+    return redact_line(buf, b.len);
 }
 
 /* systemd.exec(5): JOURNAL_STREAM is "<device>:<inode>" of the stream the service's

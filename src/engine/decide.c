@@ -74,7 +74,14 @@ void sl__complete(sl_verdict *v, int rc) {
     if (done != NULL) done(ud, rc, v);
 }
 
-static void complete(sl_verdict *v, int rc) { sl__complete(v, rc); }
+/* A decision's end: the token id it reserved and did not issue goes back. */
+static void complete(sl_verdict *v, int rc) {
+    if (v->run.tok_resv != 0) {
+        sl__token_drop(v->run.e->tokens, v->run.tok_resv);
+        v->run.tok_resv = 0;
+    }
+    sl__complete(v, rc);
+}
 
 /* A block-list window: an Envoy rule with requests_per_unit 0, or a descriptor's limit
  * override of 0 (upstream answers OVER_LIMIT for both): rejects, never admits. */
@@ -222,6 +229,47 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
     complete(v, SLUICE_OK);
 }
 
+/* How long a token of v would live if v is admitted (0: v can hold nothing to settle or
+ * release), and the policy whose share it counts in. */
+static int64_t token_need(const sl_verdict *v, const sl__epol **owner) {
+    int64_t life = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const sl_verdict_item *it = &v->items[i];
+        const e_win *w = item_win(it);
+        if (it->unlimited || w->lim == NULL || w->cw == NULL || denies(it)) continue;
+        bool conc = w->cw->spec.algo == SLUICE_CONCURRENCY ||
+                    w->cw->spec.algo == SLUICE_ADAPTIVE_CONCURRENCY;
+        if (!it->settle && (!conc || it->cost == 0)) continue; /* a peek takes no slot */
+        if (life == 0) *owner = w->ep;
+        int64_t l = sl__item_life(w, it->settle, conc);
+        if (l > life) life = l;
+    }
+    return life;
+}
+
+/*
+ * Why the token is reserved before the store is asked: an admission whose token cannot
+ * be recorded would hold a lease or a reservation nobody can give back (the old failure:
+ * a token with no id, refused at release, its slot held until the lease ended). Reserved
+ * first, a full share refuses the request with nothing charged. False: refused (v failed
+ * with SL_ETOKENS_FULL). Shared tokens are claimed in the store instead: nothing here.
+ */
+static bool reserve_token(const sl_engine *e, sl_verdict *v, sluice_time now) {
+    if (sl__tokens_shared() || v->run.pass) return true;
+    const sl__epol *ep = NULL;
+    int64_t life = token_need(v, &ep);
+    if (life == 0 || ep == NULL) return true;
+    int64_t margin = 60 * SLUICE_NS_PER_S; /* the store's answer comes well within it */
+    int64_t exp = now.mono_ns > INT64_MAX - life - margin ? INT64_MAX : now.mono_ns + life + margin;
+    uint64_t id = sl__token_reserve(e->tokens, ep->tok_owner, e->tok_share, exp, now.mono_ns);
+    if (id == 0) {
+        sl__fail(v, SL_ETOKENS_FULL);
+        return false;
+    }
+    v->run.tok_resv = id;
+    return true;
+}
+
 /*
  * The store request: every item a store decides, in verdict order. Shadow items get a
  * group per (policy, key): the windows of one shadow policy are all-or-nothing among
@@ -250,7 +298,8 @@ void sl_engine_decide(const sl_engine *e, void *lane, sl_verdict *v, sluice_time
     send(e, lane, v, now);
 }
 
-/* Resolves the verdict's overrides and sends its store request. */
+/* Resolves the verdict's overrides, reserves its token (once: a retry after an override
+ * changed keeps it) and sends its store request. */
 static void send(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now) {
     if (v->n_ovr > 0) {
         int orc = sl__ovr_apply(e, v, now);
@@ -259,6 +308,10 @@ static void send(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now)
             complete(v, orc);
             return;
         }
+    }
+    if (v->run.tok_resv == 0 && !reserve_token(e, v, now)) {
+        complete(v, SL_ETOKENS_FULL);
+        return;
     }
     sl_sitem si[SLUICE_MAX_ITEMS];
     size_t n = 0;
@@ -339,8 +392,10 @@ static bool batchable(const sl_verdict *v) {
         return false;
     const sl_verdict_item *it = &v->items[0];
     const e_win *w = item_win(it);
+    const sl__epol *owner = NULL;
     return !it->shadow && !it->unlimited && !it->charge && !it->override && w->lim != NULL &&
-           !denies(it) && !v->run.capacity && !v->run.pass && v->n_ovr == 0;
+           !denies(it) && !v->run.capacity && !v->run.pass && v->n_ovr == 0 &&
+           (sl__tokens_shared() || token_need(v, &owner) == 0); /* a token is reserved first */
 }
 
 /*

@@ -246,6 +246,7 @@ static sl_engine *create(const sl_config *cfg, sluice_store *store, const sl_sto
         const sl_cpolicy *cp = &cfg->pol[i];
         sl__epol *ep = &e->pol[i];
         ep->cp = cp;
+        ep->tok_owner = sl__hash64(cp->name, strlen(cp->name), "tokens", 6);
         if (!cp->envoy && cp->cap == NULL && sl_store_overrides(store) != NULL)
             ep->ovr_n = sl_ovr_policy_count(sl_store_overrides(store), cp->name);
         if (cp->unlimited) {
@@ -298,6 +299,23 @@ static sl_engine *create(const sl_config *cfg, sluice_store *store, const sl_sto
             goto fail;
         }
     }
+    /* every policy that can hold a lease or a reservation gets an equal share of the
+     * token table, so all the shares fit at once (see tokens.c) */
+    size_t issuing = 0;
+    for (size_t i = 0; i < e->n_pol; i++) {
+        const sl_cpolicy *cp = e->pol[i].cp;
+        bool any = false;
+        for (size_t j = 0; j < cp->nwin && !any; j++)
+            any = cp->settle || cp->win[j].spec.algo == SLUICE_CONCURRENCY ||
+                  cp->win[j].spec.algo == SLUICE_ADAPTIVE_CONCURRENCY;
+        for (size_t k = 0; k < cp->n_plans && !any; k++)
+            for (size_t j = 0; j < cp->plans[k].nwin && !any; j++)
+                any = cp->settle || cp->plans[k].win[j].spec.algo == SLUICE_CONCURRENCY ||
+                      cp->plans[k].win[j].spec.algo == SLUICE_ADAPTIVE_CONCURRENCY;
+        issuing += any;
+    }
+    e->tok_share = sl_token_table_capacity(tokens) / (issuing ? issuing : 1);
+    if (e->tok_share == 0) e->tok_share = 1;
     if (err) *err = SLUICE_OK;
     return e;
 fail:
@@ -309,4 +327,5 @@ fail:
 
 const sl_config *sl_engine_config(const sl_engine *e) { return e ? e->cfg : NULL; }
 const sl_store_ops *sl_engine_ops(const sl_engine *e) { return e ? e->ops : NULL; }
+sl_token_table *sl_engine_tokens(const sl_engine *e) { return e ? e->tokens : NULL; }
 

@@ -248,6 +248,8 @@ struct sl_verdict {
         bool pass;            /* sl_engine_pass: a solved challenge, not a decision */
         bool capacity;        /* some item has capacity protection (classes, tiers, penalty,
                                  an adaptive limit): the store's capacity answers are read */
+        uint64_t tok_resv;    /* the token id reserved for this decision (decide.c), until
+                                 issued or dropped */
     } run;
 };
 
@@ -262,6 +264,10 @@ typedef struct sl_token_table sl_token_table;
 sl_token_table *sl_token_table_create(size_t capacity, int *err); /* 0 = default */
 void sl_token_table_destroy(sl_token_table *t);
 size_t sl_token_table_capacity(const sl_token_table *t);
+/* Live tokens now, and decisions refused because a share or the table was full. */
+void sl_token_table_stats(sl_token_table *t, uint64_t *held, uint64_t *refused);
+/* The engine's token table (its stats for metrics). */
+sl_token_table *sl_engine_tokens(const sl_engine *e);
 
 /* Compiles `cfg` (borrowed: it must outlive the engine) and registers every limiter with
  * `store` (the limiter registry; with the memory store also where state lives). Decisions
@@ -348,6 +354,10 @@ void sl_engine_release_async(const sl_engine *e, void *lane, sl_verdict *v, slui
 /* A token used for an operation it holds nothing for (SL.RELEASE on a settle token, or
  * SL.SETTLE on a lease token): the caller's mistake, said as such (not done). */
 #define SL_ETOKEN_OP (-100)
+/* A decision that would hold a lease or a reservation while its policy holds its whole
+ * share of the token table (or the table is full): refused before the store is asked,
+ * nothing charged (HTTP 503, RESP -ERR). */
+#define SL_ETOKENS_FULL (-101)
 #define SL_TOKEN_SETTLE 1u
 #define SL_TOKEN_RELEASE 2u
 void sl_engine_token(const sl_engine *e, void *lane, const char *token, size_t len,
@@ -382,12 +392,12 @@ int sl_engine_settle_token(const sl_engine *e, const char *token, size_t len, ui
 int sl_engine_release_token(const sl_engine *e, const char *token, size_t len, sluice_time now);
 
 /* A verdict travels between a check and a later settle/release (another connection) as
- * a token: printable ASCII, at most SL_TOKEN_MAX bytes. It names its single-use id, the
- * decision time, limiters, keys (hex), reserved costs and leases (so it is as personal as
- * the keys), only for windows that consumed, and ends in a MAC under a per-process random
- * key (or one derived from the shared secret): a forged or altered token is refused. A
- * token settles once and releases once. Valid across reloads, not restarts (unless
- * shared). */
+ * a token: printable ASCII (URL-safe base64), at most SL_TOKEN_MAX bytes. It holds its
+ * single-use id, the decision time, limiters, keys, reserved costs and leases, only for
+ * windows that consumed, sealed with ChaCha20-Poly1305 under a per-process random key (or
+ * one derived from the shared secret): it shows none of them, and a forged or altered
+ * token is refused. A token settles once and releases once. Valid across reloads, not
+ * restarts (unless shared). */
 #define SL_TOKEN_MAX 2048
 int sl_verdict_token(const sl_verdict *v, char *buf, size_t len); /* bytes or SLUICE_ERANGE */
 /* Whether an admitted verdict holds something a token could settle or release. */

@@ -35,6 +35,7 @@ typedef struct sl__epol {
     bool has_pen_win;
     sl_cwindow *cap_cw;
     void *cap_names;     /* their labels and limiter names */
+    uint64_t tok_owner;  /* hash of the policy's name: whose share its tokens count in */
     atomic_int_fast64_t *ovr_n; /* overrides of this policy (store/override.c): 0 = no lookup */
 } sl__epol;
 
@@ -74,6 +75,8 @@ struct sl_engine {
     const sl_store_ops *ops;    /* where decisions go */
     sl_token_table *tokens;
     bool shared_tokens;         /* from the per-store registry (sl_engine_create): drop a ref */
+    size_t tok_share;           /* live tokens one policy may hold: capacity / policies
+                                   issuing tokens */
     size_t n_pol;
     sl__epol *pol;
     size_t n_all;
@@ -144,9 +147,17 @@ int sl__ovr_apply(const sl_engine *e, sl_verdict *v, sluice_time now);
 /* tokens.c */
 #define SL_TOK_SETTLE 1u
 #define SL_TOK_RELEASE 2u
-/* A new live id with `pending` operations until `expires` (monotonic ns); 0 when none
- * could be recorded (table bucket full of live ids). */
+/* A new live id with `pending` operations until `expires` (monotonic ns), counted in no
+ * policy's share; 0 when the table is full. */
 uint64_t sl__token_issue(sl_token_table *t, unsigned pending, int64_t expires, int64_t now);
+/* A live id held for a decision the store has not answered yet, counted in the share of
+ * policy `owner` (a hash of its name) which may hold at most `share` (0: the whole
+ * table); 0 when that share or the table is full (counted as refused). Then either
+ * sl__token_commit (admitted, with what it holds) or sl__token_drop. */
+uint64_t sl__token_reserve(sl_token_table *t, uint64_t owner, size_t share, int64_t expires,
+                           int64_t now);
+bool sl__token_commit(sl_token_table *t, uint64_t id, unsigned pending, int64_t expires);
+void sl__token_drop(sl_token_table *t, uint64_t id);
 /* A fresh id, not recorded (tokens shared between instances: their single use is
  * claimed in the shared store instead). */
 uint64_t sl__token_id(sl_token_table *t);

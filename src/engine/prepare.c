@@ -629,6 +629,10 @@ const char *sl_engine_error_text(int rc) {
                "keys, each part at most 65535)";
     case SLUICE_ETOOMANY: return "the request matches more windows than one decision holds (32)";
     case SLUICE_ENOTFOUND: return "no such policy";
+    case SL_ETOKENS_FULL:
+        return "the settle/release token table is full: this policy holds its whole share of "
+               "store.max_tokens in outstanding leases and reservations (release or settle "
+               "some, or wait for them to expire)";
     default: return sluice_strerror(rc);
     }
 }
@@ -639,6 +643,7 @@ int sl__fail(sl_verdict *v, int rc) {
      * decision holds) is a 4xx, the server's a 500 */
     v->status = rc == SLUICE_ENOTFOUND                                           ? 404
                 : rc == SLUICE_ERANGE || rc == SLUICE_ETOOMANY || rc == SLUICE_EINVAL ? 400
+                : rc == SL_ETOKENS_FULL                                               ? 503
                                                                              : 500;
     v->store_error = false;
     v->error = rc;

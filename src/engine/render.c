@@ -270,11 +270,14 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
     bool has_tid = trace_id(traceparent, tid);
     const char *names[SLUICE_MAX_ITEMS];
     size_t nn = 0;
-    if (v->action == SL_ERROR || (v->action == SL_FAIL && v->status == 500)) {
+    if (v->action == SL_ERROR || (v->action == SL_FAIL && (v->status == 500 || v->error == SL_ETOKENS_FULL))) {
         /* not a store failure: the engine could not decide this request (a server that
          * turned SL_ERROR into SL_FAIL keeps status 500, so the body still agrees) */
-        int st = v->action == SL_ERROR && (v->status == 404 || v->status == 400) ? v->status : 500;
-        const char *title = st == 404 ? "Not Found" : st == 400 ? "Bad Request" : "Internal Server Error";
+        int st = v->action == SL_ERROR && (v->status == 404 || v->status == 400) ? v->status
+                 : v->error == SL_ETOKENS_FULL                                    ? 503
+                                                                                  : 500;
+        const char *title = st == 404 ? "Not Found" : st == 400 ? "Bad Request"
+                            : st == 503 ? "Service Unavailable" : "Internal Server Error";
         wf(&w, "{\"type\":\"about:blank\",\"title\":\"%s\",\"status\":%d,"
                "\"detail\":\"The request could not be decided: %s.\"",
            title, st, sl_engine_error_text(v->error));

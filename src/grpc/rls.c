@@ -208,9 +208,10 @@ int sl_rls_answer_of(const sl_verdict *v, int rc, size_t nd, unsigned render_fla
     a->body_len = 0;
     a->hbuf[0] = '\0';
     if (rc != SLUICE_OK) {
-        snprintf(err, errlen, "decision failed: %s", sluice_strerror(rc));
-        return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE ? SL_GRPC_RESOURCE_EXHAUSTED
-                                                            : SL_GRPC_INTERNAL;
+        snprintf(err, errlen, "decision failed: %s", sl_engine_error_text(rc));
+        return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE || rc == SL_ETOKENS_FULL
+                   ? SL_GRPC_RESOURCE_EXHAUSTED
+                   : SL_GRPC_INTERNAL;
     }
     bool over = v->action == SL_REJECT || v->action == SL_FAIL ||
                 (v->action == SL_DELAY && v->recheck);
@@ -650,9 +651,10 @@ static int compat_answer(const sl_verdict *v, int rc, size_t nd, const sl_rls_ca
     a->hbuf[0] = '\0';
     a->overall = SL_RLS_OK;
     if (rc != SLUICE_OK) {
-        snprintf(err, errlen, "decision failed: %s", sluice_strerror(rc));
-        return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE ? SL_GRPC_RESOURCE_EXHAUSTED
-                                                            : SL_GRPC_INTERNAL;
+        snprintf(err, errlen, "decision failed: %s", sl_engine_error_text(rc));
+        return rc == SLUICE_ETOOMANY || rc == SLUICE_ERANGE || rc == SL_ETOKENS_FULL
+                   ? SL_GRPC_RESOURCE_EXHAUSTED
+                   : SL_GRPC_INTERNAL;
     }
     size_t nall = v->n + (call ? call->nlocal : 0);
     int64_t now_s = floor_div(v->decided_at.wall_ns, SLUICE_NS_PER_S);

@@ -5,8 +5,12 @@
  * Lookups are lock-free (open addressing, entries published with a release store and
  * never removed); only creating a new parameter set takes the cache mutex, so a decision
  * for known parameters takes no lock beyond the store's shard lock.
- * Bound: SL_CELL_CAP sets (3/4 used at most); beyond it new sets are refused with an
- * error rather than evicting a limiter another thread may be using.
+ * Bounds (docs/operations.md, "What an attacker can fill"): each client address may have
+ * SL_CELL_SHARE sets in use (used within SL_CELL_IDLE_S); a new set beyond its share is
+ * refused for that client only, and sets it stops using leave its share after
+ * SL_CELL_IDLE_S. A set, once made, answers everyone until the process ends (never
+ * evicted: another client's counters stay whole). The process makes at most SL_CELL_MAX
+ * sets, because each is a family of the store and the store frees none.
  * The limiters are GCRA in redis-cell mode (sl_gcra_cell_init: T and `remaining` as
  * redis-cell computes them); the reply's seconds are rounded here (sl_cell_round_s).
  * Differences from redis-cell that remain are listed in docs/algorithms.md; the one made
@@ -65,8 +69,8 @@ static size_t cell_hash(int64_t b, int64_t c, int64_t p) {
     return (size_t)(h ^ (h >> 29)) & (SL_CELL_CAP - 1);
 }
 
-/* Probes for the set; returns its limiter, or NULL with *slot at the first free entry. */
-static const sluice_limiter *probe(sl_cell_cache *cc, int64_t b, int64_t c, int64_t p, size_t *slot) {
+/* Probes for the set; returns its entry, or NULL with *slot at the first free entry. */
+static sl_cell_entry *probe(sl_cell_cache *cc, int64_t b, int64_t c, int64_t p, size_t *slot) {
     size_t h = cell_hash(b, c, p);
     for (size_t k = 0; k < SL_CELL_CAP; k++) {
         sl_cell_entry *e = &cc->e[(h + k) & (SL_CELL_CAP - 1)];
@@ -75,46 +79,109 @@ static const sluice_limiter *probe(sl_cell_cache *cc, int64_t b, int64_t c, int6
             *slot = (h + k) & (SL_CELL_CAP - 1);
             return NULL;
         }
-        if (e->burst == b && e->count == c && e->period == p) return l;
+        if (e->burst == b && e->count == c && e->period == p) return e;
     }
     *slot = SL_CELL_CAP;
     return NULL;
 }
 
-const sluice_limiter *sl_cell_get(sl_server *s, int64_t max_burst, int64_t count,
-                                  int64_t period_s, int *err) {
-    sl_cell_cache *cc = &s->cell;
-    size_t slot;
-    const sluice_limiter *l = probe(cc, max_burst, count, period_s, &slot);
-    if (l) return l;
-    pthread_mutex_lock(&cc->mu);
-    l = probe(cc, max_burst, count, period_s, &slot);
-    if (l == NULL) {
-        if (slot >= SL_CELL_CAP || cc->used >= SL_CELL_CAP * 3 / 4) {
-            *err = SLUICE_EFULL;
-        } else {
-            char name[96];
-            snprintf(name, sizeof(name), "cl.throttle/%lld/%lld/%lld", (long long)max_burst,
-                     (long long)count, (long long)period_s);
-            sluice_limiter *nl = cell_limiter(name, max_burst, count, period_s, err);
-            if (nl && (*err = sluice_store_register(s->store, nl)) != 0) {
-                sluice_limiter_destroy(nl);
-                nl = NULL;
-            }
-            if (nl) {
-                sl_cell_entry *e = &cc->e[slot];
-                e->burst = max_burst;
-                e->count = count;
-                e->period = period_s;
-                atomic_store_explicit(&e->lim, nl, memory_order_release);
-                cc->used++;
-                l = nl;
-            }
+static uint64_t addr_hash(const char *a) {
+    uint64_t h = UINT64_C(14695981039346656037);
+    for (; a != NULL && *a; a++) h = (h ^ (unsigned char)*a) * UINT64_C(1099511628211);
+    return h ? h : 1;
+}
+
+/* The owner record of client `addr` (caller holds the mutex); the shared overflow one
+ * once SL_CELL_OWNERS addresses are known. */
+static sl_cell_owner *owner_of(sl_cell_cache *cc, uint64_t addr) {
+    for (size_t k = 0; k < SL_CELL_OWNERS; k++) {
+        sl_cell_owner *o = &cc->owners[(addr + k) % SL_CELL_OWNERS];
+        if (o->addr == addr) return o;
+        if (o->addr == 0) {
+            o->addr = addr;
+            o->recount_s = INT64_MIN;
+            return o;
         }
     }
+    return &cc->owners[SL_CELL_OWNERS];
+}
+
+/* Why a recount rather than a count kept on every use: the lookups take no lock and
+ * write one relaxed timestamp; whether a client's sets are still in use is only asked
+ * when it creates one, at most once a second per client (refusals in between are O(1)). */
+static void recount(sl_cell_cache *cc, sl_cell_owner *o, int64_t now_s) {
+    if (o->recount_s != INT64_MIN && now_s - o->recount_s < 1 && now_s >= o->recount_s) return;
+    unsigned live = 0;
+    bool overflow = o == &cc->owners[SL_CELL_OWNERS];
+    for (size_t i = 0; i < SL_CELL_CAP; i++) {
+        const sl_cell_entry *e = &cc->e[i];
+        if (atomic_load_explicit(&e->lim, memory_order_relaxed) == NULL) continue;
+        bool mine = overflow ? owner_of(cc, e->owner) == o : e->owner == o->addr;
+        if (mine && now_s - atomic_load_explicit(&e->used_s, memory_order_relaxed) < SL_CELL_IDLE_S)
+            live++;
+    }
+    o->live = live;
+    o->recount_s = now_s;
+}
+
+const sluice_limiter *sl_cell_get(sl_server *s, const char *client, int64_t max_burst,
+                                  int64_t count, int64_t period_s, int64_t now_ns, int *err,
+                                  int *why) {
+    sl_cell_cache *cc = &s->cell;
+    int64_t now_s = now_ns / SLUICE_NS_PER_S;
+    size_t slot;
+    *why = 0;
+    sl_cell_entry *e = probe(cc, max_burst, count, period_s, &slot);
+    if (e != NULL) {
+        if (atomic_load_explicit(&e->used_s, memory_order_relaxed) != now_s)
+            atomic_store_explicit(&e->used_s, now_s, memory_order_relaxed);
+        return atomic_load_explicit(&e->lim, memory_order_acquire);
+    }
+    const sluice_limiter *l = NULL;
+    pthread_mutex_lock(&cc->mu);
+    e = probe(cc, max_burst, count, period_s, &slot);
+    if (e != NULL) {
+        l = atomic_load_explicit(&e->lim, memory_order_acquire);
+        pthread_mutex_unlock(&cc->mu);
+        return l;
+    }
+    uint64_t addr = addr_hash(client);
+    sl_cell_owner *o = owner_of(cc, addr);
+    recount(cc, o, now_s);
+    if (o->live >= SL_CELL_SHARE) {
+        *err = SLUICE_EFULL;
+        *why = 1;
+    } else if (slot >= SL_CELL_CAP || cc->used >= SL_CELL_MAX) {
+        *err = SLUICE_EFULL;
+        *why = 2;
+    } else {
+        char name[96];
+        snprintf(name, sizeof(name), "cl.throttle/%lld/%lld/%lld", (long long)max_burst,
+                 (long long)count, (long long)period_s);
+        sluice_limiter *nl = cell_limiter(name, max_burst, count, period_s, err);
+        if (nl && (*err = sluice_store_register(s->store, nl)) != 0) {
+            sluice_limiter_destroy(nl);
+            nl = NULL;
+        }
+        if (nl) {
+            e = &cc->e[slot];
+            e->burst = max_burst;
+            e->count = count;
+            e->period = period_s;
+            e->owner = addr;
+            atomic_store_explicit(&e->used_s, now_s, memory_order_relaxed);
+            atomic_store_explicit(&e->lim, nl, memory_order_release);
+            cc->used++;
+            o->live++;
+            l = nl;
+        }
+    }
+    if (l == NULL && *err == SLUICE_EFULL) atomic_fetch_add(&cc->refused, 1);
     pthread_mutex_unlock(&cc->mu);
     return l;
 }
+
+uint64_t sl_cell_refused(sl_server *s) { return atomic_load(&s->cell.refused); }
 
 /* A reply's whole seconds as redis-cell 0.4+ rounds them (lib.rs): `as_seconds_f64() as
  * i64`, plus 1 when `subsec_milliseconds() > 0`, i.e. up only when at least 1 ms is left

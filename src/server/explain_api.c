@@ -39,7 +39,10 @@ int sl_obs_explain_start(sl_pending *p, sl_explain *x) {
     sl_worker *w = p->w;
     sl_obs_w *ow = w->obs;
     int i = ow ? slot_take(ow) : -1;
-    if (i < 0) return -1;
+    if (i < 0) { /* every slot waits for the store: the new explanation is refused, counted */
+        sl_met_inc(&w->met->explain_refused, 1);
+        return -1;
+    }
     if (ow->xs_next < TOKEN_BASE || ow->xs_next >= 0x7ffffff0) ow->xs_next = TOKEN_BASE;
     int tok = ++ow->xs_next;
     ow->xs_x[i] = x;

@@ -556,7 +556,8 @@ static void finish_token(sl_pending *p, int rc, bool later) {
     } else if (rc == SLUICE_ENOTFOUND) {
         problem(c, p->minor, 404, "token already used, expired or unknown", 1);
     } else if (rc == SLUICE_EINVAL) {
-        problem(c, p->minor, 400, "invalid token", 1);
+        problem(c, p->minor, 400, "invalid token (altered, forged, or sealed by another instance or "
+                                  "before a restart: only a shared store.key_secret carries tokens over)", 1);
     } else if (rc == SL_ETOKEN_OP) {
         problem(c, p->minor, 400, p->op == SL_TOKEN_SETTLE ? "this token holds no reservation to settle"
                                                           : "this token holds no lease to release", 1);

@@ -233,6 +233,33 @@ static void server_families(sl_server *s, sl_prom *p) {
     sl_prom_u64(p, NULL, sl_audit_total(o->audit));
 }
 
+/* The shared tables a tenant could fill (docs/operations.md, "What an attacker can fill"):
+ * what they hold and how often a full share or table refused a new request. */
+static void table_families(sl_server *s, sl_prom *p) {
+    const sl_gen *g = sl_obs_gen_now(s);
+    sl_token_table *t = g ? sl_engine_tokens(g->engine) : NULL;
+    uint64_t held = 0, refused = 0;
+    sl_token_table_stats(t, &held, &refused);
+    sl_prom_family(p, "sluice_tokens_outstanding", SL_PROM_GAUGE,
+                   "Settle/release tokens live now (leases and reservations not yet given back).");
+    sl_prom_u64(p, NULL, held);
+    sl_prom_family(p, "sluice_tokens_capacity", SL_PROM_GAUGE,
+                   "Live settle/release tokens the table holds (store.max_tokens); each policy "
+                   "issuing tokens gets an equal share.");
+    sl_prom_u64(p, NULL, sl_token_table_capacity(t));
+    sl_prom_family(p, "sluice_table_refusals_total", SL_PROM_COUNTER,
+                   "New requests refused because a shared table (or the requester's share of it) "
+                   "was full, by table.");
+    const char *lt[] = {"table", "tokens", NULL};
+    sl_prom_u64(p, lt, refused);
+    const char *lc[] = {"table", "cl_throttle", NULL};
+    sl_prom_u64(p, lc, sl_cell_refused(s));
+    const char *lp[] = {"table", "pending", NULL};
+    sl_prom_u64(p, lp, SUM(pending_refused));
+    const char *lx[] = {"table", "explain", NULL};
+    sl_prom_u64(p, lx, SUM(explain_refused));
+}
+
 /* Renderers that write text themselves (gRPC, the Redis client's events, envoy statistics) go in as is:
  * each writes its own HELP and TYPE. */
 static void raw_parts(sl_server *s, sl_prom *p) {
@@ -265,6 +292,7 @@ char *sl_metrics_render(sl_server *s, size_t *len) {
     sl_obs_prom_hot_keys(s, &p);
     store(s, &p);
     server_families(s, &p);
+    table_families(s, &p);
     raw_parts(s, &p);
     sl_prom_build_info(&p, "sluice", SLUICE_VERSION, SLUICE_COMMIT);
     sl_prom_process(&p);

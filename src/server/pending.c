@@ -16,12 +16,22 @@
 
 #define POOL_CHUNK 64
 
+/* Why a share per connection: the records are the worker's, and one gRPC connection may
+ * open 1024 streams; with a slow store a few connections would take every record and
+ * every other client of the worker would be refused. A connection over its share is
+ * refused its *new* request (503 / UNAVAILABLE / -ERR, counted), the others keep theirs. */
+static sl_pending *refuse(sl_worker *w) {
+    sl_met_inc(&w->met->pending_refused, 1);
+    return NULL;
+}
+
 sl_pending *sl_pending_get(sl_worker *w, sl_conn *c, sl_pending_fn finish) {
+    if (c != NULL && c->nwait >= SL_PENDING_CONN) return refuse(w);
     if (w->pfree == NULL) {
-        if (w->pcount + POOL_CHUNK > w->pmax) return NULL;
+        if (w->pcount + POOL_CHUNK > w->pmax) return refuse(w);
         /* a chunk, kept until the worker stops (chunks are listed for freeing) */
         sl_pending *chunk = calloc(POOL_CHUNK + 1, sizeof(*chunk));
-        if (chunk == NULL) return NULL;
+        if (chunk == NULL) return refuse(w);
         chunk[0].next = w->pchunks; /* the first record of a chunk links the chunks */
         w->pchunks = chunk;
         for (size_t i = POOL_CHUNK; i >= 1; i--) {
@@ -35,6 +45,7 @@ sl_pending *sl_pending_get(sl_worker *w, sl_conn *c, sl_pending_fn finish) {
     p->next = NULL;
     p->w = w;
     p->c = c;
+    if (c != NULL) c->nwait++;
     p->gen = w->gen;
     p->finish = finish;
     p->state = SL_P_PREP;
@@ -49,6 +60,7 @@ sl_pending *sl_pending_get(sl_worker *w, sl_conn *c, sl_pending_fn finish) {
 
 void sl_pending_put(sl_pending *p) {
     sl_worker *w = p->w;
+    if (p->c != NULL && p->c->nwait > 0) p->c->nwait--;
     p->state = SL_P_FREE;
     p->c = NULL;
     p->next = w->pfree;
@@ -139,6 +151,7 @@ void sl_pending_conn_gone(sl_conn *c) {
         p->call = NULL;
     }
     c->parked = NULL;
+    c->nwait = 0;
 }
 
 void sl_pending_call_gone(sl_conn *c, void *call) {

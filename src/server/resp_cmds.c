@@ -7,11 +7,13 @@
  * commands allocate nothing and read the server clock once.
  * Times in SL.* replies are milliseconds, rounded up (waiting that long is enough).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/hash.h"
 #include "engine/explain.h"
 #include "server/observe.h"
 #include "server/pending.h"
@@ -77,8 +79,50 @@ static bool auth_required(const sl_gen *g) {
     return g->admin_token[0] != '\0' || sl_config_settings(g->cfg)->n_admin_tokens > 0;
 }
 
+/* A keyed hash of an admin token under a per-process random key: what a connection keeps
+ * of the token it authenticated with (never the token itself). */
+static sl_hash_key auth_key;
+static pthread_once_t auth_once = PTHREAD_ONCE_INIT;
+static void auth_key_init(void) {
+    if (sl_hash_random_key(&auth_key) != 0) auth_key = (sl_hash_key){UINT64_C(0x6175746873616c74), 0};
+}
+
+static void auth_tag(const char *tok, size_t len, uint64_t out[2]) {
+    pthread_once(&auth_once, auth_key_init);
+    sl_hash128 h = sl_siphash128(&auth_key, tok, len, 2, 4);
+    out[0] = h.lo;
+    out[1] = h.hi;
+}
+
+/* Whether the token the connection authenticated with is one in force now. */
+static bool auth_in_force(const sl_gen *g, const uint64_t tag[2]) {
+    const sl_settings *st = sl_config_settings(g->cfg);
+    uint64_t t[2];
+    bool ok = false;
+    if (g->admin_token[0] != '\0') {
+        auth_tag(g->admin_token, strlen(g->admin_token), t);
+        ok |= t[0] == tag[0] && t[1] == tag[1];
+    }
+    for (unsigned i = 0; i < st->n_admin_tokens; i++) {
+        auth_tag(st->admin_tokens[i].token, strlen(st->admin_tokens[i].token), t);
+        ok |= t[0] == tag[0] && t[1] == tag[1];
+    }
+    return ok;
+}
+
+/* Why at each command, against the tokens of the generation in force: AUTH happened
+ * under the config of its time, and a reload that removes or changes a token must end
+ * what it allowed on connections already open (HTTP checks each request's header). */
 static bool authorized(resp_ctx *x) {
-    if (!auth_required(x->c->w->gen) || x->c->authed) return true;
+    const sl_gen *g = x->c->w->gen;
+    if (!auth_required(g)) return true;
+    if (x->c->authed && auth_in_force(g, x->c->auth_tag)) return true;
+    if (x->c->authed) {
+        x->c->authed = false;
+        sl_resp_error(&x->wb, "NOAUTH the token this connection authenticated with is no longer in "
+                              "force (a reload changed the admin tokens): AUTH again");
+        return false;
+    }
     sl_resp_error(&x->wb, "NOAUTH Authentication required.");
     return false;
 }
@@ -105,6 +149,7 @@ static bool do_auth(resp_ctx *x, size_t at, size_t n, bool reply_ok) {
         return false;
     }
     x->c->authed = true;
+    auth_tag(cmd->argv[pw], cmd->argl[pw], x->c->auth_tag);
     if (reply_ok) sl_resp_simple(&x->wb, "OK");
     return true;
 }
@@ -582,7 +627,8 @@ static void write_token(sl_conn *c, sl_wbuf *wb, void *arg) {
     else if (rc == SLUICE_ENOTFOUND)
         sl_resp_error(wb, "ERR token already used, expired or unknown");
     else if (rc == SLUICE_EINVAL)
-        sl_resp_error(wb, "ERR invalid token");
+        sl_resp_error(wb, "ERR invalid token (altered, forged, or sealed by another instance or "
+                          "before a restart: only a shared store.key_secret carries tokens over)");
     else if (rc == SL_ETOKEN_OP)
         sl_resp_error(wb, "ERR this token holds nothing for that operation (SL.SETTLE: a reservation, "
                           "SL.RELEASE: a lease)");
@@ -824,11 +870,21 @@ static void cmd_throttle(resp_ctx *x) {
         sl_resp_error(&x->wb, "ERR value is not an integer or out of range");
         return;
     }
-    int e = 0;
-    const sluice_limiter *lim = sl_cell_get(s, burst, count, period, &e);
+    int e = 0, why = 0;
+    const sluice_limiter *lim = sl_cell_get(s, x->c->peer_ip, burst, count, period,
+                                            sl_worker_now(w).mono_ns, &e, &why);
     if (lim == NULL) {
-        sl_resp_error(&x->wb, e == SLUICE_EFULL ? "ERR too many distinct CL.THROTTLE rate parameters"
-                                                : "ERR rate not supported (period/count below 1 ns or burst too large)");
+        char m[240];
+        if (why == 1)
+            snprintf(m, sizeof(m), "ERR this client has its share of CL.THROTTLE parameter sets in use "
+                     "(%d; a set it has not used for %d s leaves its share): a new set is refused",
+                     SL_CELL_SHARE, SL_CELL_IDLE_S);
+        else if (why == 2)
+            snprintf(m, sizeof(m), "ERR this process has made its %d CL.THROTTLE parameter sets "
+                     "(the sets made answer on; a restart clears them): a new set is refused", SL_CELL_MAX);
+        else
+            snprintf(m, sizeof(m), "ERR rate not supported (period/count below 1 ns or burst too large)");
+        sl_resp_error(&x->wb, m);
         sl_server_count(w, s->cell_slot, SL_MET_ERROR);
         return;
     }

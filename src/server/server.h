@@ -96,6 +96,9 @@ typedef struct sl_gen {
 
 typedef struct sl_wmetrics {
     _Atomic uint64_t http_requests, resp_commands, bad_requests, timeouts, conns_refused;
+    /* requests refused because the worker's waiting records (or the connection's share
+     * of them), or its explanation slots, were all taken */
+    _Atomic uint64_t pending_refused, explain_refused;
     _Atomic uint64_t bad_missing_key; /* 400: a policy's key is missing (on_missing_key: reject) */
 } sl_wmetrics;
 
@@ -106,17 +109,32 @@ static inline void sl_met_inc(_Atomic uint64_t *c, uint64_t by) {
 
 /* ---- CL.THROTTLE limiter cache ---- */
 
-#define SL_CELL_CAP 512 /* distinct (max_burst, count, period) sets */
+#define SL_CELL_CAP 16384  /* table slots (a power of two) */
+#define SL_CELL_MAX 12288  /* parameter sets for the life of the process (each one is a
+                              family of the store, which holds 16383 and frees none) */
+#define SL_CELL_SHARE 64   /* sets one client address may have in use */
+#define SL_CELL_IDLE_S 60  /* a set its client has not used this long leaves its share */
+#define SL_CELL_OWNERS 1024 /* client addresses counted apart (+1 shared by the rest) */
 
 typedef struct sl_cell_entry {
     _Atomic(const sluice_limiter *) lim;
     int64_t burst, count, period;
+    uint64_t owner;            /* hash of the client address that created it */
+    _Atomic int64_t used_s;    /* last use, server clock seconds */
 } sl_cell_entry;
+
+typedef struct sl_cell_owner {
+    uint64_t addr;      /* hash; 0 = free */
+    unsigned live;      /* its sets used within SL_CELL_IDLE_S (as of recount_s) */
+    int64_t recount_s;
+} sl_cell_owner;
 
 typedef struct sl_cell_cache {
     pthread_mutex_t mu; /* creation only; lookups are lock-free */
     sl_cell_entry e[SL_CELL_CAP];
     size_t used;
+    sl_cell_owner owners[SL_CELL_OWNERS + 1];
+    _Atomic uint64_t refused; /* new sets refused (sluice_table_refusals_total) */
 } sl_cell_cache;
 
 /* ---- connections ---- */
@@ -145,6 +163,8 @@ typedef struct sl_conn {
     sl_conn_kind kind;
     sl_conn_kind listener;  /* the listener that accepted it (kind may become GRPC) */
     bool authed;            /* RESP: AUTH given with the admin token */
+    uint64_t auth_tag[2];   /* RESP: a keyed hash of that token, checked against the
+                               tokens in force at each command (a reload may revoke it) */
     sl_dnode timer;
     char *rbuf;
     size_t rlen, rcap;
@@ -164,6 +184,7 @@ typedef struct sl_conn {
     bool goaway_sent;   /* GRPC: drain already announced */
     bool suspended;     /* a decision waits for the shared store: input not processed */
     struct sl_pending *parked; /* its requests waiting for the store (pending.c) */
+    unsigned nwait;            /* pending records it holds (at most SL_PENDING_CONN) */
     bool broken;        /* close without flushing */
     bool flush_queued;  /* on its worker's flushq (answers resumed this loop turn) */
     bool closed;        /* closed during this loop turn, freed at its end (w->dead) */
@@ -225,6 +246,9 @@ typedef struct sl_worker {
 #define SL_MAX_WORKERS 64
 
 #define SL_PENDING_MAX 4096 /* requests one worker lets wait for its store */
+#define SL_PENDING_CONN 64 /* of which one connection may hold (gRPC streams; RESP and
+                              HTTP/1 wait one at a time): 16 connections stay within the
+                              Redis client's 1024 calls in flight */
 #define SL_ADMIN_MAX_CONNS 64 /* the admin listener's connections, apart from max_conns */
 
 struct sl_server {
@@ -373,8 +397,14 @@ void sl_resp_batch_flush(sl_conn *c);
 void sl_cell_init(sl_cell_cache *cc);
 void sl_cell_deinit(sl_cell_cache *cc);
 /* The GCRA limiter for CL.THROTTLE's parameters, created and registered on first use. */
-const sluice_limiter *sl_cell_get(sl_server *s, int64_t max_burst, int64_t count,
-                                  int64_t period_s, int *err);
+/* The limiter of a parameter set for client address `client` at server time now_ns;
+ * NULL with *err SLUICE_EFULL (the client holds its share of sets in use: *why 1; or the
+ * process has made SL_CELL_MAX sets: *why 2) or another error. */
+const sluice_limiter *sl_cell_get(sl_server *s, const char *client, int64_t max_burst,
+                                  int64_t count, int64_t period_s, int64_t now_ns, int *err,
+                                  int *why);
+/* New parameter sets refused so far. */
+uint64_t sl_cell_refused(sl_server *s);
 /* redis-cell's rounding of a duration to whole seconds: truncate, +1 if >= 1 ms left. */
 int64_t sl_cell_round_s(int64_t ns);
 
