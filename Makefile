@@ -6,7 +6,8 @@
 #                 passes always run and are reported; the status fails if either failed
 #   make          build everything (library, program, man pages)
 #   make install  PREFIX=/usr/local (DESTDIR= for staging); never overwrites an existing
-#                 $(PREFIX)/etc/sluice/sluice.yaml
+#                 sysconfdir/sluice/sluice.yaml (GNUInstallDirs: /etc when PREFIX=/usr,
+#                 else $(PREFIX)/etc)
 #   make deb      Debian packages (dpkg-buildpackage -us -uc -b) into build-deb/
 #   make bench    benchmarks against the peers, measured in the same run
 #   make fuzz     coverage-guided fuzzing with clang's libFuzzer (FUZZ_SECONDS each)

@@ -4,7 +4,7 @@
 each PORT (listening, never accepting), the way a developer's `make run` or another
 service takes sluice's default ports. A port that some other process already holds is
 left to it: the condition is the same. Exits with COMMAND's status.
-CI runs `make test` under it with 8080 6380 8081 9090, so a test that assumes a default
+CI runs `make test` under it with 8080 6380 8081 8082 9090, so a test that assumes a default
 port is free fails here instead of on a developer's machine."""
 import errno
 import socket

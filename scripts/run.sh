@@ -27,7 +27,7 @@ from_config() { # KEY DEFAULT
 http=${HTTP:-$(from_config http 127.0.0.1:8080)}
 resp=${RESP:-$(from_config resp 127.0.0.1:6380)}
 grpc=${GRPC:-$(from_config grpc 127.0.0.1:8081)}
-admin=${ADMIN:-$(from_config admin 127.0.0.1:9090)}
+admin=${ADMIN:-$(from_config admin 127.0.0.1:8082)}
 
 # A port already taken (often: another `make run`) is named before sluice says
 # "address in use", with the way around it.
@@ -40,7 +40,7 @@ for pair in "HTTP=$http" "RESP=$resp" "GRPC=$grpc" "ADMIN=$admin"; do
 done
 if [ -n "$busy" ]; then
   echo "make run: something already listens on the address of:$busy" >&2
-  echo "  pick others, e.g. make run HTTP=127.0.0.1:18080 RESP=127.0.0.1:16380 GRPC=127.0.0.1:18081 ADMIN=127.0.0.1:19090" >&2
+  echo "  pick others, e.g. make run HTTP=127.0.0.1:18080 RESP=127.0.0.1:16380 GRPC=127.0.0.1:18081 ADMIN=127.0.0.1:18082" >&2
   echo "  (or 'off' to disable a listener)" >&2
   exit 1
 fi

@@ -3,7 +3,7 @@
  * admin_cmd.c -- `sluice reload` and `sluice status`: the running server's admin API from
  * the command line (POST /v1/reload, GET /readyz and /v1/policies). The address comes
  * from --admin, $SLUICE_ADMIN, the config file's listen.admin (-c or the search path of
- * serve), else 127.0.0.1:9090; the token from --token, $SLUICE_ADMIN_TOKEN or the
+ * serve), else 127.0.0.1:8082; the token from --token, $SLUICE_ADMIN_TOKEN or the
  * config's admin.token. One short HTTP/1.1 exchange, a 5 s deadline, nothing kept.
  * Exit status: 0 done (status: ready or degraded), 1 refused, unready or unreachable,
  * 2 usage.
@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "config/config.h"
 
 #ifndef SLUICE_INSTALLED_CONFIG
@@ -141,23 +142,19 @@ static int resolve(int argc, char **argv, const char *cmd, target *t) {
                                        {"token", required_argument, NULL, 't'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-    opterr = 0;
-    optind = 1;
-    for (int ch; (ch = getopt_long(argc, argv, "+:c:h", lo, NULL)) != -1;) {
-        if (ch == 'c') config = optarg;
-        else if (ch == 'a') admin = optarg;
-        else if (ch == 't') token = optarg;
+    sl_opts op;
+    sl_opts_init(&op, cmd, lo, "c:h", true);
+    for (;;) {
+        const char *v;
+        int ch = sl_opts_next(&op, argc, argv, &v);
+        if (ch == SL_OPT_END) break;
+        if (ch == SL_OPT_ERR) return 2;
+        if (ch == 'c') config = v;
+        else if (ch == 'a') admin = v;
+        else if (ch == 't') token = v;
         else if (ch == 'h') return 3;
-        else {
-            fprintf(stderr, "sluice %s: %s '%s' (sluice %s --help)\n", cmd,
-                    ch == ':' ? "missing value after" : "unknown option", argv[optind - 1], cmd);
-            return 2;
-        }
     }
-    if (optind < argc) {
-        fprintf(stderr, "sluice %s: unexpected argument '%s'\n", cmd, argv[optind]);
-        return 2;
-    }
+    if (optind < argc) return sl_opts_usage_error(&op, "unexpected argument", argv[optind]);
     if (config == NULL) { /* serve's search path, quietly */
         const char *env = getenv("SLUICE_CONFIG");
         const char *cands[] = {"sluice.yaml", env && env[0] ? env : NULL, SLUICE_INSTALLED_CONFIG};
@@ -170,7 +167,7 @@ static int resolve(int argc, char **argv, const char *cmd, target *t) {
     if (config != NULL && (admin == NULL || token == NULL) && sl_config_load(config, &cfg, &dl) == 0)
         st = sl_config_settings(cfg);
     snprintf(t->addr, sizeof(t->addr), "%s",
-             admin && admin[0] ? admin : st && st->listen_admin[0] ? st->listen_admin : "127.0.0.1:9090");
+             admin && admin[0] ? admin : st && st->listen_admin[0] ? st->listen_admin : "127.0.0.1:8082");
     snprintf(t->token, sizeof(t->token), "%s", token ? token : st ? st->admin_token : "");
     if (cfg) sl_config_destroy(cfg);
     if (strcmp(t->addr, "-") == 0) {
@@ -185,7 +182,7 @@ static void admin_usage(FILE *f, const char *cmd) {
             "usage: sluice %s [-c FILE] [--admin ADDR] [--token TOKEN]\n"
             "  %s\n"
             "  the admin address: --admin, $SLUICE_ADMIN, listen.admin of -c FILE (or of the\n"
-            "  config serve would find), else 127.0.0.1:9090; the token: --token,\n"
+            "  config serve would find), else 127.0.0.1:8082; the token: --token,\n"
             "  $SLUICE_ADMIN_TOKEN or the config's admin.token.\n"
             "  exit status: 0 %s, 1 %s, 2 usage\n",
             cmd,

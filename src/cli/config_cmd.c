@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "engine/engine.h"
 
 static int usage(FILE *f) {
@@ -46,14 +47,30 @@ static const char *store_name(sl_store_type t) {
 int sl_cli_config(int argc, char **argv) {
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))
         return usage(stdout);
+    if (argc < 2 || strcmp(argv[1], "check") != 0) return usage(stderr);
+    /* `check`'s options, anywhere around FILE */
+    enum { O_NO_STATE = 256 };
+    static const struct option lo[] = {{"no-state", no_argument, NULL, O_NO_STATE},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+    sl_opts op;
+    sl_opts_init(&op, "config check", lo, "h", false);
     bool state = true;
-    if (argc == 4 && strcmp(argv[2], "--no-state") == 0) {
-        state = false;
-        argv[2] = argv[3];
-        argc = 3;
+    for (;;) {
+        const char *v;
+        int ch = sl_opts_next(&op, argc - 1, argv + 1, &v);
+        if (ch == SL_OPT_END) break;
+        if (ch == SL_OPT_ERR) return 2;
+        if (ch == 'h') return usage(stdout);
+        if (ch == O_NO_STATE) state = false;
     }
-    if (argc != 3 || strcmp(argv[1], "check") != 0) return usage(stderr);
-    const char *path = argv[2];
+    int first = optind + 1; /* in argv (the parse ran on argv + 1) */
+    if (first >= argc) {
+        fprintf(stderr, "sluice config check: a FILE to check is required (sluice config check --help)\n");
+        return 2;
+    }
+    if (first + 1 < argc) return sl_opts_usage_error(&op, "unexpected argument", argv[first + 1]);
+    const char *path = argv[first];
     static sl_diag_list dl; /* large: keep it off the stack */
     sl_config *cfg = NULL;
     int rc = sl_config_load(path, &cfg, &dl);
@@ -135,7 +152,7 @@ int sl_cli_config(int argc, char **argv) {
     for (size_t i = 0; i < sl_config_policy_count(cfg); i++) {
         char msg[600];
         int line = 0, col = 0;
-        if (sl_config_policy_needs_finish(cfg, i, msg, sizeof(msg), &line, &col))
+        if (!st->auth_finish && sl_config_policy_needs_finish(cfg, i, msg, sizeof(msg), &line, &col))
             fprintf(stderr, "%s:%d:%d: warning: %s\n", path, line, col, msg);
         if (sl_config_policy_grpc_shaping(cfg, i, msg, sizeof(msg), &line, &col))
             fprintf(stderr, "%s:%d:%d: warning: %s\n", path, line, col, msg);

@@ -15,8 +15,11 @@
 
 #include "cli.h"
 #include "engine/explain.h"
+#include "opts.h"
 
 #define MAX_HEADERS 64
+/* the client address when --ip is not given (see below) */
+#define DEFAULT_IP "127.0.0.1"
 
 static int usage(FILE *f) {
     fprintf(f,
@@ -26,6 +29,8 @@ static int usage(FILE *f) {
             "  prints, as JSON, every policy of FILE considered for the request, matched or not\n"
             "  and why, the key composed (and the fallback chain), the cost and its source, each\n"
             "  window's state, and the answer with the deciding window. Nothing is consumed.\n"
+            "  --ip ADDR        the client address (IPv4 or IPv6; default 127.0.0.1, as from a\n"
+            "                   gateway on this host: the server always has the peer's)\n"
             "  --snapshot PATH  window states from a memory store snapshot (default: all fresh)\n"
             "  --raw-keys       show keys as they are (default: the config's log.raw_keys)\n"
             "  --compact        one line of JSON\n");
@@ -62,35 +67,51 @@ int sl_cli_explain(int argc, char **argv) {
     memset(&r, 0, sizeof(r));
     static sl_header hdrs[MAX_HEADERS];
     size_t nh = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
-        if (!strcmp(a, "--raw-keys")) {
-            raw = true;
-            continue;
-        }
-        if (!strcmp(a, "--compact")) {
-            compact = true;
-            continue;
-        }
-        if (i + 1 >= argc) return bad("missing value after", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "-c") || !strcmp(a, "--config")) path = v;
-        else if (!strcmp(a, "--method")) r.method = str(v);
-        else if (!strcmp(a, "--path")) r.path = str(v);
-        else if (!strcmp(a, "--host")) r.host = str(v);
-        else if (!strcmp(a, "--ip")) r.client_ip = str(v);
-        else if (!strcmp(a, "--route")) r.route = str(v);
-        else if (!strcmp(a, "--policy")) policy = v;
-        else if (!strcmp(a, "--key")) key = v;
-        else if (!strcmp(a, "--snapshot")) snapshot = v;
-        else if (!strcmp(a, "--cost")) {
+    enum { O_METHOD = 256, O_PATH, O_HOST, O_IP, O_ROUTE, O_POLICY, O_KEY, O_SNAPSHOT, O_COST,
+           O_BYTES, O_HEADER, O_RAW, O_COMPACT };
+    static const struct option lo[] = {
+        {"config", required_argument, NULL, 'c'}, {"method", required_argument, NULL, O_METHOD},
+        {"path", required_argument, NULL, O_PATH}, {"host", required_argument, NULL, O_HOST},
+        {"ip", required_argument, NULL, O_IP}, {"route", required_argument, NULL, O_ROUTE},
+        {"policy", required_argument, NULL, O_POLICY}, {"key", required_argument, NULL, O_KEY},
+        {"snapshot", required_argument, NULL, O_SNAPSHOT}, {"cost", required_argument, NULL, O_COST},
+        {"bytes", required_argument, NULL, O_BYTES}, {"header", required_argument, NULL, O_HEADER},
+        {"raw-keys", no_argument, NULL, O_RAW}, {"compact", no_argument, NULL, O_COMPACT},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    sl_opts op;
+    sl_opts_init(&op, "explain", lo, "c:h", false);
+    bool has_ip = false;
+    for (;;) {
+        const char *v;
+        int ch = sl_opts_next(&op, argc, argv, &v);
+        if (ch == SL_OPT_END) break;
+        if (ch == SL_OPT_ERR) return 2;
+        switch (ch) {
+        case 'h': return usage(stdout);
+        case O_RAW: raw = true; break;
+        case O_COMPACT: compact = true; break;
+        case 'c': path = v; break;
+        case O_METHOD: r.method = str(v); break;
+        case O_PATH: r.path = str(v); break;
+        case O_HOST: r.host = str(v); break;
+        case O_IP:
+            if (!sl_cli_is_ip(v)) return bad("--ip expects an IPv4 or IPv6 address, got", v);
+            r.client_ip = str(v);
+            has_ip = true;
+            break;
+        case O_ROUTE: r.route = str(v); break;
+        case O_POLICY: policy = v; break;
+        case O_KEY: key = v; break;
+        case O_SNAPSHOT: snapshot = v; break;
+        case O_COST:
             if (!parse_u64(v, &cost)) return bad("--cost expects a non-negative number, got", v);
             has_cost = true;
-        } else if (!strcmp(a, "--bytes")) {
+            break;
+        case O_BYTES:
             if (!parse_u64(v, &bytes)) return bad("--bytes expects a non-negative number, got", v);
             has_bytes = true;
-        } else if (!strcmp(a, "--header")) {
+            break;
+        case O_HEADER: {
             const char *colon = strchr(v, ':');
             if (colon == NULL || colon == v) return bad("--header expects 'Name: value', got", v);
             if (nh >= MAX_HEADERS) return bad("too many --header", NULL);
@@ -99,11 +120,17 @@ int sl_cli_explain(int argc, char **argv) {
             hdrs[nh].name = (sl_str){v, (size_t)(colon - v)};
             hdrs[nh].value = str(val);
             nh++;
-        } else {
-            fprintf(stderr, "sluice explain: unknown option '%s' (sluice explain --help)\n", a);
-            return 2;
+            break;
+        }
+        default: return 2;
         }
     }
+    if (optind < argc) return sl_opts_usage_error(&op, "unexpected argument", argv[optind]);
+    /* No --ip: the server always has one (the peer's, or the gateway's header), so a
+     * request without it would blame the first policy keyed on the address for a missing
+     * key, which the server never does. The address of a gateway on this host stands in,
+     * and the echo says so. */
+    if (!has_ip && policy == NULL) r.client_ip = str(DEFAULT_IP);
     if (path == NULL) return bad("a config file is required (-c FILE)", NULL);
     if ((policy == NULL) != (key == NULL)) return bad("--policy and --key go together", NULL);
     r.headers = hdrs;
@@ -163,8 +190,13 @@ int sl_cli_explain(int argc, char **argv) {
         fprintf(stderr, "sluice explain: out of memory\n");
         goto out;
     }
-    json_t *j = compact ? NULL : json_loadb(json, len, 0, NULL);
-    char *pretty = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_t *j = json_loadb(json, len, 0, NULL);
+    json_t *rq = j ? json_object_get(j, "request") : NULL;
+    if (rq != NULL && !has_ip && policy == NULL)
+        json_object_set_new(rq, "ip_default",
+                            json_string(DEFAULT_IP " (no --ip: the address of a gateway on this host)"));
+    char *pretty = j ? json_dumps(j, (compact ? JSON_COMPACT : JSON_INDENT(2)) | JSON_PRESERVE_ORDER)
+                     : NULL;
     printf("%s\n", pretty ? pretty : json);
     free(pretty);
     if (j) json_decref(j);

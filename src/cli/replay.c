@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "core/hash.h"
+#include "opts.h"
 #include "replay.h"
 
 #define NS INT64_C(1000000000)
@@ -992,113 +993,107 @@ int sl_cli_replay(int argc, char **argv) {
     size_t nfiles = 0;
     char err[1024];
     if (files == NULL) return 1;
-#define NEED_VALUE()                                                                 \
-    do {                                                                             \
-        if (i + 1 >= argc) {                                                         \
-            fprintf(stderr, "sluice replay: %s needs a value\n", a);                 \
-            free(files);                                                             \
-            return 2;                                                                \
-        }                                                                            \
-    } while (0)
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+    enum { O_FORMAT = 256, O_LOG_FORMAT, O_MAP, O_REORDER, O_HOLD, O_REORDER_MEM, O_SUGGEST,
+           O_TARGET, O_TOP, O_MAX_KEYS, O_SHOW_BAD, O_STORE_KEYS, O_RAW, O_JSON, O_SVG, O_HTML,
+           O_DECISIONS, O_BENCH };
+    static const struct option lo[] = {
+        {"config", required_argument, NULL, 'c'}, {"format", required_argument, NULL, O_FORMAT},
+        {"log-format", required_argument, NULL, O_LOG_FORMAT}, {"map", required_argument, NULL, O_MAP},
+        {"reorder", required_argument, NULL, O_REORDER}, {"hold", required_argument, NULL, O_HOLD},
+        {"reorder-mem", required_argument, NULL, O_REORDER_MEM},
+        {"suggest", no_argument, NULL, O_SUGGEST}, {"target", required_argument, NULL, O_TARGET},
+        {"top", required_argument, NULL, O_TOP}, {"max-keys", required_argument, NULL, O_MAX_KEYS},
+        {"show-bad", required_argument, NULL, O_SHOW_BAD},
+        {"store-keys", required_argument, NULL, O_STORE_KEYS},
+        {"raw-keys", no_argument, NULL, O_RAW}, {"json", no_argument, NULL, O_JSON},
+        {"svg", required_argument, NULL, O_SVG}, {"html", required_argument, NULL, O_HTML},
+        {"decisions", required_argument, NULL, O_DECISIONS}, {"bench", no_argument, NULL, O_BENCH},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    sl_opts op;
+    sl_opts_init(&op, "replay", lo, "c:h", false);
+    for (;;) {
+        const char *v;
+        int ch = sl_opts_next(&op, argc, argv, &v);
+        if (ch == SL_OPT_END) break;
+        const char *a = op.from;
+        int bad = 0;
+        switch (ch) {
+        case SL_OPT_ERR: bad = 1; break;
+        case 'h':
             usage(stdout);
             free(files);
             return 0;
-        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) {
-            NEED_VALUE();
-            r->config_path = argv[++i];
-        } else if (strcmp(a, "--format") == 0) {
-            NEED_VALUE();
-            const char *f = argv[++i];
-            if (strcmp(f, "auto") == 0) to.format = SL_TF_AUTO;
-            else if (strcmp(f, "nginx") == 0) to.format = SL_TF_NGINX;
-            else if (strcmp(f, "json") == 0 || strcmp(f, "envoy") == 0) to.format = SL_TF_JSON;
-            else if (strcmp(f, "csv") == 0) to.format = SL_TF_CSV;
-            else {
-                fprintf(stderr, "sluice replay: --format is auto, nginx, json or csv, got '%s'\n", f);
-                free(files);
-                return 2;
-            }
-        } else if (strcmp(a, "--log-format") == 0) {
-            NEED_VALUE();
-            to.log_format = argv[++i];
-        } else if (strcmp(a, "--map") == 0) {
-            NEED_VALUE();
-            if (sl_trace_map_add(&map, argv[++i], err, sizeof(err)) != 0) {
-                fprintf(stderr, "sluice replay: %s\n", err);
-                free(files);
-                return 2;
-            }
-        } else if (strcmp(a, "--reorder") == 0 || strcmp(a, "--hold") == 0) {
-            NEED_VALUE();
+        case 'c': r->config_path = v; break;
+        case O_FORMAT:
+            if (strcmp(v, "auto") == 0) to.format = SL_TF_AUTO;
+            else if (strcmp(v, "nginx") == 0) to.format = SL_TF_NGINX;
+            else if (strcmp(v, "json") == 0 || strcmp(v, "envoy") == 0) to.format = SL_TF_JSON;
+            else if (strcmp(v, "csv") == 0) to.format = SL_TF_CSV;
+            else bad = fprintf(stderr, "sluice replay: --format is auto, nginx, json or csv, got '%s'\n", v);
+            break;
+        case O_LOG_FORMAT: to.log_format = v; break;
+        case O_MAP:
+            if (sl_trace_map_add(&map, v, err, sizeof(err)) != 0)
+                bad = fprintf(stderr, "sluice replay: %s\n", err);
+            break;
+        case O_REORDER:
+        case O_HOLD: {
             int64_t d;
-            if (!parse_dur(argv[++i], &d)) {
-                fprintf(stderr, "sluice replay: %s expects a duration (60s, 500ms), got '%s'\n", a, argv[i]);
-                free(files);
-                return 2;
-            }
-            if (a[2] == 'r') to.reorder_ns = d > 0 ? d : 1;
+            if (!parse_dur(v, &d))
+                bad = fprintf(stderr, "sluice replay: %s expects a duration (60s, 500ms), got '%s'\n", a, v);
+            else if (ch == O_REORDER) to.reorder_ns = d > 0 ? d : 1;
             else r->hold_ns = d;
-        } else if (strcmp(a, "--reorder-mem") == 0) {
-            NEED_VALUE();
-            if (!parse_bytes(argv[++i], &to.reorder_bytes)) {
-                fprintf(stderr, "sluice replay: --reorder-mem expects a size (64M), got '%s'\n", argv[i]);
-                free(files);
-                return 2;
-            }
-        } else if (strcmp(a, "--suggest") == 0) {
-            r->suggest = true;
-        } else if (strcmp(a, "--target") == 0) {
-            NEED_VALUE();
+            break;
+        }
+        case O_REORDER_MEM:
+            if (!parse_bytes(v, &to.reorder_bytes))
+                bad = fprintf(stderr, "sluice replay: --reorder-mem expects a size (64M), got '%s'\n", v);
+            break;
+        case O_SUGGEST: r->suggest = true; break;
+        case O_TARGET: {
             char *end;
-            double p = strtod(argv[++i], &end);
-            if (end == argv[i] || (*end != '\0' && strcmp(end, "%") != 0) || p < 0 || p >= 100) {
-                fprintf(stderr, "sluice replay: --target expects a percentage (0.1%%), got '%s'\n", argv[i]);
-                free(files);
-                return 2;
+            double p = strtod(v, &end);
+            if (end == v || (*end != '\0' && strcmp(end, "%") != 0) || p < 0 || p >= 100) {
+                bad = fprintf(stderr, "sluice replay: --target expects a percentage (0.1%%), got '%s'\n", v);
+                break;
             }
             r->target = p / 100.0;
             r->suggest = true;
-        } else if (strcmp(a, "--top") == 0 || strcmp(a, "--max-keys") == 0 ||
-                   strcmp(a, "--show-bad") == 0 || strcmp(a, "--store-keys") == 0) {
-            NEED_VALUE();
+            break;
+        }
+        case O_TOP:
+        case O_MAX_KEYS:
+        case O_SHOW_BAD:
+        case O_STORE_KEYS: {
             char *end;
-            unsigned long long n = strtoull(argv[++i], &end, 10);
-            if (*end != '\0' || end == argv[i]) {
-                fprintf(stderr, "sluice replay: %s expects a number, got '%s'\n", a, argv[i]);
-                free(files);
-                return 2;
+            unsigned long long n = strtoull(v, &end, 10);
+            if (*end != '\0' || end == v || *v == '-') {
+                bad = fprintf(stderr, "sluice replay: %s expects a number, got '%s'\n", a, v);
+                break;
             }
-            if (a[2] == 't') r->top = (unsigned)(n > RP_TOPK ? RP_TOPK : n);
-            else if (a[2] == 'm') r->max_keys = n ? n : 1;
-            else if (a[3] == 't') r->store_keys = n;
+            if (ch == O_TOP) r->top = (unsigned)(n > RP_TOPK ? RP_TOPK : n);
+            else if (ch == O_MAX_KEYS) r->max_keys = n ? n : 1;
+            else if (ch == O_STORE_KEYS) r->store_keys = n;
             else to.show_bad = (unsigned)n;
-        } else if (strcmp(a, "--raw-keys") == 0) {
+            break;
+        }
+        case O_RAW:
             r->raw_keys = true;
             to.show_bad_content = true;
-        } else if (strcmp(a, "--json") == 0) {
-            json = true;
-        } else if (strcmp(a, "--svg") == 0) {
-            NEED_VALUE();
-            svg_dir = argv[++i];
-        } else if (strcmp(a, "--html") == 0) {
-            NEED_VALUE();
-            html = argv[++i];
-        } else if (strcmp(a, "--decisions") == 0) {
-            NEED_VALUE();
-            decisions = argv[++i];
-        } else if (strcmp(a, "--bench") == 0) {
-            bench = true;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "sluice replay: unknown option '%s' (sluice replay --help)\n", a);
+            break;
+        case O_JSON: json = true; break;
+        case O_SVG: svg_dir = v; break;
+        case O_HTML: html = v; break;
+        case O_DECISIONS: decisions = v; break;
+        case O_BENCH: bench = true; break;
+        default: bad = 1; break;
+        }
+        if (bad) {
             free(files);
             return 2;
-        } else {
-            files[nfiles++] = argv[i];
         }
     }
+    for (int i = optind; i < argc; i++) files[nfiles++] = argv[i];
     if (r->config_path == NULL || nfiles == 0) {
         usage(stderr);
         free(files);

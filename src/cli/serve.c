@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "core/log.h"
 #include "server/observe.h"
+#include "opts.h"
 #include "server/server.h"
 
 #ifndef SLUICE_INSTALLED_CONFIG
@@ -68,7 +69,7 @@ static void serve_usage(FILE *f) {
             "  --http ADDR         HTTP/1.1 decisions (default 127.0.0.1:8080; 'off' disables)\n"
             "  --resp ADDR         RESP2/3 decisions (default 127.0.0.1:6380; 'off' disables)\n"
             "  --grpc ADDR         Envoy RLS over gRPC/h2c (default 127.0.0.1:8081; 'off' disables)\n"
-            "  --admin ADDR        metrics, health, reload (default 127.0.0.1:9090; 'off' disables)\n"
+            "  --admin ADDR        metrics, health, reload (default 127.0.0.1:8082; 'off' disables)\n"
             "                      (ADDR: HOST:PORT, [IPv6]:PORT or unix:/PATH)\n"
             "  -s, --store URL     memory: (default), redis://[USER:PASS@]HOST:PORT[/DB], rediss://,\n"
             "                      unix:///PATH, redis-cluster://H:P,H:P, redis-sentinel://H:P,H:P/MASTER\n"
@@ -91,12 +92,6 @@ static void serve_usage(FILE *f) {
 static int usage_err(const char *from, const char *what, const char *value) {
     fprintf(stderr, "sluice serve: %s: %s%s%s%s (sluice serve --help)\n", from, what,
             value ? " '" : "", value ? value : "", value ? "'" : "");
-    return 2;
-}
-
-/* A usage error about a word of the command line: exit status 2. */
-static int usage_msg(const char *what, const char *word) {
-    fprintf(stderr, "sluice serve: %s '%s' (sluice serve --help)\n", what, word);
     return 2;
 }
 
@@ -246,23 +241,21 @@ int sl_cli_serve(int argc, char **argv) {
         if (apply(&o, flags[i].lo.val, v, flags[i].env) != 0) return 2;
     }
     bool have_config = false;
-    opterr = 0;
-    optind = 1;
-    int li = -1;
-    for (int ch; (ch = getopt_long(argc, argv, shorts, lo, &li)) != -1; li = -1) {
-        if (ch == '?') return usage_msg("unknown option", argv[optind - 1]);
-        if (ch == ':') return usage_msg("missing value after", argv[optind - 1]);
-        char from[64];
-        if (li >= 0) snprintf(from, sizeof(from), "--%s", lo[li].name);
-        else snprintf(from, sizeof(from), "-%c", ch);
+    sl_opts op;
+    sl_opts_init(&op, "serve", lo, shorts + 2, true); /* the shared parser: same messages */
+    for (;;) {
+        const char *v;
+        int ch = sl_opts_next(&op, argc, argv, &v);
+        if (ch == SL_OPT_END) break;
+        if (ch == SL_OPT_ERR) return 2;
         if (ch == O_HELP) {
             serve_usage(stdout);
             return 0;
         }
         if (ch == O_CONFIG) have_config = true;
-        if (apply(&o, ch, optarg, from) != 0) return 2;
+        if (apply(&o, ch, v, op.from) != 0) return 2;
     }
-    if (optind < argc) return usage_msg("unexpected argument", argv[optind]);
+    if (optind < argc) return sl_opts_usage_error(&op, "unexpected argument", argv[optind]);
     if (!have_config && o.config_path[0] == '\0' && find_config(&o) != 0) return 1; /* compat sets its own */
     if (access(o.config_path, R_OK) != 0) {
         char msg[SL_PATH_MAX + 128];

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "engine/engine.h"
 #include "sluice.h"
 #include "svg.h"
@@ -609,32 +610,39 @@ static void usage(FILE *f) {
 int sl_cli_simulate(int argc, char **argv) {
     const char *which = "validation", *html_path = NULL;
     sim_opts o = {0};
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    enum { O_SECONDS = 256, O_SVG, O_HTML };
+    static const struct option lo[] = {
+        {"config", required_argument, NULL, 'c'}, {"seconds", required_argument, NULL, O_SECONDS},
+        {"svg", required_argument, NULL, O_SVG}, {"html", required_argument, NULL, O_HTML},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    sl_opts op;
+    sl_opts_init(&op, "simulate", lo, "c:h", false);
+    for (;;) {
+        const char *v;
+        int ch = sl_opts_next(&op, argc, argv, &v);
+        if (ch == SL_OPT_END) break;
+        if (ch == SL_OPT_ERR) return 2;
+        if (ch == 'h') {
             usage(stdout);
             return 0;
-        } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+        } else if (ch == O_SECONDS) {
             char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end != '\0' || v < 1 || v > SIM_MAX_SECONDS) {
-                fprintf(stderr, "simulate: --seconds takes 1..%d\n", SIM_MAX_SECONDS);
+            long n = strtol(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || n < 1 || n > SIM_MAX_SECONDS) {
+                fprintf(stderr, "sluice simulate: --seconds takes 1..%d, got '%s'\n", SIM_MAX_SECONDS, v);
                 return 2;
             }
-            o.seconds = (int)v;
-        } else if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) && i + 1 < argc) {
-            o.config_path = argv[++i];
-        } else if (strcmp(argv[i], "--svg") == 0 && i + 1 < argc) {
-            o.svg_dir = argv[++i];
-        } else if (strcmp(argv[i], "--html") == 0 && i + 1 < argc) {
-            html_path = argv[++i];
-        } else if (argv[i][0] != '-') {
-            which = argv[i];
-        } else {
-            fprintf(stderr, "simulate: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
+            o.seconds = (int)n;
+        } else if (ch == 'c') {
+            o.config_path = v;
+        } else if (ch == O_SVG) {
+            o.svg_dir = v;
+        } else if (ch == O_HTML) {
+            html_path = v;
         }
     }
+    if (optind < argc) which = argv[optind++];
+    if (optind < argc) return sl_opts_usage_error(&op, "unexpected argument", argv[optind]);
     sl_config *cfg = NULL;
     if (o.config_path != NULL) {
         static sl_diag_list dl;

@@ -369,6 +369,12 @@ void sl__parse_store_redis(sl__ctx *cx, const sl_ynode *n, sl_settings *st);
 #define SL_STORE_REDIS_FIELDS "username", "password", "password_file", "password_env", "db", "tls", "sentinel"
 void sl__parse_store_redis(struct sl__ctx *cx, const sl_ynode *n, sl_settings *st);
 bool sl__get_u64(sl__ctx *cx, const sl_ynode *n, uint64_t max, uint64_t *out);
+/* The same for a named field: a negative value is "FIELD must be >= 0, not -1", any error
+ * names the field (config.c). */
+bool sl__get_count(sl__ctx *cx, const sl_ynode *n, const char *field, uint64_t max, uint64_t *out);
+/* The known name a misspelt `word` most likely meant (edit distance, unique and close),
+ * or NULL (config.c). */
+const char *sl__did_you_mean(const char *word, const char *const *known);
 const char *sl__get_str(sl__ctx *cx, const sl_ynode *n, const char *what);
 /* Reads one window (a `limits:` entry) of `algo` into w; returns false on an error. */
 bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool algo_set,

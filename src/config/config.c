@@ -5,6 +5,7 @@
  * bad values and inconsistencies are errors with file:line:col, never ignored).
  * The envoyproxy/ratelimit format (envoy.c) is chosen when the top level has `domain`.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -571,10 +572,79 @@ int sl_config_load_buffer(const char *buf, size_t len, const char *name, sl_conf
 
 #define MAX_CONFIG_BYTES (16u << 20)
 
+/* Edit distance with adjacent transpositions (optimal string alignment): "burts" is one
+ * edit from "burst". Words are field names (short); longer ones are cut at 63. */
+static size_t edit_distance(const char *a, const char *b) {
+    size_t n = strnlen(a, 63), m = strnlen(b, 63);
+    unsigned char d[64][64]; /* distances <= 63 */
+    for (size_t i = 0; i <= n; i++) d[i][0] = (unsigned char)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (unsigned char)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            size_t c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if ((size_t)d[i - 1][j] + 1 < c) c = (size_t)d[i - 1][j] + 1;
+            if ((size_t)d[i][j - 1] + 1 < c) c = (size_t)d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                (size_t)d[i - 2][j - 2] + 1 < c)
+                c = (size_t)d[i - 2][j - 2] + 1;
+            d[i][j] = (unsigned char)c;
+        }
+    return d[n][m];
+}
+
+const char *sl__did_you_mean(const char *word, const char *const *known) {
+    size_t len = strlen(word), best = SIZE_MAX;
+    const char *pick = NULL;
+    bool tie = false;
+    /* close enough to be a slip: 1 edit for short words, about one in three for longer */
+    size_t limit = len <= 4 ? 1 : len / 3 + 1;
+    for (size_t i = 0; known[i] != NULL; i++) {
+        size_t e = edit_distance(word, known[i]);
+        if (e < best) best = e, pick = known[i], tie = false;
+        else if (e == best) tie = true;
+    }
+    return pick != NULL && best > 0 && best <= limit && !tie ? pick : NULL;
+}
+
+bool sl__get_count(sl__ctx *cx, const sl_ynode *n, const char *field, uint64_t max, uint64_t *out) {
+    if (n == NULL || n->kind != SL_YSCALAR) {
+        sl__err(cx, n, "%s is not a number (expected a whole number >= 0)", field);
+        return false;
+    }
+    const char *s = n->s;
+    if (s[0] == '-' && s[1] >= '0' && s[1] <= '9') {
+        sl__err(cx, n, "%s must be >= 0, not %.40s (expected a whole number)", field, s);
+        return false;
+    }
+    /* digits, `_` only between two of them (as sl__get_u64 reads them) */
+    uint64_t v = 0;
+    bool ok = s[0] != '\0';
+    for (const char *p = s; *p && ok; p++) {
+        if (*p == '_') ok = p != s && p[-1] >= '0' && p[-1] <= '9' && p[1] >= '0' && p[1] <= '9';
+        else if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10) ok = false;
+        else v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (!ok) {
+        sl__err(cx, n, "bad number '%.40s' for %s (expected a whole number >= 0)", s, field);
+        return false;
+    }
+    if (v > max) {
+        sl__err(cx, n, "number %.40s is too large for %s (expected at most %llu)", s, field,
+                (unsigned long long)max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 char *sl__read_file(const char *path, size_t *len, const char **why) {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        *why = "cannot open the file (expected a readable YAML file)";
+        /* the reason (no such file, permission denied...) is what the user acts on */
+        static _Thread_local char msg[160];
+        snprintf(msg, sizeof(msg), "cannot open the file: %s (expected a readable YAML file)",
+                 strerror(errno));
+        *why = msg;
         return NULL;
     }
     size_t cap = 65536, n = 0;

@@ -103,10 +103,12 @@ typedef struct sl_settings {
     char listen_http[SL_ADDR_MAX];  /* "127.0.0.1:8080" */
     char listen_resp[SL_ADDR_MAX];  /* "127.0.0.1:6380" */
     char listen_grpc[SL_ADDR_MAX];  /* "" unless configured */
-    char listen_admin[SL_ADDR_MAX]; /* "127.0.0.1:9090" */
+    char listen_admin[SL_ADDR_MAX]; /* "127.0.0.1:8082" */
     unsigned workers;               /* 0 = one per CPU */
     char admin_token[128];          /* "" = no token required on the admin listener */
     int auth_deny_status;           /* status of /v1/auth on a rejection: 429 (400-599) */
+    bool auth_finish;               /* auth.finish: the gateway calls /v1/finish (config
+                                     * check then does not warn about policies needing it) */
     char auth_route_header[64];     /* /v1/auth: the route name's header, lowercase ("x-sluice-route") */
     sl_client_ip_cfg client_ip;     /* who the client is behind proxies (client_ip.h) */
     bool legacy_headers;            /* also emit X-RateLimit-Limit/Remaining/Reset */

@@ -283,7 +283,7 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
         sl__err(cx, rl, "rate_limit needs requests_per_unit (expected a whole number)");
         ok = false;
     } else {
-        ok &= sl__get_u64(cx, rpu, UINT32_MAX, &n);
+        ok &= sl__get_count(cx, rpu, "requests_per_unit", UINT32_MAX, &n);
     }
     sluice_algo algo = SLUICE_FIXED_WINDOW;
     if ((x = sl__get(rl, "algorithm")) != NULL) {
@@ -324,7 +324,7 @@ static bool parse_rate_limit(sl__ctx *cx, const sl_ynode *rl, sl_cpolicy *p, con
                     "default here is fixed_window)");
             ok = false;
         } else {
-            ok &= sl__get_u64(cx, x, UINT32_MAX, &w->spec.burst);
+            ok &= sl__get_count(cx, x, "burst", UINT32_MAX, &w->spec.burst);
         }
     }
     ok = ok && sl__validate_spec(cx, rl, w, p->name);

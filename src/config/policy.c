@@ -215,7 +215,7 @@ static bool parse_missing(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p) {
 /* A configured cost: 0 is refused, since a cost-0 decision is a pure peek (nothing is
  * ever consumed, so the limit would never apply). */
 static bool get_cost(sl__ctx *cx, const sl_ynode *n, uint64_t *out) {
-    if (!sl__get_u64(cx, n, UINT32_MAX, out)) return false;
+    if (!sl__get_count(cx, n, "cost", UINT32_MAX, out)) return false;
     if (*out == 0) {
         sl__err(cx, n, "cost 0 would consume nothing, so the limits would never apply "
                 "(expected a cost of at least 1)");
@@ -351,7 +351,7 @@ bool sl__parse_leasing(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p) {
         sl__err(cx, n, "leasing needs a slice (expected leasing: {slice: 10, hold: 100ms})");
         return false;
     }
-    if (!sl__get_u64(cx, sn, UINT32_MAX, &slice)) return false;
+    if (!sl__get_count(cx, sn, "slice", UINT32_MAX, &slice)) return false;
     if (slice < 2) {
         sl__err(cx, sn, "leasing slice %llu takes nothing ahead (expected at least 2, or "
                 "leasing: off)", (unsigned long long)slice);

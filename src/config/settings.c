@@ -80,11 +80,11 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
                     "type: %s)", wrong[i], mem ? "memory" : "redis", mem ? "redis" : "memory");
     /* outstanding settle/release tokens (both store types; see sl_token_table) */
     if ((x = sl__get(n, "max_tokens")) != NULL &&
-        sl__get_u64(cx, x, UINT64_C(1) << 26, &st->store.max_tokens) && st->store.max_tokens == 0)
+        sl__get_count(cx, x, "max_tokens", UINT64_C(1) << 26, &st->store.max_tokens) && st->store.max_tokens == 0)
         sl__err(cx, x, "max_tokens 0 would refuse every settle and release (expected at least "
                 "1, or omit it for %d)", SL_TOKENS_DEFAULT);
     if ((x = sl__get(n, "max_keys")) != NULL && mem)
-        sl__get_u64(cx, x, UINT64_C(1) << 40, &st->store.max_keys);
+        sl__get_count(cx, x, "max_keys", UINT64_C(1) << 40, &st->store.max_keys);
     if ((x = sl__get(n, "on_full")) != NULL && mem) {
         if (sl__is_scalar(x) && !strcmp(x->s, "evict_lru")) st->store.on_full = SLUICE_EVICT_LRU;
         else if (sl__is_scalar(x) && !strcmp(x->s, "refuse_new"))
@@ -95,7 +95,7 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     }
     if ((x = sl__get(n, "shards")) != NULL && mem) {
         uint64_t v = 0;
-        if (sl__get_u64(cx, x, 65536, &v)) {
+        if (sl__get_count(cx, x, "shards", 65536, &v)) {
             if (v == 0 || (v & (v - 1)) != 0)
                 sl__err(cx, x, "shards %llu is not a power of two (expected 1, 2, 4, ... "
                         "65536)", (unsigned long long)v);
@@ -166,7 +166,7 @@ void sl__settings_defaults(sl_settings *st) {
     st->envoy = g_envoy;
     snprintf(st->listen_http, sizeof(st->listen_http), "127.0.0.1:8080");
     snprintf(st->listen_resp, sizeof(st->listen_resp), "127.0.0.1:6380");
-    snprintf(st->listen_admin, sizeof(st->listen_admin), "127.0.0.1:9090");
+    snprintf(st->listen_admin, sizeof(st->listen_admin), "127.0.0.1:8082");
     snprintf(st->listen_grpc, sizeof(st->listen_grpc), "127.0.0.1:8081");
     st->auth_deny_status = 429;
     snprintf(st->auth_route_header, sizeof(st->auth_route_header), "x-sluice-route");
@@ -239,14 +239,14 @@ static void parse_log(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
             sl__get_bool(cx, z, &st->log.decisions_rejections_only);
         if ((z = sl__get(y, "sample")) != NULL)
             get_ppm(cx, z, "decision sample", &st->log.decisions_sample_ppm);
-        if ((z = sl__get(y, "max_per_s")) != NULL && sl__get_u64(cx, z, 1000000, &v)) {
+        if ((z = sl__get(y, "max_per_s")) != NULL && sl__get_count(cx, z, "max_per_s", 1000000, &v)) {
             if (v == 0)
                 sl__err(cx, z, "max_per_s 0 would log nothing (expected at least 1, or "
                         "enabled: false)");
             else
                 st->log.decisions_per_s = (uint32_t)v;
         }
-        if ((z = sl__get(y, "burst")) != NULL && sl__get_u64(cx, z, 1000000, &v))
+        if ((z = sl__get(y, "burst")) != NULL && sl__get_count(cx, z, "burst", 1000000, &v))
             st->log.decisions_burst = (uint32_t)(v ? v : 1);
     }
     /* log.rejections: off | false | {every: 10s, top: 3} (every: 0 is off too) */
@@ -308,7 +308,7 @@ static void parse_observe(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
         if (!sl__check_fields(cx, y, "observe.hot_keys", hf)) return;
         const sl_ynode *z;
         uint64_t v;
-        if ((z = sl__get(y, "counters")) != NULL && sl__get_u64(cx, z, 4096, &v)) {
+        if ((z = sl__get(y, "counters")) != NULL && sl__get_count(cx, z, "counters", 4096, &v)) {
             if (v != 0 && v < 8)
                 sl__err(cx, z, "hot_keys counters %llu is too few (expected 0 to turn it "
                         "off, or 8 to 4096)", (unsigned long long)v);
@@ -319,7 +319,7 @@ static void parse_observe(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
             sl__get_duration(cx, z, &st->observe.hot_interval_ns) &&
             st->observe.hot_interval_ns <= 0)
             sl__err(cx, z, "hot_keys interval must be above 0 (expected e.g. 10s)");
-        if ((z = sl__get(y, "top")) != NULL && sl__get_u64(cx, z, 20, &v))
+        if ((z = sl__get(y, "top")) != NULL && sl__get_count(cx, z, "top", 20, &v))
             st->observe.hot_top = (unsigned)v;
     }
 }
@@ -331,7 +331,7 @@ static void parse_audit(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
     uint64_t v;
     if ((y = sl__get(x, "file")) != NULL && !(sl__is_scalar(y) && y->plain && y->len == 0))
         copy_str(cx, y, "audit file", st->audit.file, sizeof(st->audit.file));
-    if ((y = sl__get(x, "keep")) != NULL && sl__get_u64(cx, y, 4096, &v))
+    if ((y = sl__get(x, "keep")) != NULL && sl__get_count(cx, y, "keep", 4096, &v))
         st->audit.keep = (unsigned)(v ? v : 1);
 }
 
@@ -465,7 +465,7 @@ void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
     }
     if ((x = sl__get(root, "workers")) != NULL) {
         uint64_t v;
-        if (sl__get_u64(cx, x, 1024, &v)) st->workers = (unsigned)v;
+        if (sl__get_count(cx, x, "workers", 1024, &v)) st->workers = (unsigned)v;
     }
     if ((x = sl__get(root, "admin")) != NULL) {
         static const char *const f[] = {"token", "tokens", "ui", NULL};
@@ -476,14 +476,16 @@ void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
         if (sl__get(x, "tokens") != NULL) parse_admin_tokens(cx, sl__get(x, "tokens"), st);
     }
     if ((x = sl__get(root, "auth")) != NULL) {
-        static const char *const f[] = {"deny_status", "route_header", NULL};
+        static const char *const f[] = {"deny_status", "route_header", "finish", NULL};
         uint64_t v;
         bool fields_ok = sl__check_fields(cx, x, "auth", f);
         if (fields_ok && sl__get(x, "route_header") != NULL)
             header_name(cx, sl__get(x, "route_header"), "auth.route_header", st->auth_route_header,
                         sizeof(st->auth_route_header));
+        if (fields_ok && sl__get(x, "finish") != NULL)
+            sl__get_bool(cx, sl__get(x, "finish"), &st->auth_finish);
         if (fields_ok && sl__get(x, "deny_status") != NULL &&
-            sl__get_u64(cx, sl__get(x, "deny_status"), 999, &v)) {
+            sl__get_count(cx, sl__get(x, "deny_status"), "deny_status", 999, &v)) {
             if (v < 400 || v > 599)
                 sl__err(cx, sl__get(x, "deny_status"), "deny_status %llu is not an error "
                         "status (expected 400 to 599, usually 429)", (unsigned long long)v);

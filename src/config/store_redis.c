@@ -216,7 +216,7 @@ void sl__parse_store_redis(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     get_password(cx, n, "store", c->password, sizeof(c->password));
     if ((x = sl__get(n, "db")) != NULL) {
         uint64_t v = 0;
-        if (sl__get_u64(cx, x, 1000000, &v)) {
+        if (sl__get_count(cx, x, "db", 1000000, &v)) {
             if (v != 0 && st->store.type == SL_STORE_REDIS_CLUSTER)
                 sl__err(cx, x, "a Redis Cluster has only database 0 (remove db)");
             else

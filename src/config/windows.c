@@ -45,7 +45,8 @@ bool sl__parse_algo(sl__ctx *cx, const sl_ynode *n, sluice_algo *out) {
 bool sl__get_duration(sl__ctx *cx, const sl_ynode *n, int64_t *ns) {
     if (!sl__is_scalar(n) || !sl__parse_duration(n->s, ns)) {
         sl__err(cx, n, "bad duration '%.40s' (expected a number and a unit such as 500ms, "
-                "30s, 5m, 1h, 1d)", sl__is_scalar(n) ? n->s : "");
+                "30s, 5m, 1h, 1d; units ns, us, ms, s, sec, second, m, min, minute, h, hour, "
+                "d, day, w, week, plurals too)", sl__is_scalar(n) ? n->s : "");
         return false;
     }
     return true;
@@ -96,7 +97,7 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
             sl__err(cx, n, "a concurrency limit counts requests in flight (expected max: N)");
             return false;
         }
-        ok &= sl__get_u64(cx, max, UINT32_MAX, &w->spec.limit);
+        ok &= sl__get_count(cx, max, "max", UINT32_MAX, &w->spec.limit);
         w->spec.lease_ns = 60 * SLUICE_NS_PER_S;
     } else {
         if (rate == NULL) {
@@ -105,8 +106,9 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
             return false;
         }
         if (!sl__is_scalar(rate) || !sl__parse_rate(rate->s, &w->spec.limit, &w->spec.period_ns)) {
-            sl__err(cx, rate, "bad rate '%.40s' (expected N/unit with unit s, min, h, day or "
-                    "week, or N/duration such as 100/5m)", sl__is_scalar(rate) ? rate->s : "");
+            sl__err(cx, rate, "bad rate '%.40s' (expected N/unit with unit ms, s (sec, second), "
+                    "min (m, minute), h (hour), day (d) or week (w), plurals too, or N/duration "
+                    "such as 100/5m)", sl__is_scalar(rate) ? rate->s : "");
             ok = false;
         } else if (w->spec.limit == 0) {
             sl__err(cx, rate, "rate %.40s admits nothing (expected a limit of at least 1)",
@@ -121,7 +123,7 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
                     "(expected no burst, or one of those algorithms)", sl__algo_str(a));
             ok = false;
         } else {
-            ok &= sl__get_u64(cx, x, UINT32_MAX, &w->spec.burst);
+            ok &= sl__get_count(cx, x, "burst", UINT32_MAX, &w->spec.burst);
         }
     }
     if ((x = sl__get(n, "tz")) != NULL) {

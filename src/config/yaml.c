@@ -93,8 +93,10 @@ size_t sl_diag_format(const sl_diag_list *dl, size_t i, char *buf, size_t len) {
     buf[0] = '\0';
     if (dl == NULL || i >= dl->n) return 0;
     const sl_diag *d = &dl->items[i];
-    int n = snprintf(buf, len, "%s:%d:%d: %s", d->file[0] ? d->file : dl->file, d->line, d->col,
-                     d->msg);
+    /* line 0: about the file as a whole (it cannot be read): no position to give */
+    int n = d->line > 0 ? snprintf(buf, len, "%s:%d:%d: %s", d->file[0] ? d->file : dl->file,
+                                   d->line, d->col, d->msg)
+                        : snprintf(buf, len, "%s: %s", d->file[0] ? d->file : dl->file, d->msg);
     if (n < 0) return 0;
     return (size_t)n < len ? (size_t)n : len - 1;
 }
@@ -150,6 +152,22 @@ static void yaml_problem(ybuild *b) {
                  p->problem ? p->problem : "error");
     int line = (int)p->problem_mark.line + 1, col = (int)p->problem_mark.column + 1;
     if (p->error == YAML_READER_ERROR) offset_pos(b, p->problem_offset, &line, &col);
+    /* An unclosed construct ('[', '{', a quote) is found only where something else comes:
+     * the problem mark is then on a later line (or past the end), while the mistake is the
+     * opening, libyaml's context mark. The error is placed there, saying where it showed. */
+    bool unclosed = p->context != NULL && p->problem != NULL &&
+                    (strstr(p->problem, "did not find expected ',' or") != NULL ||
+                     (strstr(p->context, "quoted scalar") != NULL &&
+                      strstr(p->problem, "end of stream") != NULL));
+    if (unclosed && p->context_mark.line < p->problem_mark.line) {
+        size_t at = strlen(msg);
+        const char *tail = " (expected well-formed YAML)";
+        if (at > strlen(tail)) at -= strlen(tail);
+        snprintf(msg + at, sizeof(msg) - at, ", not closed (found at %d:%d; expected it closed)",
+                 line, col);
+        line = (int)p->context_mark.line + 1;
+        col = (int)p->context_mark.column + 1;
+    }
     diag_add(b->cx, line, col, msg);
     b->failed = true;
 }
@@ -498,8 +516,9 @@ bool sl__check_fields(sl__ctx *cx, const sl_ynode *map, const char *what,
                 off += (size_t)w;
             }
             if (off >= sizeof(list)) memcpy(list + sizeof(list) - 4, "...", 4);
-            sl__err(cx, k, "unknown field '%.60s' in %s (expected one of: %s)", k->s, what,
-                    list);
+            const char *dym = sl__did_you_mean(k->s, allowed);
+            sl__err(cx, k, "unknown field '%.60s' in %s (%s%s%sexpected one of: %s)", k->s, what,
+                    dym ? "did you mean '" : "", dym ? dym : "", dym ? "'? " : "", list);
             ok = false;
         }
     }

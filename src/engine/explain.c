@@ -44,13 +44,21 @@ typedef struct xpol {
 } xpol;
 
 #define XECHO 256
+#define XHEADERS 32 /* headers echoed (more are used, not shown: headers_cut) */
+
+typedef struct xhdr {
+    char name[XECHO], value[XECHO];
+} xhdr;
 
 struct sl_explain {
     const sl_engine *e;
     bool named;
     int prep_rc;
-    char method[XECHO], path[XECHO], host[XECHO];
-    bool has_method, has_path, has_host, path_cut;
+    char method[XECHO], path[XECHO], host[XECHO], ip[XECHO], route[XECHO];
+    bool has_method, has_path, has_host, path_cut, has_ip, has_route, has_bytes, has_cost;
+    uint64_t bytes, req_cost;
+    xhdr *hdr; /* the request's headers as given (values are shown as keys are) */
+    size_t nhdr, hdrs_given;
     char policy[256]; /* the explicit form's policy name */
     size_t n, cap;
     xpol *p;
@@ -142,6 +150,25 @@ sl_explain *sl_explain_request(const sl_engine *e, const sl_request *req) {
     x->e = e;
     echo(x->method, &x->has_method, NULL, req->method);
     echo(x->host, &x->has_host, NULL, req->host);
+    echo(x->ip, &x->has_ip, NULL, req->client_ip);
+    echo(x->route, &x->has_route, NULL, req->route);
+    x->has_bytes = req->has_body_bytes;
+    x->bytes = req->body_bytes;
+    x->has_cost = req->has_cost;
+    x->req_cost = req->cost;
+    x->hdrs_given = req->n_headers;
+    size_t nh = req->n_headers < XHEADERS ? req->n_headers : XHEADERS;
+    x->hdr = nh ? calloc(nh, sizeof(*x->hdr)) : NULL;
+    if (nh && x->hdr == NULL) {
+        free(x);
+        return NULL;
+    }
+    for (size_t i = 0; i < nh; i++) {
+        bool has;
+        echo(x->hdr[i].name, &has, NULL, req->headers[i].name);
+        echo(x->hdr[i].value, &has, NULL, req->headers[i].value);
+    }
+    x->nhdr = nh;
     /* the path as policies see it (normalised, query cut) */
     size_t pl = req->path.p ? sl_path_len(req->path.p, req->path.len) : 0;
     char *buf = malloc(pl + 1);
@@ -254,6 +281,7 @@ sl_verdict *sl_explain_verdict(sl_explain *x) { return x ? &x->v : NULL; }
 void sl_explain_free(sl_explain *x) {
     if (x == NULL) return;
     free(x->p);
+    free(x->hdr);
     free(x);
 }
 
@@ -682,6 +710,38 @@ char *sl_explain_render(const sl_explain *x, int rc, const sl_explain_opts *o, s
             if (x->path_cut) sl_jw_kbool(&w, "path_cut", true);
         }
         if (x->has_host) sl_jw_kstr(&w, "host", x->host);
+        /* the address and header values may be keys: shown as keys are (hashed unless
+         * raw keys are allowed) */
+        bool raw = o != NULL && o->raw_keys;
+        char h[19];
+        if (x->has_ip) {
+            if (raw) {
+                sl_jw_kstr(&w, "ip", x->ip);
+            } else {
+                sl_key_hash_text(o ? o->hash_key : NULL, x->ip, strlen(x->ip), h);
+                sl_jw_kstr(&w, "ip_hash", h);
+            }
+        }
+        if (x->has_route) sl_jw_kstr(&w, "route", x->route);
+        if (x->hdrs_given > 0) {
+            sl_jw_key(&w, "headers");
+            sl_jw_arr(&w);
+            for (size_t i = 0; i < x->nhdr; i++) {
+                sl_jw_obj(&w);
+                sl_jw_kstr(&w, "name", x->hdr[i].name);
+                if (raw) {
+                    sl_jw_kstr(&w, "value", x->hdr[i].value);
+                } else {
+                    sl_key_hash_text(o ? o->hash_key : NULL, x->hdr[i].value, strlen(x->hdr[i].value), h);
+                    sl_jw_kstr(&w, "value_hash", h);
+                }
+                sl_jw_end(&w);
+            }
+            sl_jw_aend(&w);
+            if (x->hdrs_given > x->nhdr) sl_jw_ki64(&w, "headers_cut", (int64_t)(x->hdrs_given - x->nhdr));
+        }
+        if (x->has_bytes) sl_jw_ki64(&w, "bytes", (int64_t)(x->bytes > INT64_MAX ? INT64_MAX : x->bytes));
+        if (x->has_cost) sl_jw_ki64(&w, "cost", (int64_t)(x->req_cost > INT64_MAX ? INT64_MAX : x->req_cost));
     }
     sl_jw_end(&w);
     if (o && o->store) sl_jw_kstr(&w, "store", o->store);

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "algo/algo.h"
 #include "core/tz.h"
 #include "algo/limiter.h"
@@ -37,43 +39,24 @@ extern const char sl_lua_main[];
  * later definition replaced the earlier). */
 _Static_assert(SL_REDIS_ALGO_ENVOY != (int)SL_ALGO_PENALTY, "one script algorithm per number");
 
-/* ---- SHA1 (FIPS 180-4), only to name the script for EVALSHA ------------------------ */
+/* ---- SHA1, only to name the script for EVALSHA ------------------------------------- */
 
-static uint32_t rol(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
-
-static void sha1_block(uint32_t h[5], const unsigned char *b) {
-    uint32_t w[80];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)b[4 * i] << 24 | (uint32_t)b[4 * i + 1] << 16 | (uint32_t)b[4 * i + 2] << 8 | b[4 * i + 3];
-    for (int i = 16; i < 80; i++) w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-    uint32_t a = h[0], bb = h[1], c = h[2], d = h[3], e = h[4];
-    for (int i = 0; i < 80; i++) {
-        uint32_t f, k;
-        if (i < 20) f = (bb & c) | (~bb & d), k = 0x5A827999;
-        else if (i < 40) f = bb ^ c ^ d, k = 0x6ED9EBA1;
-        else if (i < 60) f = (bb & c) | (bb & d) | (c & d), k = 0x8F1BBCDC;
-        else f = bb ^ c ^ d, k = 0xCA62C1D6;
-        uint32_t t = rol(a, 5) + f + e + k + w[i];
-        e = d, d = c, c = rol(bb, 30), bb = a, a = t;
-    }
-    h[0] += a, h[1] += bb, h[2] += c, h[3] += d, h[4] += e;
-}
-
+/* OpenSSL's (libcrypto is linked for TLS and the config audit hashes already): the name
+ * must be exactly what Redis computes over the same bytes, hex in lower case. Computed
+ * once per process (compose below). */
 void sl_redis_sha1_hex(const void *p, size_t len, char out[41]) {
-    uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
-    const unsigned char *m = p;
-    size_t i = 0;
-    for (; i + 64 <= len; i += 64) sha1_block(h, m + i);
-    unsigned char tail[128] = {0};
-    size_t rest = len - i;
-    memcpy(tail, m + i, rest);
-    tail[rest] = 0x80;
-    size_t tl = rest + 1 + 8 <= 64 ? 64 : 128;
-    uint64_t bits = (uint64_t)len * 8;
-    for (int k = 0; k < 8; k++) tail[tl - 1 - k] = (unsigned char)(bits >> (8 * k));
-    sha1_block(h, tail);
-    if (tl == 128) sha1_block(h, tail + 64);
-    for (int k = 0; k < 5; k++) snprintf(out + 8 * k, 9, "%08x", h[k]);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (EVP_Digest(p, len, md, &n, EVP_sha1(), NULL) != 1 || n != 20) {
+        out[0] = '\0'; /* no digest: EVALSHA then finds no script and falls back to EVAL */
+        return;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (unsigned i = 0; i < 20; i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 15];
+    }
+    out[40] = '\0';
 }
 
 /* ---- the script ------------------------------------------------------------------- */

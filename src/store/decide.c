@@ -106,7 +106,7 @@ static size_t locate_and_lock(item_ctx *c, size_t n, sl_shard **locked) {
         for (size_t i = 0; i < n; i++) {
             c[i].ver = sl_family_cur(c[i].fam);
             sl_table_locate(c[i].ver->table, c[i].h, c[i].fam->id, &c[i].loc);
-            __builtin_prefetch(c[i].loc.base + (size_t)c[i].loc.home * c[i].loc.t->esize);
+            __builtin_prefetch(c[i].loc.base + (size_t)c[i].loc.hint * c[i].loc.t->esize);
         }
         size_t m = lock_shards(c, n, locked);
         bool stable = true;
@@ -176,7 +176,7 @@ typedef struct one_loc {
 static inline void one_locate(one_loc *p) {
     p->v = sl_family_cur(p->f);
     sl_table_locate(p->v->table, p->h, p->f->id, &p->loc);
-    const unsigned char *slot = p->loc.base + (size_t)p->loc.home * p->loc.t->esize;
+    const unsigned char *slot = p->loc.base + (size_t)p->loc.hint * p->loc.t->esize;
     sl_prefetch_w(slot);
     sl_prefetch_w(slot + 64); /* probe runs often cross into the next line */
 }

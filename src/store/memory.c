@@ -2,8 +2,9 @@
 /*
  * memory.c -- the memory store: creation, the limiter registry, the per-class sharded
  * tables (linear probing, backward-shift deletion), capacity pressure and statistics.
- * Units: times in ns (sluice_time), capacities in entries, sizes in bytes. All table
- * memory is allocated at register time; decisions never allocate (see memory.h).
+ * Units: times in ns (sluice_time), capacities in entries, sizes in bytes. Table address
+ * space is reserved at register time and filled as shards grow: a decision allocates only
+ * when its new key makes its shard double (amortised; see shard_grow).
  */
 #include "store/memory.h"
 #include "store/override.h"
@@ -118,19 +119,23 @@ void sl_store_reseed(sluice_store *st, const sl_hash_key *seed) {
 
 /* ---- tables ---------------------------------------------------------------------------- */
 
+#define PAGE 4096u
+/* A shard starts with room for at least this many entries (and at least one page). */
+#define MIN_SHARD_SLOTS 16u
+
+/* Address space for a table at full size, not memory: pages are faulted in by
+ * fault_in as shards grow (MAP_NORESERVE: nothing is committed for the untouched part). */
 static void *big_alloc(size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-#ifdef MADV_HUGEPAGE
-    /* Transparent huge pages where the system allows them (Debian: "madvise"): one TLB
-     * entry per 2 MiB matters at millions of keys. Failure is harmless. */
-    if (bytes >= (size_t)(4u << 20)) (void)madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    /* Fault every page in now (register time), so that no decision pays for the kernel
-     * allocating a page behind a first insert: the table's memory is held from the start,
-     * which is also what the stats report. */
-    for (size_t off = 0; off < bytes; off += 4096) ((volatile unsigned char *)p)[off] = 0;
-    return p;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Writes every page of [p, p + bytes) so that the kernel allocates them here (register
+ * time, or a growth), never behind a later decision's first touch. */
+static void fault_in(unsigned char *p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += PAGE) ((volatile unsigned char *)p)[off] = 0;
+    if (bytes > 0) ((volatile unsigned char *)p)[bytes - 1] = 0;
 }
 
 /*
@@ -140,7 +145,9 @@ static void *big_alloc(size_t bytes) {
  * deviations: a shard fills up before the store does with negligible probability, and
  * then pressure is handled in that shard. One shard: the hard cap is max_keys exactly.
  * Memory at full capacity: max(esize * 1.2-1.6, BYTES_PER_KEY) bytes per key (more for
- * small stores, whose shards need relatively more slack).
+ * small stores, whose shards need relatively more slack). That is the full size; each
+ * shard starts at nslots >> shift (about one page) and grows (shard_grow), so an idle
+ * store with max_keys 1 M holds ~1 page per shard, not the 40-60 MB its table may reach.
  */
 static sl_table *table_create(sluice_store *st, uint32_t ssize) {
     sl_table *t = calloc(1, sizeof(*t));
@@ -171,23 +178,37 @@ static sl_table *table_create(sluice_store *st, uint32_t ssize) {
         free(t);
         return NULL;
     }
-    t->slots_bytes = (size_t)total;
-    t->shard_bytes = (size_t)t->nslots * t->esize;
+    /* each shard's region starts on a page of its own: a shard's growth faults in only
+     * its own pages */
+    t->shard_stride = ((size_t)t->nslots * t->esize + PAGE - 1) / PAGE * PAGE;
+    t->slots_bytes = t->shard_stride * ns;
+    /* the smallest size: room for MIN_SHARD_SLOTS entries and at least one page */
+    uint64_t floor = PAGE / t->esize > MIN_SHARD_SLOTS ? PAGE / t->esize : MIN_SHARD_SLOTS;
+    uint8_t k0 = 0;
+    while (k0 < 62 && (t->nslots >> (k0 + 1)) >= floor) k0++;
     t->slots = big_alloc(t->slots_bytes);
     t->shards = aligned_alloc(64, sizeof(sl_shard) * ns);
-    if (t->slots == NULL || t->shards == NULL) {
+    t->shift = calloc(ns, sizeof(*t->shift));
+    if (t->slots == NULL || t->shards == NULL || t->shift == NULL) {
         if (t->slots != NULL) munmap(t->slots, t->slots_bytes);
         free(t->shards);
+        free((void *)t->shift);
         free(t);
         return NULL;
     }
     memset(t->shards, 0, sizeof(sl_shard) * ns);
+    atomic_init(&t->full_shards, k0 == 0 ? ns : 0);
+    for (uint32_t s = 0; s < ns; s++) {
+        atomic_init(&t->shift[s], k0);
+        fault_in(t->slots + (size_t)s * t->shard_stride, (size_t)(t->nslots >> k0) * t->esize);
+    }
     return t;
 }
 
 static void table_destroy(sl_table *t) {
     munmap(t->slots, t->slots_bytes);
     free(t->shards);
+    free((void *)t->shift);
     free(t);
 }
 
@@ -195,8 +216,76 @@ static inline unsigned char *slot_at(const sl_loc *loc, uint64_t i) {
     return loc->base + (size_t)i * loc->t->esize;
 }
 
-static inline uint64_t home_of(const sl_table *t, uint64_t k0) {
-    return (uint64_t)(((unsigned __int128)k0 * t->nslots) >> 64);
+static inline uint64_t shard_shift(const sl_table *t, uint32_t s) {
+    return atomic_load_explicit(&t->shift[s], memory_order_relaxed);
+}
+
+/*
+ * Doubles loc's shard (its lock held): its entries are copied aside, its slots cleared,
+ * and each one inserted again at its home in the doubled size (the region behind was
+ * reserved and is zero). False when it is at full size or without memory for the copy:
+ * the shard then stays as it is and pressure handling frees room in it (as in a full
+ * shard), so a failed growth is never an error.
+ * Trade-off: the growth runs inside the decision whose new key needs the room: one copy of
+ * at most half a shard (~130 KiB at max_keys 1 M over 256 shards) and one malloc, while
+ * the decisions on that shard (1/256 of the keys) wait. Each doubling pays for the
+ * inserts that filled the half before, so the cost per insert is constant (amortised),
+ * and a shard reaches its full size in ~5 doublings. The alternative, growing from a timer
+ * ahead of need, would keep decisions free of it but needs a spare thread or a guess of
+ * the arrival rate, and a burst of new keys outruns any guess; keys that are never seen
+ * cost nothing either way.
+ */
+static bool shard_grow(sluice_store *st, const sl_loc *loc) {
+    (void)st;
+    sl_table *t = loc->t;
+    uint64_t k = shard_shift(t, loc->s);
+    if (k == 0) return false;
+    uint64_t n = t->nslots >> k, n2 = t->nslots >> (k - 1);
+    size_t bytes = (size_t)n * t->esize;
+    unsigned char *old = malloc(bytes);
+    if (old == NULL) return false;
+    memcpy(old, loc->base, bytes);
+    fault_in(loc->base + bytes, (size_t)n2 * t->esize - bytes);
+    memset(loc->base, 0, bytes);
+    atomic_store_explicit(&t->shift[loc->s], (uint8_t)(k - 1), memory_order_relaxed);
+    for (uint64_t j = 0; j < n; j++) {
+        const sl_ehdr *e = (const sl_ehdr *)(old + (size_t)j * t->esize);
+        if (e->fam == 0) continue;
+        uint64_t i = sl_home(e->k0, n2);
+        while (((sl_ehdr *)slot_at(loc, i))->fam != 0)
+            if (++i == n2) i = 0;
+        memcpy(slot_at(loc, i), e, t->esize);
+    }
+    free(old);
+#ifdef MADV_HUGEPAGE
+    /* Once every shard is at full size, transparent huge pages where the system allows
+     * them (Debian: "madvise"; khugepaged merges in the background): one TLB entry per
+     * 2 MiB matters at millions of keys. Not before: a huge page faulted behind a small
+     * shard would hold 2 MiB for it. Failure is harmless. */
+    if (k == 1 && atomic_fetch_add_explicit(&t->full_shards, 1, memory_order_relaxed) + 1 ==
+                      t->nshards && t->slots_bytes >= (size_t)(4u << 20))
+        (void)madvise(t->slots, t->slots_bytes, MADV_HUGEPAGE);
+#endif
+    return true;
+}
+
+/* Grows loc's shard until `more` entries beyond those held and reserved fit under its
+ * load; false when they do not (full size, or no memory). *moved when it grew. */
+static bool shard_room(sluice_store *st, const sl_loc *loc, uint64_t more, bool *moved) {
+    uint64_t used = (uint64_t)loc->sh->count + loc->sh->reserved + more;
+    for (;;) {
+        uint64_t k = shard_shift(loc->t, loc->s);
+        if (used <= (loc->t->hard_cap >> k)) return true;
+        if (!shard_grow(st, loc)) return false;
+        *moved = true;
+    }
+}
+
+/* Bytes of slots the shards use now (what grew, not what was reserved). */
+static uint64_t table_bytes(const sl_table *t) {
+    uint64_t b = 0;
+    for (uint32_t s = 0; s < t->nshards; s++) b += (t->nslots >> shard_shift(t, s)) * t->esize;
+    return b;
 }
 
 /* ---- entries, counts ------------------------------------------------------------------ */
@@ -249,12 +338,12 @@ static bool kept(const sl_ehdr *e, const sl_keep *keep, size_t nkeep) {
  * that keeps each of them at or after its home slot, so lookups never need tombstones. */
 static void remove_at(const sl_loc *loc, uint64_t hole) {
     const sl_table *t = loc->t;
-    uint64_t n = t->nslots, j = hole;
+    uint64_t n = sl_loc_nslots(loc), j = hole;
     for (;;) {
         if (++j == n) j = 0;
         sl_ehdr *e = (sl_ehdr *)slot_at(loc, j);
         if (e->fam == 0) break;
-        uint64_t h = home_of(t, e->k0);
+        uint64_t h = sl_home(e->k0, n);
         bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
         if (stays) continue;
         memcpy(slot_at(loc, hole), e, t->esize);
@@ -280,9 +369,9 @@ void sl_table_remove(sluice_store *st, const sl_loc *loc, void *e) {
  * is at max_keys (room anywhere helps). */
 typedef enum { ROOM_OK, ROOM_SHARD, ROOM_STORE } room;
 
-static room try_reserve(sluice_store *st, const sl_loc *loc) {
+static room try_reserve(sluice_store *st, const sl_loc *loc, bool *moved) {
     sl_shard *sh = loc->sh;
-    if ((uint64_t)sh->count + sh->reserved >= loc->t->hard_cap) return ROOM_SHARD;
+    if (!shard_room(st, loc, 1, moved)) return ROOM_SHARD;
     uint64_t before = atomic_fetch_add_explicit(&st->keys, 1, memory_order_relaxed);
     if (before >= st->max_keys) {
         atomic_fetch_sub_explicit(&st->keys, 1, memory_order_relaxed);
@@ -409,7 +498,7 @@ static uint64_t window_at(const sl_loc *loc) {
     x ^= x >> 17;
     x ^= x << 5;
     loc->sh->hand = x;
-    return (uint64_t)(((unsigned __int128)x << 32) * loc->t->nslots >> 64);
+    return (uint64_t)(((unsigned __int128)x << 32) * sl_loc_nslots(loc) >> 64);
 }
 
 /*
@@ -419,7 +508,7 @@ static uint64_t window_at(const sl_loc *loc) {
  * it). Returns how many were dropped.
  */
 static unsigned scan_from(press *p, const sl_loc *loc, uint64_t from, uint64_t count, cand *best) {
-    uint64_t n = loc->t->nslots, i = from % n, looked = 0;
+    uint64_t n = sl_loc_nslots(loc), i = from % n, looked = 0;
     unsigned dropped = 0;
     while (looked < count && looked < n) {
         sl_ehdr *e = (sl_ehdr *)slot_at(loc, i);
@@ -454,7 +543,6 @@ static bool evict(press *p, const sl_loc *loc, const cand *c) {
     at.k0 = c->id.k0;
     at.k1 = c->id.k1;
     at.fam = c->id.fam;
-    at.home = home_of(loc->t, c->id.k0);
     sl_ehdr *e = sl_table_find(&at);
     if (e == NULL) return false;
     bool fresh = entry_fresh(p->st, e, p->now);
@@ -471,7 +559,7 @@ static bool evict(press *p, const sl_loc *loc, const cand *c) {
 static bool elsewhere(press *p, sl_table *t, uint32_t s, uint64_t limit) {
     sl_shard *sh = &t->shards[s];
     if (atomic_exchange_explicit(&sh->lock, 1, memory_order_acquire)) return false;
-    sl_loc o = {.t = t, .sh = sh, .base = t->slots + (size_t)s * t->shard_bytes};
+    sl_loc o = {.t = t, .sh = sh, .s = s, .base = t->slots + (size_t)s * t->shard_stride};
     cand c = {SCORE_NONE, {0, 0, 0}};
     bool rank = p->rank;
     p->rank = rank && limit > 0; /* limit 0: fresh entries only, no ranking */
@@ -505,7 +593,7 @@ static bool other_shards(press *p, const sl_loc *loc, uint64_t limit) {
 
 int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const sl_keep *keep,
                      size_t nkeep, bool *moved) {
-    room why = try_reserve(st, loc);
+    room why = try_reserve(st, loc, moved);
     if (why == ROOM_OK) return SLUICE_OK;
     unsigned active = atomic_load_explicit(&st->active_fams, memory_order_relaxed);
     sl_family *f = sl_store_family(st, loc->fam);
@@ -522,29 +610,29 @@ int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const
     for (int w = 0; w < SL_STORE_WINDOWS; w++) {
         if (scan(&p, loc, &best) > 0) {
             *moved = true;
-            if ((why = try_reserve(st, loc)) == ROOM_OK) return SLUICE_OK;
+            if ((why = try_reserve(st, loc, moved)) == ROOM_OK) return SLUICE_OK;
         }
         if (best.score < SCORE_CHEAP) break;
     }
     /* Nothing but protected keys (or nothing at all) sampled: the whole shard. */
-    if (best.score >= SCORE_PROTECTED && scan_from(&p, loc, 0, loc->t->nslots, &best) > 0) {
+    if (best.score >= SCORE_PROTECTED && scan_from(&p, loc, 0, sl_loc_nslots(loc), &best) > 0) {
         *moved = true;
-        if ((why = try_reserve(st, loc)) == ROOM_OK) return SLUICE_OK;
+        if ((why = try_reserve(st, loc, moved)) == ROOM_OK) return SLUICE_OK;
     }
     /* Room freed in other tables helps unless this shard itself is full: fresh entries
      * there always go before anything here is evicted, and (with no cheap candidate here)
      * a borrower's entry there cheaper than the best one here. */
     if (why == ROOM_STORE && other_tables(&p, loc, best.score < SCORE_CHEAP ? 0 : best.score) &&
-        (why = try_reserve(st, loc)) == ROOM_OK)
+        (why = try_reserve(st, loc, moved)) == ROOM_OK)
         return SLUICE_OK;
     /* Before a protected key goes (or when this shard has nothing the inserter may take):
      * other shards of this table, for anything cheaper. */
     if (p.rank && best.score >= SCORE_PROTECTED && why == ROOM_STORE &&
-        other_shards(&p, loc, best.score) && (why = try_reserve(st, loc)) == ROOM_OK)
+        other_shards(&p, loc, best.score) && (why = try_reserve(st, loc, moved)) == ROOM_OK)
         return SLUICE_OK;
     if (best.score != SCORE_NONE && evict(&p, loc, &best)) {
         *moved = true;
-        if ((why = try_reserve(st, loc)) == ROOM_OK) return SLUICE_OK;
+        if ((why = try_reserve(st, loc, moved)) == ROOM_OK) return SLUICE_OK;
     }
     loc->sh->refused++;
     fam_stat(st, loc->fam, f_refused);
@@ -557,7 +645,7 @@ int sl_store_reserve(sluice_store *st, const sl_loc *loc, sluice_time now, const
  * a few ms ago is likely to come back, and replacing it would just churn the table
  * (pressure handling still drops any fresh entry when room is short). */
 void *sl_table_insert(sluice_store *st, const sl_loc *loc, sluice_time now) {
-    uint64_t n = loc->t->nslots, i = loc->home;
+    uint64_t n = sl_loc_nslots(loc), i = sl_home(loc->k0, n);
     sl_shard *sh = loc->sh;
     uint32_t stamp = sl_stamp(now.mono_ns);
     sh->reserved--;
@@ -590,9 +678,10 @@ bool sl_table_insert_raw(sluice_store *st, sl_table *t, uint64_t k0, uint16_t k1
     sl_hash128 h = {.lo = k1, .hi = k0};
     sl_loc loc;
     sl_table_locate(t, h, fam, &loc);
-    if (loc.sh->count >= t->hard_cap) return false;
+    bool moved = false;
+    if (!shard_room(st, &loc, 1, &moved)) return false;
     if (sl_table_find(&loc) != NULL) return false;
-    uint64_t n = t->nslots, i = loc.home;
+    uint64_t n = sl_loc_nslots(&loc), i = sl_home(k0, n);
     while (((sl_ehdr *)slot_at(&loc, i))->fam != 0)
         if (++i == n) i = 0;
     sl_ehdr *e = (sl_ehdr *)slot_at(&loc, i);
@@ -693,7 +782,7 @@ void sluice_store_stats_get(sluice_store *st, sluice_store_stats *out) {
     uint64_t bytes = sizeof(*st);
     for (unsigned i = 0; i < st->ntables; i++) {
         sl_table *t = st->tables[i];
-        bytes += t->slots_bytes + sizeof(sl_shard) * t->nshards + sizeof(*t);
+        bytes += table_bytes(t) + (sizeof(sl_shard) + sizeof(*t->shift)) * t->nshards + sizeof(*t);
         for (uint32_t s = 0; s < t->nshards; s++) {
             sl_shard *sh = &t->shards[s];
             sl_shard_lock(sh);
@@ -827,7 +916,7 @@ static sl_table *table_for(sluice_store *st, uint32_t ssize) {
 }
 
 static inline unsigned char *slot_of(sl_table *t, uint32_t s, uint64_t i) {
-    return t->slots + ((size_t)s * t->nslots + i) * t->esize;
+    return t->slots + (size_t)s * t->shard_stride + (size_t)i * t->esize;
 }
 
 /*
@@ -850,8 +939,8 @@ static void migrate(sluice_store *st, sl_family *f, sl_lver *old, sl_lver *nv) {
         unsigned char b[sizeof(sl_log_state) + 8 * SL_SLIDING_LOG_MAX];
     } next;
     for (uint32_t s = 0; s < ot->nshards; s++) {
-        sl_loc oloc = {.t = ot, .sh = &ot->shards[s], .base = slot_of(ot, s, 0)};
-        for (uint64_t i = 0; i < ot->nslots;) {
+        sl_loc oloc = {.t = ot, .sh = &ot->shards[s], .s = s, .base = slot_of(ot, s, 0)};
+        for (uint64_t i = 0, n = sl_loc_nslots(&oloc); i < n;) {
             sl_ehdr *e = (sl_ehdr *)slot_of(ot, s, i);
             if (e->fam != f->id) {
                 i++;

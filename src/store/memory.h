@@ -8,8 +8,13 @@
  * probing array of fixed-size entries guarded by its own spinlock. An entry is a 16-byte
  * header (80 bits of the key's 128-bit hash, the limiter family, the eviction hints)
  * followed by the algorithm's state. Invariants: an entry's shard is k1 & shard_mask and
- * its home slot is k0 scaled to nslots; a slot is empty iff fam == 0; every field of a
- * shard's slots and of struct sl_shard is read or written only under that shard's lock.
+ * its home slot is k0 scaled to the shard's current size (nslots >> shift[s]); a slot is
+ * empty iff fam == 0, and every slot beyond the current size is zero (never written);
+ * every field of a shard's slots, its shift and struct sl_shard is written only under
+ * that shard's lock (the shift is read without it only as a prefetch hint).
+ * Growth: a shard starts small and doubles (rehashed under its lock, within the region
+ * reserved for it at its full size) when an insert would take it past the table's load,
+ * so memory follows the keys held, not max_keys (see shard_grow in memory.c).
  */
 #ifndef SL_STORE_MEMORY_H
 #define SL_STORE_MEMORY_H
@@ -102,11 +107,15 @@ typedef struct sl_table {
     uint32_t ssize;      /* state bytes */
     uint32_t esize;      /* entry bytes: sizeof(sl_ehdr) + ssize */
     uint32_t nshards, shard_mask;
-    uint64_t nslots;     /* per shard */
-    size_t shard_bytes;  /* nslots * esize: one shard's slots (precomputed for locate) */
-    uint64_t hard_cap;   /* per shard: at most this many entries (load <= 0.85) */
-    unsigned char *slots; /* nshards * nslots * esize bytes, zero = empty */
+    uint64_t nslots;     /* per shard at its full size (what max_keys needs) */
+    size_t shard_stride; /* bytes reserved per shard: nslots * esize rounded up to pages */
+    uint64_t hard_cap;   /* per shard at full size: at most this many entries (load <= 0.85);
+                          * at size nslots >> k, at most hard_cap >> k before it grows */
+    unsigned char *slots; /* nshards regions of shard_stride bytes (address space reserved,
+                           * pages faulted in as shards grow), zero = empty */
     size_t slots_bytes;
+    _Atomic(uint8_t) *shift; /* per shard: its current size is nslots >> shift[s] */
+    atomic_uint full_shards; /* shards grown to full size (huge pages once all are) */
     sl_shard *shards;
 } sl_table;
 
@@ -171,7 +180,8 @@ typedef struct sl_loc {
     sl_table *t;
     sl_shard *sh;
     unsigned char *base; /* first slot of the shard */
-    uint64_t home;
+    uint32_t s;          /* the shard's index in its table */
+    uint64_t hint;       /* the home slot as located (unlocked): a prefetch hint only */
     uint64_t k0;
     uint16_t k1;
     uint16_t fam;
@@ -241,22 +251,34 @@ void sl_store_unlock_all(sluice_store *st);
 
 /* ---- table operations (caller holds the shard lock) ------------------------------- */
 
+/* Slot k0 probes from in a shard of n slots (k0 scaled: a doubling maps h to 2h or 2h+1). */
+static inline uint64_t sl_home(uint64_t k0, uint64_t n) {
+    return (uint64_t)(((unsigned __int128)k0 * n) >> 64);
+}
+
+/* The current size of loc's shard (exact under its lock; a hint without it). */
+static inline uint64_t sl_loc_nslots(const sl_loc *loc) {
+    return loc->t->nslots >> atomic_load_explicit(&loc->t->shift[loc->s], memory_order_relaxed);
+}
+
 static inline void sl_table_locate(sl_table *t, sl_hash128 h, uint16_t fam, sl_loc *loc) {
     uint16_t k1 = (uint16_t)h.lo;
     uint32_t s = k1 & t->shard_mask;
     loc->t = t;
     loc->sh = &t->shards[s];
-    loc->base = t->slots + (size_t)s * t->shard_bytes;
+    loc->s = s;
+    loc->base = t->slots + (size_t)s * t->shard_stride;
     loc->k0 = h.hi;
     loc->k1 = k1;
-    loc->home = (uint64_t)(((unsigned __int128)h.hi * t->nslots) >> 64);
+    loc->hint = sl_home(h.hi, sl_loc_nslots(loc));
     loc->fam = fam;
 }
 
-/* The entry of loc's key, or NULL: linear probing from the home slot to an empty one. */
+/* The entry of loc's key, or NULL: linear probing from the home slot to an empty one
+ * (the shard's lock held: its size is read here, so a growth since locate is seen). */
 static inline void *sl_table_find(const sl_loc *loc) {
     const sl_table *t = loc->t;
-    uint64_t n = t->nslots, i = loc->home;
+    uint64_t n = sl_loc_nslots(loc), i = sl_home(loc->k0, n);
     unsigned char *p = loc->base + (size_t)i * t->esize;
     for (;;) {
         sl_ehdr *e = (sl_ehdr *)p;

@@ -271,8 +271,9 @@ int sluice_store_snapshot_ex(sluice_store *st, const char *path, sluice_time now
         sl_table *t = st->tables[ti];
         for (uint32_t s = 0; s < t->nshards; s++) {
             sl_shard_lock(&t->shards[s]);
-            unsigned char *base = t->slots + (size_t)s * t->nslots * t->esize;
-            for (uint64_t i = 0; i < t->nslots; i++) {
+            unsigned char *base = t->slots + (size_t)s * t->shard_stride;
+            uint64_t ns = t->nslots >> atomic_load_explicit(&t->shift[s], memory_order_relaxed);
+            for (uint64_t i = 0; i < ns; i++) {
                 sl_ehdr *e = (sl_ehdr *)(base + i * t->esize);
                 sl_family *f = e->fam != 0 ? sl_store_family(st, e->fam) : NULL;
                 if (f == NULL) continue;
@@ -432,8 +433,13 @@ static int parse_limit(rbuf *r, file_lim *fl, uint32_t version, char *eb, size_t
 static void wipe(sluice_store *st) {
     for (unsigned ti = 0; ti < st->ntables; ti++) {
         sl_table *t = st->tables[ti];
-        memset(t->slots, 0, t->slots_bytes);
-        for (uint32_t s = 0; s < t->nshards; s++) t->shards[s].count = 0;
+        /* the used part of each shard only: the rest is zero, and clearing it would
+         * fault in the table's full size */
+        for (uint32_t s = 0; s < t->nshards; s++) {
+            uint64_t ns = t->nslots >> atomic_load_explicit(&t->shift[s], memory_order_relaxed);
+            memset(t->slots + (size_t)s * t->shard_stride, 0, (size_t)ns * t->esize);
+            t->shards[s].count = 0;
+        }
     }
     for (unsigned i = 1; i <= st->nfams; i++) {
         sl_family *f = sl_store_family(st, (uint16_t)i);

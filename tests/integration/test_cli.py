@@ -78,3 +78,99 @@ def test_usage_errors_and_help_topics():
     assert r.returncode == 2 and "no help on 'nope'" in r.stderr
     r = sluice("nope")
     assert r.returncode == 2
+
+
+EXAMPLE = os.path.join(os.environ.get("SLUICE_SRC", "."), "examples", "sluice.yaml")
+
+
+def test_every_command_takes_opt_equals_value_and_opt_value():
+    """One option parser for every command: --opt=value and --opt value mean the same, and
+    an unknown option is one line naming it and the command's --help, exit status 2."""
+    port = free_port()  # nobody listens there
+    cases = [
+        # (args with --opt=value, the same with --opt value, what both print, exit status)
+        (["serve", "--resp=off", "--grpc=off", "--admin=off", "--http=nonsense", "-c", EXAMPLE],
+         ["serve", "--resp", "off", "--grpc", "off", "--admin", "off", "--http", "nonsense", "-c", EXAMPLE],
+         "invalid http address", 1),
+        (["explain", "-c", EXAMPLE, "--raw-keys", "--compact", "--ip=10.1.2.3", "--path=/x"],
+         ["explain", "-c", EXAMPLE, "--raw-keys", "--compact", "--ip", "10.1.2.3", "--path", "/x"],
+         '"ip":"10.1.2.3"', 0),
+        (["explain", "--config=" + EXAMPLE, "--cost=x"], ["explain", "--config", EXAMPLE, "--cost", "x"],
+         "--cost expects a non-negative number, got: x", 2),
+        (["replay", "-c", EXAMPLE, "--format=bogus", "t.log"], ["replay", "-c", EXAMPLE, "--format", "bogus", "t.log"],
+         "--format is auto, nginx, json or csv, got 'bogus'", 2),
+        (["replay", "--config=" + EXAMPLE, "--max-keys=many", "t.log"],
+         ["replay", "--config", EXAMPLE, "--max-keys", "many", "t.log"],
+         "--max-keys expects a number, got 'many'", 2),
+        (["simulate", "--seconds=3", "burst"], ["simulate", "--seconds", "3", "burst"], "(3 s, ", 0),
+        (["simulate", "burst", "--seconds=0"], ["simulate", "burst", "--seconds", "0"], "--seconds takes 1..", 2),
+        (["status", "--admin=127.0.0.1:%d" % port], ["status", "--admin", "127.0.0.1:%d" % port],
+         "cannot reach the admin listener at 127.0.0.1:%d" % port, 1),
+        (["reload", "--admin=127.0.0.1:%d" % port], ["reload", "--admin", "127.0.0.1:%d" % port],
+         "cannot reach the admin listener at 127.0.0.1:%d" % port, 1),
+    ]
+    for eq, sp, text, code in cases:
+        a, b = sluice(*eq), sluice(*sp)
+        for r, args in ((a, eq), (b, sp)):
+            assert r.returncode == code and text in r.stdout + r.stderr, (args, r.returncode, r.stdout[-500:], r.stderr)
+        assert a.stdout.replace(" ", "") == b.stdout.replace(" ", "") or eq[0] == "explain", (eq, sp)
+    # config check has flags only: both spellings of its file position, a value refused
+    assert sluice("config", "check", "--no-state", EXAMPLE).returncode == 0
+    assert sluice("config", "check", EXAMPLE, "--no-state").returncode == 0
+    r = sluice("config", "check", "--no-state=yes", EXAMPLE)
+    assert r.returncode == 2 and "unexpected value for '--no-state'" in r.stderr, r.stderr
+    for cmd in (["serve"], ["explain", "-c", EXAMPLE], ["replay", "-c", EXAMPLE, "t.log"], ["simulate"],
+                ["status"], ["reload"], ["config", "check", EXAMPLE]):
+        name = " ".join(cmd[:2]) if cmd[0] == "config" else cmd[0]
+        for bogus in ("--bogus", "--bogus=1"):
+            r = sluice(*(cmd + [bogus]))
+            assert r.returncode == 2, (cmd, bogus, r.stderr)
+            assert r.stderr == "sluice %s: unknown option '%s' (sluice %s --help)\n" % (name, bogus, name), r.stderr
+        r = sluice(*(cmd + ["-Z"]))
+        assert r.returncode == 2 and "unknown option '-Z'" in r.stderr, (cmd, r.stderr)
+
+
+def test_explain_without_ip_answers_as_the_server_would():
+    """Without --ip, explain used to blame the first policy keyed on the address for a
+    missing key (400), which the server, that always has the peer's address, never does:
+    now the address of a gateway on this host stands in, and the echo says so."""
+    import json
+    r = sluice("explain", "-c", EXAMPLE, "--method", "POST", "--path", "/login", "--compact")
+    assert r.returncode == 0, r.stderr
+    x = json.loads(r.stdout)
+    assert x["answer"]["action"] == "allow" and x["answer"]["deciding"]["policy"] == "login", x["answer"]
+    assert x["request"]["ip_default"].startswith("127.0.0.1"), x["request"]
+    # the same as naming that address
+    y = json.loads(sluice("explain", "-c", EXAMPLE, "--method", "POST", "--path", "/login", "--ip",
+                          "127.0.0.1", "--compact").stdout)
+    assert y["answer"] == x["answer"] and "ip_default" not in y["request"]
+    # not an address: refused, exit 2
+    for bad in ("notanip", "10.0.0.256", "", "::g"):
+        r = sluice("explain", "-c", EXAMPLE, "--ip", bad)
+        assert r.returncode == 2 and "--ip expects an IPv4 or IPv6 address" in r.stderr, (bad, r.stderr)
+    r = sluice("explain", "-c", EXAMPLE, "--ip", "2001:db8::1", "--compact")
+    assert r.returncode == 0, r.stderr
+
+
+def test_explain_echoes_the_ip_headers_route_and_bytes():
+    import json
+    args = ["explain", "-c", EXAMPLE, "--compact", "--method", "PUT", "--path", "/files/a",
+            "--ip", "192.0.2.7", "--route", "up", "--bytes", "123", "--header", "X-Api-Key: sekrit-key-9",
+            "--header", "X-Plan: pro"]
+    raw = json.loads(sluice(*(args + ["--raw-keys"])).stdout)["request"]
+    assert raw["ip"] == "192.0.2.7" and raw["route"] == "up" and raw["bytes"] == 123, raw
+    assert raw["headers"] == [{"name": "X-Api-Key", "value": "sekrit-key-9"}, {"name": "X-Plan", "value": "pro"}]
+    # keys are personal data: without raw keys the address and header values are hashes
+    r = sluice(*args)
+    hashed = json.loads(r.stdout)["request"]
+    assert "sekrit-key-9" not in r.stdout and "192.0.2.7" not in r.stdout
+    assert hashed["ip_hash"].startswith("k:") and [h["name"] for h in hashed["headers"]] == ["X-Api-Key", "X-Plan"]
+    assert all(h["value_hash"].startswith("k:") for h in hashed["headers"])
+
+
+def test_config_check_says_why_a_file_cannot_be_read(tmp_path):
+    r = sluice("config", "check", str(tmp_path / "missing.yaml"))
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines()[0] == "%s: cannot open the file: No such file or directory " \
+        "(expected a readable YAML file)" % (tmp_path / "missing.yaml"), r.stderr
+    assert ":0:0" not in r.stderr

@@ -60,3 +60,15 @@ def test_config_files_are_offered(tmp_path):
     (tmp_path / "b.txt").write_text("x")
     got = complete("sluice config check " + str(tmp_path) + "/")
     assert str(tmp_path / "a.yaml") in got and str(tmp_path / "b.txt") not in got
+
+
+def test_every_flag_of_every_command_is_offered():
+    """Each command's --help and its completion list the same flags (one option parser
+    behind them all: sluice CMD --help is what it accepts)."""
+    for cmd, line in [(["explain"], "sluice explain -"), (["replay"], "sluice replay -"),
+                      (["simulate"], "sluice simulate -"), (["reload"], "sluice reload -"),
+                      (["status"], "sluice status -"), (["config", "check"], "sluice config check -")]:
+        flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-[a-z])\b", help_text(*cmd, "--help")))
+        assert flags, cmd
+        missing = flags - {"-h"} - complete(line)
+        assert not missing, (cmd, missing)

@@ -50,3 +50,17 @@ def test_install_and_build_against_it():
         assert exported, "no symbols exported"
         assert all(s.startswith("sluice_") for s in exported), \
             [s for s in exported if not s.startswith("sluice_")]
+
+
+def test_config_goes_to_sysconfdir_by_the_gnu_rules(tmp_path):
+    """`make install PREFIX=/usr` puts the config in /etc/sluice/ (GNUInstallDirs: sysconfdir
+    is /etc for the prefix /usr), any other prefix in PREFIX/etc/sluice/; staged by DESTDIR."""
+    for prefix, want, not_there in [("/usr", "etc/sluice/sluice.yaml", "usr/etc"),
+                                    ("/opt/sl", "etc/opt/sl/sluice/sluice.yaml", "opt/sl/etc"),
+                                    ("/usr/local", "usr/local/etc/sluice/sluice.yaml", "etc")]:
+        dest = tmp_path / prefix.strip("/").replace("/", "_")
+        subprocess.run(["cmake", "--install", BUILD, "--prefix", prefix], check=True,
+                       capture_output=True, timeout=120, env=dict(os.environ, DESTDIR=str(dest)))
+        assert (dest / want).is_file(), sorted(str(p.relative_to(dest)) for p in dest.rglob("sluice.yaml"))
+        assert not (dest / not_there / "sluice").exists(), prefix
+        assert (dest / prefix.strip("/") / "bin/sluice").is_file()

@@ -21,7 +21,7 @@ def run_serve(*args, timeout=10):
 def free_listeners(*given):
     """--http, --resp, --grpc and --admin on free loopback ports, except the listeners
     named in `given`: a startup case must fail for its own reason, never because a
-    default port (8080, 6380, 8081, 9090) happens to be taken on this machine."""
+    default port (8080, 6380, 8081, 8082) happens to be taken on this machine."""
     out = []
     for name in ("http", "resp", "grpc", "admin"):
         if name not in given:

@@ -72,7 +72,7 @@ class Upstream(http.server.BaseHTTPRequestHandler):
 
 
 def start_nginx(sluice_port, up_port):
-    """The shipped examples/nginx/nginx.conf with the finish snippets included, and one
+    """The shipped examples/nginx/nginx.conf (it includes the finish snippets), and one
     location forwarding the request's size (X-Original-Length)."""
     d = tempfile.mkdtemp(prefix="sluice-nginx-")
     ex = os.path.join(SRC, "examples", "nginx")
@@ -81,13 +81,13 @@ def start_nginx(sluice_port, up_port):
     port = free_port()
     with open(os.path.join(d, "nginx.conf")) as f:
         conf = f.read()
+    assert "include sluice-finish.conf;" in conf and "include sluice-finish-location.conf;" in conf
     for old, new in (("listen 127.0.0.1:8000;", "listen 127.0.0.1:%d;" % port),
                      ("server 127.0.0.1:9000;", "server 127.0.0.1:%d;" % up_port),
                      ("http {\n", "http {\n" + "".join("    %s_temp_path %s/%s;\n" % (t, d, t) for t in
                                                     ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))),
                      ("        include sluice-fail-open.conf;\n",
                       "        include sluice-fail-open.conf;\n"
-                      "        include sluice-finish-location.conf;\n"
                       "        location = /_sluice_auth_len {\n"
                       "            internal;\n"
                       "            proxy_pass http://sluice_auth/v1/auth?status=403;\n"
@@ -100,9 +100,7 @@ def start_nginx(sluice_port, up_port):
                       "            auth_request /_sluice_auth_len;\n"
                       "            error_page 403 = @sluice_limited;\n"
                       "            proxy_pass http://app;\n"
-                      "        }\n"),
-                     ("            include sluice-protect.conf;\n",
-                      "            include sluice-protect.conf;\n            include sluice-finish.conf;\n")):
+                      "        }\n")):
         assert conf.count(old) == 1, old
         conf = conf.replace(old, new)
     with open(os.path.join(d, "nginx.conf"), "w") as f:

@@ -242,15 +242,74 @@ def test_make_install_adds_the_service_files_and_keeps_an_existing_config(tmp_pa
 
     install()
     root = str(dest) + prefix
-    for f in ["bin/sluice", "etc/sluice/sluice.yaml", "lib/systemd/system/sluice.service",
+    # GNUInstallDirs: sysconfdir of the prefix /opt/P is /etc/opt/P (test_install)
+    assert os.path.exists(str(dest) + "/etc/opt/sluice-test/sluice/sluice.yaml")
+    for f in ["bin/sluice", "lib/systemd/system/sluice.service",
               "share/bash-completion/completions/sluice", "share/man/man1/sluice.1",
               "share/man/man5/sluice.yaml.5", "share/man/man3/libsluice.3",
               "share/doc/sluice/examples/sluice.yaml"]:
         assert os.path.exists(os.path.join(root, f)), f
-    conf = os.path.join(root, "etc/sluice/sluice.yaml")
+    conf = str(dest) + "/etc/opt/sluice-test/sluice/sluice.yaml"
     with open(conf, "w") as f:
         f.write("# mine\n")
     out = install()
     with open(conf) as f:
         assert f.read() == "# mine\n"
     assert "Keeping existing" in out
+
+
+def test_lintian_pedantic_finds_no_errors_or_warnings(debs):
+    """lintian --pedantic on the three packages: no error, no warning (bogus-mail-host,
+    the changelog taken from CHANGELOG.md, the postinst, ... were once among them)."""
+    r = subprocess.run(["lintian", "--pedantic"] + sorted(debs.values()), capture_output=True,
+                       text=True, timeout=600)
+    tags = [l for l in r.stdout.splitlines() if l[:3] in ("E: ", "W: ")]
+    assert tags == [], "\n".join(tags)
+
+
+def test_control_fields_and_symbols(debs):
+    fields = {p: subprocess.run(["dpkg-deb", "-f", d], check=True, capture_output=True,
+                                text=True).stdout for p, d in debs.items()}
+    for p, f in fields.items():
+        m = re.search(r"^Maintainer: .*<([^>]+)>$", f, re.M)
+        assert m and not m.group(1).endswith("@localhost"), (p, f)
+    dev = re.search(r"^Depends: (.*)$", fields["libsluice-dev"], re.M).group(1)
+    # libsluice links only libc: its users need neither libyaml nor jansson
+    assert "libyaml" not in dev and "libjansson" not in dev, dev
+    sym = subprocess.run(["dpkg-deb", "-I", debs["libsluice0"], "symbols"], capture_output=True,
+                         text=True).stdout
+    assert sym.startswith("libsluice.so.0 libsluice0 #MINVER#"), sym[:200]
+    exported = subprocess.run(["nm", "-D", "--defined-only", os.path.join(BUILD, "libsluice.so")],
+                              check=True, capture_output=True, text=True).stdout
+    for name in (l.split()[-1] for l in exported.splitlines() if " T " in l):
+        assert " %s@Base " % name in sym, name
+    with gzip.open(debs_file(debs["sluice"], "./usr/share/doc/sluice/changelog.gz")) as f:
+        assert f.read().decode().startswith("sluice (" + deb_version() + ")")
+
+
+def debs_file(deb, member):
+    """One file of a package, extracted to a temporary path."""
+    d = tempfile.mkdtemp(prefix="sluice-member-")
+    subprocess.run(["dpkg-deb", "-x", deb, d], check=True, capture_output=True, timeout=60)
+    return os.path.join(d, member)
+
+
+def test_the_package_says_what_it_started_and_what_to_edit(debs):
+    """The package starts the demo at once: on loopback ports no Debian package takes by
+    default (not 9090: Prometheus), and it says where to edit (README.Debian, postinst)."""
+    assert "/usr/share/doc/sluice/README.Debian" in contents(debs["sluice"])
+    conf = open(debs_file(debs["sluice"], "./etc/sluice/sluice.yaml")).read()
+    listen = dict(re.findall(r"^  (http|resp|grpc|admin): (\S+)", conf, re.M))
+    assert set(listen) == {"http", "resp", "grpc", "admin"}, listen
+    taken = {9090, 9091, 9093, 9100, 3000, 6379, 5432, 3306, 80, 443}  # Debian daemons' defaults
+    for name, addr in listen.items():
+        host, port = addr.rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) not in taken, (name, addr)
+    assert "systemctl reload sluice" in conf and "config check" in conf
+    readme = open(debs_file(debs["sluice"], "./usr/share/doc/sluice/README.Debian")).read()
+    for addr in listen.values():
+        assert addr in readme, addr
+    assert "/etc/sluice/sluice.yaml" in readme and "systemctl reload sluice" in readme
+    post = subprocess.run(["dpkg-deb", "-I", debs["sluice"], "postinst"], check=True,
+                          capture_output=True, text=True).stdout
+    assert "README.Debian" in post and listen["admin"] in post, post

@@ -8,9 +8,12 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../../src/cli/config_cmd.c"
+#include "../../src/cli/opts.c"
+#include "config/compiled.h"
 #include "t.h"
 
 /* Runs `sluice config check path`, capturing stdout and stderr. */
@@ -136,12 +139,72 @@ static void usage_and_missing_file(void) {
     T_EQ_I(rc, 2);
     rc = run_check("/nonexistent/sluice.yaml", OUT, sizeof(OUT), ERR, sizeof(ERR));
     T_EQ_I(rc, 1);
-    T_CHECK(strstr(ERR, "/nonexistent/sluice.yaml:0:0: cannot open the file") != NULL);
+    /* the reason, and no 0:0 position for the file as a whole */
+    T_CHECK(strstr(ERR, "/nonexistent/sluice.yaml: cannot open the file: No such file or directory") != NULL);
+    T_CHECK(strstr(ERR, ":0:0") == NULL);
+    if (geteuid() != 0) { /* root reads anything */
+        char path[] = "/tmp/sluice-unreadable-XXXXXX";
+        int fd = mkstemp(path);
+        T_CHECK(fd >= 0);
+        close(fd);
+        chmod(path, 0);
+        rc = run_check(path, OUT, sizeof(OUT), ERR, sizeof(ERR));
+        T_EQ_I(rc, 1);
+        T_CHECK(strstr(ERR, "cannot open the file: Permission denied") != NULL);
+        unlink(path);
+    }
+}
+
+/* The spelt-out units (10/sec, 10/second, 30 minutes) are documented and mean what their
+ * short forms do: the same config as 10/s and 30m. */
+static void long_units(void) {
+    static const char *const pairs[][2] = {
+        {"rate: 10/sec", "rate: 10/s"}, {"rate: 10/second", "rate: 10/s"},
+        {"rate: 600/minutes", "rate: 600/min"}, {"rate: 5/hour", "rate: 5/h"},
+        {"rate: 3/days", "rate: 3/day"}, {"rate: 2/weeks", "rate: 2/week"},
+    };
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        uint64_t lim[2];
+        int64_t per[2];
+        for (int k = 0; k < 2; k++) {
+            char y[512];
+            snprintf(y, sizeof(y), "policies:\n  - name: a\n    objective: fairness\n    key: [client_ip]\n"
+                     "    algorithm: gcra\n    limits: [ { %s } ]\n", pairs[i][k]);
+            static sl_diag_list dl;
+            sl_config *c = NULL;
+            T_EQ_I(sl_config_load_buffer(y, strlen(y), "u.yaml", &c, &dl), SLUICE_OK);
+            if (c == NULL) return;
+            const sl_cwindow *w = &c->pol[0].win[0];
+            lim[k] = w->spec.limit;
+            per[k] = w->spec.period_ns;
+            sl_config_destroy(c);
+        }
+        T_EQ_U(lim[0], lim[1]);
+        T_EQ_I(per[0], per[1]);
+    }
+    int64_t a = 0, b = 0;
+    T_CHECK(sl__parse_duration("30 minutes", &a) && sl__parse_duration("30m", &b) && a == b);
+}
+
+/* Did-you-mean: one edit (a transposition counts as one) on short names, about a third of
+ * a long one; nothing when two names are as close or none is close. */
+static void did_you_mean(void) {
+    static const char *const f[] = {"name", "rate", "burst", "lease", "max_delay", "algorithm", NULL};
+    T_EQ_S(sl__did_you_mean("burts", f), "burst");
+    T_EQ_S(sl__did_you_mean("bursts", f), "burst");
+    T_EQ_S(sl__did_you_mean("algoritm", f), "algorithm");
+    T_EQ_S(sl__did_you_mean("max-delay", f), "max_delay");
+    T_CHECK(sl__did_you_mean("colour", f) == NULL);
+    T_CHECK(sl__did_you_mean("burst", f) == NULL); /* known: nothing to suggest */
+    static const char *const g[] = {"abcd", "abce", NULL};
+    T_CHECK(sl__did_you_mean("abcf", g) == NULL); /* a tie */
 }
 
 int main(void) {
     T_RUN(bad_files);
     T_RUN(good_files);
     T_RUN(usage_and_missing_file);
+    T_RUN(long_units);
+    T_RUN(did_you_mean);
     return T_DONE();
 }

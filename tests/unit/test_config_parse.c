@@ -218,7 +218,7 @@ static void defaults(void) {
     T_EQ_S(s->listen_http, "127.0.0.1:8080");
     T_EQ_S(s->listen_resp, "127.0.0.1:6380");
     T_EQ_S(s->listen_grpc, "127.0.0.1:8081"); /* issue 4: the default gRPC listener */
-    T_EQ_S(s->listen_admin, "127.0.0.1:9090");
+    T_EQ_S(s->listen_admin, "127.0.0.1:8082");
     T_EQ_I(s->auth_deny_status, 429);
     T_CHECK(!s->legacy_headers);
     T_CHECK(!s->log_raw_keys); /* keys are personal data */

@@ -218,7 +218,8 @@ static void test_flood(void) {
     T_CHECK(s1.evicted + s1.expired >= nflood / 2); /* the store really was under pressure */
     T_EQ_U(s1.refused, 0);                           /* evict mode: every key had room */
     T_CHECK(s1.keys <= MAX_KEYS);
-    T_EQ_U(s1.bytes, s0.bytes);
+    /* memory grew with the keys held (shards double on demand), never past the bound */
+    T_CHECK(s1.bytes > s0.bytes);
     /* two state sizes in use (8 bytes: gcra; 16: the others): <= 48 bytes per key each */
     T_CHECK(s1.bytes <= 2 * 48 * (uint64_t)MAX_KEYS);
     sluice_store_destroy(st);

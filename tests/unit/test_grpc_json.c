@@ -24,6 +24,28 @@ static sl_config *cfg;
 static sl_engine *eng;
 static sl_verdict V;
 
+/* A slow, obviously correct base64 decoder (RFC 4648, padded): the reference for rawBody. */
+static size_t unb64(const char *in, char *out, size_t cap) {
+    static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = strlen(in), o = 0;
+    if (n % 4 != 0) return (size_t)-1;
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t v = 0;
+        int pad = 0;
+        for (int k = 0; k < 4; k++) {
+            const char *p = in[i + k] == '=' ? NULL : strchr(t, in[i + k]);
+            if (in[i + k] == '=') pad++;
+            else if (p == NULL || pad) return (size_t)-1;
+            v = v << 6 | (p ? (uint32_t)(p - t) : 0);
+        }
+        for (int k = 0; k < 3 - pad; k++) {
+            if (o == cap) return (size_t)-1;
+            out[o++] = (char)(v >> (16 - 8 * k) & 0xff);
+        }
+    }
+    return o;
+}
+
 static json_t *call(const char *body, int *http) {
     sl_rls_sync env = {.engine = eng, .lane = st, .now = sluice_clock_now(clk)};
     static char out[16384];
@@ -67,6 +89,16 @@ static void ok_then_over(void) {
     s0 = json_array_get(json_object_get(j, "statuses"), 0);
     T_EQ_S(sget(s0, NULL, "code"), "OVER_LIMIT");
     T_CHECK(json_object_get(j, "rawBody") != NULL);
+    /* rawBody round-trips: base64 of the problem+json body the HTTP answer carries */
+    char body[2048];
+    size_t bl = unb64(sget(j, NULL, "rawBody"), body, sizeof(body) - 1);
+    T_CHECK(bl != (size_t)-1 && bl > 0);
+    if (bl != (size_t)-1) {
+        body[bl] = 0;
+        json_t *pb = json_loads(body, 0, NULL);
+        T_CHECK(pb != NULL && json_object_get(pb, "status") != NULL);
+        json_decref(pb);
+    }
     bool retry = false;
     json_t *hs = json_object_get(j, "responseHeadersToAdd");
     for (size_t i = 0; i < json_array_size(hs); i++)

@@ -224,6 +224,80 @@ static void test_bytes_per_key(void) {
     }
 }
 
+/* Memory follows the keys held, not max_keys: a store of 1 M keys holds ~1 page per shard
+ * when empty, grows as keys arrive (shards double under their lock), and every key stays
+ * found across the growths (each keeps its spent budget). */
+static void test_grows_with_keys(void) {
+    sluice_store *st = mkstore(1000000, 0, SLUICE_REFUSE_NEW);
+    sluice_limiter *l = SLOW("grow");
+    T_EQ_I(sluice_store_register(st, l), SLUICE_OK);
+    uint64_t b0 = stats(st).bytes;
+    T_CHECK(b0 < (UINT64_C(2) << 20)); /* it was 57 MB: max_keys * 57 bytes up front */
+    uint64_t prev = b0;
+    int n = 0;
+    /* growth is by doubling: x4 more keys per step makes every shard grow at least once */
+    for (int upto = 40000; upto <= 640000; upto *= 4) {
+        for (; n < upto; n++) T_EQ_I(take(st, l, n, 1, at(0), NULL), 1);
+        sluice_store_stats s = stats(st);
+        T_EQ_U(s.keys, (uint64_t)upto);
+        if (upto > 40000) T_CHECK(s.bytes > prev);
+        T_CHECK(s.bytes >= 24 * (uint64_t)upto); /* an entry is 24 bytes: they are all held */
+        /* within 2x of the full-size density (a shard is between half and full load) */
+        T_CHECK(s.bytes <= b0 + 2 * 48 * (uint64_t)upto);
+        prev = s.bytes;
+    }
+    /* every key is still there with its budget spent: 5 tokens each, one taken */
+    for (int k = 0; k < n; k += 7) T_EQ_U(left(st, l, k, at(0)), 4);
+    /* a key never seen has its full budget */
+    T_EQ_U(left(st, l, n + 1, at(0)), 5);
+    sluice_store_destroy(st);
+    sluice_limiter_destroy(l);
+}
+
+/* Shards growing while other threads decide in them (and in multi-key decisions): every
+ * new key lands once, every key is found afterwards with its budget spent. */
+typedef struct grower {
+    sluice_store *st;
+    const sluice_limiter *l;
+    int base, n, errors;
+} grower;
+
+static void *grow_run(void *p) {
+    grower *g = p;
+    for (int i = 0; i < g->n; i++) {
+        char k1[32], k2[32];
+        snprintf(k1, sizeof(k1), "user:%d", g->base + 2 * i);
+        snprintf(k2, sizeof(k2), "user:%d", g->base + 2 * i + 1);
+        sluice_item it[2] = {{g->l, k1, strlen(k1), 1}, {g->l, k2, strlen(k2), 1}};
+        sluice_decision d;
+        /* one and two keys per decision: the single-item and the general path */
+        int rc = sluice_decide(g->st, it, (size_t)(i % 2 ? 2 : 1), at(0), &d);
+        if (rc != SLUICE_OK || !d.allowed) g->errors++;
+        if (i % 2 == 0 && (sluice_decide(g->st, &it[1], 1, at(0), &d) != SLUICE_OK || !d.allowed))
+            g->errors++;
+    }
+    return NULL;
+}
+
+static void test_grows_under_concurrency(void) {
+    sluice_store *st = mkstore(1000000, 0, SLUICE_REFUSE_NEW);
+    sluice_limiter *l = SLOW("grow-mt");
+    T_EQ_I(sluice_store_register(st, l), SLUICE_OK);
+    enum { T = 4, N = 15000 };
+    grower g[T];
+    pthread_t th[T];
+    for (int t = 0; t < T; t++) {
+        g[t] = (grower){st, l, t * 2 * N, N, 0};
+        pthread_create(&th[t], NULL, grow_run, &g[t]);
+    }
+    for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < T; t++) T_EQ_I(g[t].errors, 0);
+    T_EQ_U(stats(st).keys, (uint64_t)T * 2 * N);
+    for (int k = 0; k < T * 2 * N; k += 3) T_EQ_U(left(st, l, k, at(0)), 4);
+    sluice_store_destroy(st);
+    sluice_limiter_destroy(l);
+}
+
 /* Keys chosen to collide under an unkeyed hash still spread: with a keyed hash, 64k
  * keys over 256 shards leave no shard above 2x its mean. */
 static void test_spread(void) {
@@ -296,6 +370,8 @@ int main(void) {
     T_RUN(test_capacity_many_shards);
     T_RUN(test_register_carry);
     T_RUN(test_bytes_per_key);
+    T_RUN(test_grows_with_keys);
+    T_RUN(test_grows_under_concurrency);
     T_RUN(test_spread);
     T_RUN(test_register_while_deciding);
     return T_DONE();
