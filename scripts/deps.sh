@@ -22,7 +22,8 @@ BUILD_PKGS="$RUN_PKGS scdoc libcurl4-openssl-dev"
 TEST_PKGS="$BUILD_PKGS curl openssl redis-server redis-tools redis-sentinel nginx-light
   haproxy caddy prometheus librsvg2-bin debhelper dpkg-dev fakeroot systemd man-db
   python3-pytest python3-redis python3-requests python3-grpcio python3-grpc-tools
-  python3-prometheus-client python3-yaml valgrind nghttp2-client lintian"
+  python3-prometheus-client python3-yaml valgrind nghttp2-client lintian
+  chromium python3-websockets"
 BENCH_PKGS="$RUN_PKGS python3 curl openssl redis-server redis-tools nginx-light haproxy wrk nghttp2-client"
 FUZZ_PKGS="$BUILD_PKGS clang libclang-rt-14-dev"
 
@@ -40,7 +41,8 @@ deps.sh: this system has no apt-get/dpkg-query, so nothing was installed. Instal
     with the auth_request module, haproxy >= 2.6 with Lua, caddy 2, prometheus
     (promtool), rsvg-convert, man, systemd-analyze, dpkg-buildpackage with debhelper,
     fakeroot, lintian, valgrind; for /usr/bin/python3: pytest, redis, requests, grpcio,
-    grpcio-tools, prometheus_client, PyYAML
+    grpcio-tools, prometheus_client, PyYAML, websockets; chromium (the console's
+    browser tests drive it headless through the DevTools protocol)
   for the benchmarks: wrk, h2load (nghttp2), haproxy, nginx, redis-benchmark
   for fuzzing: clang with libFuzzer
 Then run make again; CMake names any library it still cannot find.

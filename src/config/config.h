@@ -119,7 +119,9 @@ typedef struct sl_settings {
     struct {
         char name[64];
         char token[128];
+        bool read_only;             /* role: read (GET only); default role: act */
     } admin_tokens[SL_ADMIN_TOKENS];
+    bool admin_ui;                  /* admin.ui: the console at /ui/ (default true) */
     /* Logs (docs/observability.md); level and format as sl_log_level / sl_log_format. */
     struct {
         int level;                  /* 0 error, 1 warn, 2 info (default), 3 debug */
@@ -141,6 +143,8 @@ typedef struct sl_settings {
         unsigned hot_counters;      /* hot-key counters per policy and worker; 0 = off (64) */
         int64_t hot_interval_ns;    /* one hot-key epoch (10 s) */
         unsigned hot_top;           /* keys per policy in sluice_hot_key_share (5) */
+        unsigned series_seconds;    /* per-second ring of /v1/series, seconds; 0 = off (900) */
+        unsigned series_max;        /* (policy, window) series the ring holds (64) */
     } observe;
     /* Audit trail of configuration changes (audit:). */
     struct {

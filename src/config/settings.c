@@ -183,6 +183,9 @@ void sl__settings_defaults(sl_settings *st) {
     st->observe.hot_counters = 64;
     st->observe.hot_interval_ns = 10 * SLUICE_NS_PER_S;
     st->observe.hot_top = 5;
+    st->observe.series_seconds = 900;
+    st->observe.series_max = 64;
+    st->admin_ui = true;
     st->audit.keep = 64;
 }
 
@@ -271,9 +274,26 @@ static void parse_log(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
 }
 
 static void parse_observe(sl__ctx *cx, const sl_ynode *x, sl_settings *st) {
-    static const char *const f[] = {"near_limit", "hot_keys", NULL};
+    static const char *const f[] = {"near_limit", "hot_keys", "series", NULL};
     if (!sl__check_fields(cx, x, "observe", f)) return;
     const sl_ynode *y;
+    if ((y = sl__get(x, "series")) != NULL) {
+        /* the console's per-second ring: workers x seconds x series x 36 bytes */
+        static const char *const sf[] = {"seconds", "series", NULL};
+        if (sl__check_fields(cx, y, "observe.series", sf)) {
+            const sl_ynode *z;
+            uint64_t v;
+            if ((z = sl__get(y, "seconds")) != NULL && sl__get_u64(cx, z, 86400, &v))
+                st->observe.series_seconds = (unsigned)v;
+            if ((z = sl__get(y, "series")) != NULL && sl__get_u64(cx, z, 1024, &v)) {
+                if (v == 0)
+                    sl__err(cx, z, "observe.series.series must be 1 to 1024 (turn the ring off "
+                            "with seconds: 0)");
+                else
+                    st->observe.series_max = (unsigned)v;
+            }
+        }
+    }
     if ((y = sl__get(x, "near_limit")) != NULL &&
         get_ppm(cx, y, "near_limit ratio", &st->observe.near_limit_ppm) &&
         st->observe.near_limit_ppm == 0)
@@ -325,7 +345,7 @@ static void parse_admin_tokens(sl__ctx *cx, const sl_ynode *x, sl_settings *st) 
         sl__err(cx, x, "too many admin tokens (expected at most %d)", SL_ADMIN_TOKENS);
         return;
     }
-    static const char *const tf[] = {"name", "token", NULL};
+    static const char *const tf[] = {"name", "token", "role", NULL};
     for (size_t i = 0; i < x->n; i++) {
         const sl_ynode *t = x->v[i];
         if (!sl__check_fields(cx, t, "admin token", tf)) continue;
@@ -343,6 +363,15 @@ static void parse_admin_tokens(sl__ctx *cx, const sl_ynode *x, sl_settings *st) 
         if (st->admin_tokens[k].token[0] == '\0' || st->admin_tokens[k].name[0] == '\0') {
             sl__err(cx, t, "an admin token and its name must not be empty");
             continue;
+        }
+        const sl_ynode *rl = sl__get(t, "role");
+        st->admin_tokens[k].read_only = false;
+        if (rl != NULL) {
+            const char *rs = sl__is_scalar(rl) ? rl->s : "";
+            if (strcmp(rs, "read") == 0)
+                st->admin_tokens[k].read_only = true;
+            else if (strcmp(rs, "act") != 0)
+                sl__err(cx, rl, "unknown admin token role '%.40s' (expected read or act)", rs);
         }
         for (unsigned j = 0; j < k; j++)
             if (strcmp(st->admin_tokens[j].name, st->admin_tokens[k].name) == 0)
@@ -446,10 +475,11 @@ void sl__parse_settings(sl__ctx *cx, const sl_ynode *root, sl_settings *st) {
         if (sl__get_count(cx, x, "workers", 1024, &v)) st->workers = (unsigned)v;
     }
     if ((x = sl__get(root, "admin")) != NULL) {
-        static const char *const f[] = {"token", "tokens", NULL};
+        static const char *const f[] = {"token", "tokens", "ui", NULL};
         if (sl__check_fields(cx, x, "admin", f) && sl__get(x, "token") != NULL)
             copy_str(cx, sl__get(x, "token"), "admin token", st->admin_token,
                      sizeof(st->admin_token));
+        if (sl__get(x, "ui") != NULL) sl__get_bool(cx, sl__get(x, "ui"), &st->admin_ui);
         if (sl__get(x, "tokens") != NULL) parse_admin_tokens(cx, sl__get(x, "tokens"), st);
     }
     if ((x = sl__get(root, "auth")) != NULL) {

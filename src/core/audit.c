@@ -257,6 +257,20 @@ int sl_audit_record(sl_audit *a, const sl_audit_event *e) {
         ds_puts(&d, ",\"generation\":");
         ds_u64(&d, e->generation);
     }
+    if (e->action != NULL) {
+        ds_puts(&d, ",\"action\":");
+        ds_json(&d, e->action, TEXT_MAX);
+        ds_puts(&d, ",\"policy\":");
+        ds_json(&d, e->policy, TEXT_MAX);
+        ds_puts(&d, ",\"key\":");
+        ds_json(&d, e->key, TEXT_MAX);
+        ds_puts(&d, ",\"reason\":");
+        ds_json(&d, e->reason, TEXT_MAX);
+        ds_puts(&d, ",\"detail\":");
+        ds_json(&d, e->detail, TEXT_MAX);
+        ds_puts(&d, "}\n");
+        goto rendered;
+    }
     names(&d, "added", e->added, e->added ? e->nadded : 0);
     names(&d, "removed", e->removed, e->removed ? e->nremoved : 0);
     ds_puts(&d, ",\"changed\":[");
@@ -274,6 +288,7 @@ int sl_audit_record(sl_audit *a, const sl_audit_event *e) {
         ds_u64(&d, nc - shown);
     }
     ds_puts(&d, "}\n");
+rendered:
     if (d.oom) {
         free(d.p);
         return -ENOMEM;

@@ -45,6 +45,15 @@ typedef struct sl_audit_event {
     size_t nchanged;
     int ok;              /* 1: applied; 0: refused, old config kept */
     const char *error;   /* why it was refused */
+    /* An operator's action on state rather than config (NULL: a config change, rendered
+     * as before): "reset" (POST /v1/state/reset); then policy, the key's hash (never the
+     * raw key unless raw keys are allowed: the caller decides), the operator's reason and
+     * a detail ("3 windows reset") are rendered instead of the config's lists. */
+    const char *action;
+    const char *policy;
+    const char *key;
+    const char *reason;
+    const char *detail;
 } sl_audit_event;
 
 typedef struct sl_audit sl_audit;

@@ -25,6 +25,13 @@
 #define reply sl_http_reply
 #define problem sl_http_problem
 #define BODY_MAX 16384
+/* Every admin response (the console's page and its data): no inline script or style, no
+ * framing, no sniffing, no referrer leaving with a URL. */
+#define SL_ADMIN_SECURITY_HEADERS                                                                 \
+    "Content-Security-Policy: default-src 'self'; script-src 'self'; style-src 'self'; "        \
+    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "            \
+    "form-action 'none'; frame-ancestors 'none'\r\n"                                            \
+    "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n"
 
 typedef struct http_ctx {
     sl_conn *c;
@@ -41,7 +48,8 @@ typedef struct http_ctx {
 void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const char *ctype,
                    const char *body, size_t body_len, int send_body) {
     size_t hl = hdrs ? strlen(hdrs) : 0;
-    if (sl_conn_reserve(c, 256 + hl + body_len) != 0) {
+    size_t sec = c->kind == SL_KIND_ADMIN ? sizeof(SL_ADMIN_SECURITY_HEADERS) : 0;
+    if (sl_conn_reserve(c, 256 + sec + hl + body_len) != 0) {
         c->close_after = true;
         return;
     }
@@ -51,6 +59,7 @@ void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const ch
     sl_wbuf_puts(&wb, c->w->date);
     sl_wbuf_puts(&wb, "Server: sluice\r\n");
     if (status == 429) sl_wbuf_puts(&wb, "Cache-Control: no-store\r\n");
+    if (sec) sl_wbuf_puts(&wb, SL_ADMIN_SECURITY_HEADERS); /* the console's page and data */
     if (hl) sl_wbuf_put(&wb, hdrs, hl);
     sl_http1_end(&wb, !c->close_after, minor, ctype, body, body_len, send_body);
     if (wb.overflow) c->close_after = true;

@@ -25,6 +25,7 @@
 #include "redis/store.h"
 #include "server/capacity_metrics.h"
 #include "server/rejections.h"
+#include "server/series.h"
 #include "store/famstats.h"
 
 const char *const sl_obs_result_names[SL_MET_RESULTS] = {
@@ -560,6 +561,7 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     const unsigned char *key = v->keys + first->key_off;
     size_t klen = first->key_len;
     bool rejected = lim || r == SL_MET_FAIL_CLOSED;
+    sl_series_note(w, v, i, dec, wslot, r, rejected); /* the console's ring (series.c) */
     sl_topk **sk = atomic_load_explicit(&o->topk[pslot], memory_order_acquire);
     bool refused = (r == SL_MET_LIMITED || r == SL_MET_FAIL_CLOSED) && sl_rej_enabled();
     uint64_t kh = (sk != NULL || refused) ? sl_topk_key_hash(&o->hkey, key, klen) : 0;

@@ -20,13 +20,13 @@
 
 _Atomic uint64_t sl_ovr_decisions[5];
 
-bool sl_admin_may(const sl_server *s, const char *token_name, sl_admin_what what) {
-    /* Every token may do everything until admin.tokens carries roles (issue 22 adds
-     * `role: read|act`): this is the one place that will read them. */
-    (void)s;
-    (void)token_name;
-    (void)what;
-    return true;
+bool sl_admin_may(const sl_gen *g, const char *token_name, sl_admin_what what) {
+    if (g == NULL || token_name == NULL || token_name[0] == '\0' || (what & SL_ADMIN_OVERRIDES) == 0)
+        return true;
+    const sl_settings *st = sl_config_settings(g->cfg);
+    for (unsigned i = 0; i < st->n_admin_tokens; i++)
+        if (strcmp(st->admin_tokens[i].name, token_name) == 0) return !st->admin_tokens[i].read_only;
+    return true; /* admin.token ("admin"): role act */
 }
 
 static void resf(sl_ovr_res *r, int status, const char *field, const char *fmt, ...)

@@ -28,7 +28,10 @@ typedef struct sl_ovr_res {
 
 /* The caller's rights: one function so roles (admin.tokens `role:`) plug in here. */
 typedef enum sl_admin_what { SL_ADMIN_READ = 1, SL_ADMIN_OVERRIDES = 2, SL_ADMIN_ALL = 3 } sl_admin_what;
-bool sl_admin_may(const struct sl_server *s, const char *token_name, sl_admin_what what);
+struct sl_gen;
+/* Whether the named admin token may do `what` under the tokens of generation g (a token
+ * of role read may only read). */
+bool sl_admin_may(const struct sl_gen *g, const char *token_name, sl_admin_what what);
 
 /* Sets (policy, key) from `body` (a JSON object: plan | limits | block | exempt, and
  * expires_at, reason, label). `key` is the path's form (parts joined by '|', each

@@ -127,7 +127,7 @@ static void one(octx *x, const char *rest, size_t rest_len) {
     sl_ovr_res res = {0};
     sluice_time now = now_of(x);
     if (meth(x, "PUT")) {
-        if (!sl_admin_may(s, x->who, SL_ADMIN_OVERRIDES)) {
+        if (!sl_admin_may(x->c->w->gen, x->who, SL_ADMIN_OVERRIDES)) {
             fail(x, 403, "", "this token may not change overrides");
             return;
         }
@@ -150,7 +150,7 @@ static void one(octx *x, const char *rest, size_t rest_len) {
         send_json(x, created ? 201 : 200, out);
         json_decref(out);
     } else if (meth(x, "GET") || x->head) {
-        if (!sl_admin_may(s, x->who, SL_ADMIN_READ)) {
+        if (!sl_admin_may(x->c->w->gen, x->who, SL_ADMIN_READ)) {
             fail(x, 403, "", "this token may not read overrides");
             return;
         }
@@ -162,7 +162,7 @@ static void one(octx *x, const char *rest, size_t rest_len) {
         send_json(x, 200, o);
         json_decref(o);
     } else if (meth(x, "DELETE")) {
-        if (!sl_admin_may(s, x->who, SL_ADMIN_OVERRIDES)) {
+        if (!sl_admin_may(x->c->w->gen, x->who, SL_ADMIN_OVERRIDES)) {
             fail(x, 403, "", "this token may not change overrides");
             return;
         }
@@ -421,7 +421,7 @@ static void import_line(imp *m, const char *p, size_t n) {
 
 static void import_body(octx *x) {
     sl_server *s = x->c->w->srv;
-    if (!sl_admin_may(s, x->who, SL_ADMIN_OVERRIDES)) {
+    if (!sl_admin_may(x->c->w->gen, x->who, SL_ADMIN_OVERRIDES)) {
         fail(x, 403, "", "this token may not change overrides");
         return;
     }
@@ -475,7 +475,7 @@ bool sl_ovr_stream_begin(sl_conn *c, const sl_http_req *req) {
         n = n * 10 + (uint64_t)(cl->value[i] - '0');
     }
     const char *who = sl_admin_caller(c, req);
-    if (who == NULL || !sl_admin_may(c->w->srv, who, SL_ADMIN_OVERRIDES) || c->w->srv->redis)
+    if (who == NULL || !sl_admin_may(c->w->gen, who, SL_ADMIN_OVERRIDES) || c->w->srv->redis)
         return false; /* answered by the ordinary path (401, 403, 501, or 413 if too large) */
     struct sl_ovr_stream *st = calloc(1, sizeof(*st));
     if (st == NULL) return false;
@@ -583,7 +583,7 @@ void sl_overrides_http(sl_conn *c, const sl_http_req *req, const char *path, siz
             fail(&x, 405, "", "GET lists overrides; PUT /v1/overrides/{policy}/{key} sets one");
             return;
         }
-        if (!sl_admin_may(c->w->srv, who, SL_ADMIN_READ)) {
+        if (!sl_admin_may(c->w->gen, who, SL_ADMIN_READ)) {
             fail(&x, 403, "", "this token may not read overrides");
             return;
         }
@@ -599,7 +599,7 @@ void sl_overrides_http(sl_conn *c, const sl_http_req *req, const char *path, siz
     }
     if (rest_len == 6 && memcmp(rest, "export", 6) == 0) {
         if (!(meth(&x, "GET") || is_head)) fail(&x, 405, "", "GET");
-        else if (!sl_admin_may(c->w->srv, who, SL_ADMIN_READ)) fail(&x, 403, "", "this token may not read overrides");
+        else if (!sl_admin_may(c->w->gen, who, SL_ADMIN_READ)) fail(&x, 403, "", "this token may not read overrides");
         else export_all(&x);
         return;
     }

@@ -839,7 +839,7 @@ static void cmd_override(resp_ctx *x) {
         return;
     }
     const char *who = auth_required(x->c->w->gen) ? x->c->auth_name : "";
-    if (!sl_admin_may(s, who, set || del ? SL_ADMIN_OVERRIDES : SL_ADMIN_READ)) {
+    if (!sl_admin_may(x->c->w->gen, who, set || del ? SL_ADMIN_OVERRIDES : SL_ADMIN_READ)) {
         sl_resp_error(&x->wb, "NOPERM this token may not do that with overrides");
         return;
     }

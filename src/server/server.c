@@ -31,6 +31,7 @@
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/pending.h"
+#include "server/series.h"
 #include "server/statsd.h"
 #include "server/tls.h"
 #include "server/watch.h"
@@ -241,6 +242,8 @@ static size_t start_only_changes(const sl_settings *a, const sl_settings *b, cha
         {"listen.grpc", strcmp(a->listen_grpc, b->listen_grpc) != 0},
         {"listen.admin", strcmp(a->listen_admin, b->listen_admin) != 0},
         {"workers", a->workers != b->workers},
+        {"observe.series", a->observe.series_seconds != b->observe.series_seconds ||
+                               a->observe.series_max != b->observe.series_max},
         {"store", memcmp(&a->store, &b->store, sizeof(a->store)) != 0},
     };
     size_t off = 0;
@@ -392,10 +395,13 @@ static sl_worker *worker_create(sl_server *s, unsigned id, char *err, size_t err
     if (w == NULL) goto oom;
     w->met = calloc(1, sizeof(*w->met));
     w->obs = sl_obs_worker_new();
+    w->series = sl_series_worker_new(s->series_seconds, s->series_max);
     w->rbatch = sl_resp_batch_create();
     w->pmax = SL_PENDING_MAX;
     w->body_buf = malloc(s->opt.http_limits.max_body + 1);
-    if (w->met == NULL || w->obs == NULL || w->body_buf == NULL || w->rbatch == NULL) goto oom;
+    if (w->met == NULL || w->obs == NULL || w->body_buf == NULL || w->rbatch == NULL ||
+        (w->series == NULL && s->series_seconds > 0))
+        goto oom;
     w->srv = s;
     w->id = id;
     if (sl_loop_init(&w->loop) != 0) {
@@ -427,6 +433,7 @@ fail:
         sl_loop_deinit(&w->loop);
         free(w->met);
         sl_obs_worker_free(w->obs);
+        sl_series_worker_free(w->series);
         free(w->body_buf);
         sl_resp_batch_destroy(w->rbatch);
         free(w);
@@ -439,6 +446,7 @@ static void worker_destroy(sl_worker *w) {
     sl_loop_deinit(&w->loop);
     free(w->met);
     sl_obs_worker_free(w->obs);
+    sl_series_worker_free(w->series);
     free(w->body_buf);
     sl_resp_batch_destroy(w->rbatch);
     free(w);
@@ -629,6 +637,8 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     if (s->opt.admin[0] == '\0')
         snprintf(s->opt.admin, sizeof(s->opt.admin), "%s", st->listen_admin);
     if (s->opt.workers == 0) s->opt.workers = st->workers;
+    s->series_seconds = st->observe.series_seconds; /* the ring's size is fixed at start */
+    s->series_max = st->observe.series_max;
     /* gRPC: the flag, else listen.grpc (127.0.0.1:8081 unless the file says otherwise, also
      * for an envoyproxy/ratelimit file, whose port it is, so such a file is a drop-in) */
     if (s->opt.grpc[0] == '\0') snprintf(s->opt.grpc, sizeof(s->opt.grpc), "%s", st->listen_grpc);

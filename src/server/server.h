@@ -244,6 +244,7 @@ typedef struct sl_worker {
     int64_t date_at_ns;
     sl_wmetrics *met;
     struct sl_obs_w *obs;     /* decisions by policy, latency (observe.c) */
+    struct sl_series_w *series; /* the console's per-second ring (series.c), or NULL */
     char scratch[SL_RESP_MAX_INLINE + 16];
     char *body_buf;           /* chunked bodies are decoded here */
 } sl_worker;
@@ -293,6 +294,7 @@ struct sl_server {
     const sl_store_ops *inner_ops; /* the store's own operations (ops wraps them) */
     sl_cell_cache cell;
     unsigned cell_slot;       /* metrics series of CL.THROTTLE decisions */
+    unsigned series_seconds, series_max; /* observe.series at start (series.c) */
 };
 
 /* The decision time for the request being handled: read once per batch of requests
