@@ -110,7 +110,7 @@ const char *sl_admin_caller(sl_conn *c, const sl_http_req *req) {
 /* A request from a page of another origin (CSRF): its Origin is not this listener's
  * (scheme://Host), or "null", or the browser says cross-site. Requests without an Origin
  * (curl, scripts) are not browsers' cross-site requests and pass. */
-static bool cross_site(const sl_http_req *req) {
+bool sl_admin_cross_site(const sl_http_req *req) {
     const sl_http_header *sf = sl_http1_header(req, "sec-fetch-site");
     if (sf != NULL && sf->value_len == 10 && strncasecmp(sf->value, "cross-site", 10) == 0) return true;
     const sl_http_header *o = sl_http1_header(req, "origin");
@@ -136,7 +136,10 @@ static bool not_json(const sl_http_req *req) {
     const char *semi = memchr(v, ';', n);
     size_t m = semi ? (size_t)(semi - v) : n;
     while (m > 0 && v[m - 1] == ' ') m--;
-    return !(m == 16 && strncasecmp(v, "application/json", 16) == 0);
+    /* NDJSON too (the overrides' import): neither is a type a page may send unasked */
+    return !((m == 16 && strncasecmp(v, "application/json", 16) == 0) ||
+             (m == 20 && strncasecmp(v, "application/x-ndjson", 20) == 0) ||
+             (m == 18 && strncasecmp(v, "application/ndjson", 18) == 0));
 }
 
 /* ---- the console's page --------------------------------------------------------------- */
@@ -568,7 +571,7 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
     if (!get) {
         /* a browser page of another site must not act with a token the operator's browser
          * holds (it cannot read one, but a page of ours could be made to send it) */
-        if (cross_site(x->req)) {
+        if (sl_admin_cross_site(x->req)) {
             problem(c, x->req->minor, 403, "cross-site request refused (Origin is not this listener)", 1);
             return;
         }

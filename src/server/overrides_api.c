@@ -475,8 +475,8 @@ bool sl_ovr_stream_begin(sl_conn *c, const sl_http_req *req) {
         n = n * 10 + (uint64_t)(cl->value[i] - '0');
     }
     const char *who = sl_admin_caller(c, req);
-    if (who == NULL || !sl_admin_may(c->w->gen, who, SL_ADMIN_OVERRIDES) || c->w->srv->redis)
-        return false; /* answered by the ordinary path (401, 403, 501, or 413 if too large) */
+    if (who == NULL || sl_admin_cross_site(req) || !sl_admin_may(c->w->gen, who, SL_ADMIN_OVERRIDES) || c->w->srv->redis)
+        return false; /* answered by the ordinary path (401, 403 also cross-site, 501, or 413 if too large) */
     struct sl_ovr_stream *st = calloc(1, sizeof(*st));
     if (st == NULL) return false;
     snprintf(st->who, sizeof(st->who), "%s", who);

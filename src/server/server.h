@@ -389,6 +389,8 @@ void sl_ovr_export_free(struct sl_ovr_export *x);
 void sl_http_raw(sl_conn *c, const char *s);
 /* The admin caller's token name ("" with no token configured), NULL when unauthorized. */
 const char *sl_admin_caller(sl_conn *c, const sl_http_req *req);
+/* A browser request from a page of another origin (admin_api.c): refused on state changes. */
+bool sl_admin_cross_site(const sl_http_req *req);
 /* /v1/overrides on the admin listener (overrides_api.c); `who` is the caller's token name. */
 void sl_overrides_http(sl_conn *c, const sl_http_req *req, const char *path, size_t path_len,
                        bool is_head, const char *who);

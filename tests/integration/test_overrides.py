@@ -42,7 +42,7 @@ def cfg(rate="3/min", burst=3, store_extra="", more=""):
     return BASE % (TOKEN, store_extra, rate, burst, more)
 
 
-H = {"Authorization": "Bearer " + TOKEN}
+H = {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"}  # the admin listener asks JSON of state changes
 
 
 def put(s, policy, key, body, token=True):
@@ -509,3 +509,34 @@ def test_keys_of_64_kib(make_server):
     line = json.dumps({"policy": "api", "key": key, "block": True})
     st, body = _post_stream(s, [line.encode()], len(line))
     assert st == 200 and json.loads(body)["applied"] == 1, body
+
+
+def test_a_read_token_may_not_change_overrides_on_any_path(make_server):
+    """admin.tokens role: read reads overrides but changes none: HTTP PUT/DELETE, the
+    streamed import and RESP SL.OVERRIDE SET/DEL (each path asked the same check, which
+    allowed every token before roles reached it)."""
+    ro = "ovr-read-token-5678"
+    text = cfg().replace("tokens: [ { name: ops, token: %s } ]" % TOKEN,
+                         "tokens: [ { name: ops, token: %s }, { name: dash, token: %s, role: read } ]"
+                         % (TOKEN, ro))
+    s = make_server(config_text=text)
+    R = {"Authorization": "Bearer " + ro}
+    assert put(s, "api", "k1", {"block": True}).status_code == 201
+    r = requests.put(s.admin + "/v1/overrides/api/k2", data=json.dumps({"block": True}),
+                     headers=dict(R, **{"Content-Type": "application/json"}), timeout=10)
+    assert r.status_code == 403, r.text
+    assert requests.delete(s.admin + "/v1/overrides/api/k1", headers=R, timeout=10).status_code == 403
+    r = requests.post(s.admin + "/v1/overrides/import", data=json.dumps({"policy": "api", "key": "k3",
+                                                                         "block": True}) + "\n",
+                      headers=dict(R, **{"Content-Type": "application/x-ndjson"}), timeout=10)
+    assert r.status_code == 403, r.text
+    assert requests.get(s.admin + "/v1/overrides/api/k1", headers=R, timeout=10).status_code == 200
+    c = s.resp()
+    assert c.command("AUTH", ro) in (b"OK", "OK")
+    err = c.command("SL.OVERRIDE", "SET", "api", "k4", json.dumps({"block": True}))
+    assert isinstance(err, str) and err.startswith("NOPERM"), err
+    err = c.command("SL.OVERRIDE", "DEL", "api", "k1")
+    assert isinstance(err, str) and err.startswith("NOPERM"), err
+    assert json.loads(c.command("SL.OVERRIDE", "GET", "api", "k1"))["kind"] == "block"
+    for k in ("k2", "k3", "k4"):
+        assert get(s, "api", k).status_code == 404, k
