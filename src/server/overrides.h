@@ -60,6 +60,14 @@ bool sl_ovr_key_hash(const sl_ovr_table *t, const char *policy, const char *key,
 void sl_ovr_hash_hex(sl_hash128 h, char out[33]);
 bool sl_ovr_hex_hash(const char *s, sl_hash128 *h);
 
+/* The Redis store (redis/override.h): overrides live in Redis, each instance follows the
+ * feed into its local table. Start once the first generation is in place (no-op for the
+ * memory store); stop before the store goes; a reload asks for a full pass. */
+int sl_ovr_redis_start(struct sl_server *s, char *err, size_t errlen);
+void sl_ovr_redis_stop(void);
+void sl_ovr_redis_reloaded(void);
+uint64_t sl_ovr_redis_refused(void); /* feed changes this instance's config could not take */
+
 /* Decisions decided under an override, by kind (metrics; never per key). */
 extern _Atomic uint64_t sl_ovr_decisions[5];
 
