@@ -27,10 +27,10 @@
 
 #include "audit.h"
 #include "clock.h"
-#include "redis/store.h"
+#include "store/redis/override.h"
+#include "store/redis/store.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
-#include "server/overrides.h"
 #include "server/pending.h"
 #include "server/series.h"
 #include "server/statsd.h"
@@ -284,7 +284,7 @@ int sl_server_reload_from(sl_server *s, int source, const char *caller, char *er
         sl_log_printf(s->obs->log, SL_LOG_WARN, "reload",
                       "changed settings that take effect at the next start: %s", notes);
     pthread_mutex_unlock(&s->reload_mu);
-    if (s->redis) sl_ovr_redis_reloaded(); /* overrides of a policy that came back */
+    if (s->redis) sl_redis_ovr_resync(); /* overrides of a policy that came back */
     return 0;
 }
 
@@ -669,7 +669,6 @@ int sl_server_create(const sl_server_opts *opt, sl_server **out, char *err, size
     sl_gen *g = gen_create(s, err, errlen);
     if (g == NULL) goto fail;
     atomic_store(&s->gen, g);
-    if (s->redis && sl_ovr_redis_start(s, err, errlen) != 0) goto fail; /* overrides in Redis */
 
     if (s->snapshot_path[0] != '\0' && restore_snapshot(s, err, errlen) != 0) goto fail;
 
@@ -713,7 +712,7 @@ void sl_server_destroy(sl_server *s) {
             if (strncmp(addrs[k], "unix:", 5) == 0) unlink(addrs[k] + 5); /* ours: we bound it */
         }
     sl_tls_ctx_free(s->grpc_tls);
-    sl_ovr_redis_stop(); /* before the generations and the table it writes to go */
+    sl_redis_ovr_stop(); /* overrides in Redis: before the generations and the table go */
     reap_retired(s, true);
     gen_destroy(atomic_load(&s->gen));
     sl_cell_deinit(&s->cell);
