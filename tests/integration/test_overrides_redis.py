@@ -206,3 +206,41 @@ def test_redis_down_a_change_is_refused_not_lost():
         if a:
             a.stop()
         redis.kill()
+
+
+def test_import_on_one_instance_export_from_the_other_reimports_the_same_set():
+    n = 500
+    redis, redis2 = Redis(), Redis()
+    a = b = c = None
+    try:
+        a, b = start(redis), start(redis)
+        body = "".join(json.dumps({"policy": "api", "key": "imp-%d" % i, "label": "L%d" % i,
+                                   "limits": [{"rate": "%d/min" % (5 + i % 7), "burst": 5 + i % 7}]}) + "\n"
+                       for i in range(n)) + "not json\n"
+        t0 = time.monotonic()
+        r = requests.post(a.admin + "/v1/overrides/import", data=body, headers=H, timeout=120)
+        took = time.monotonic() - t0
+        assert r.status_code == 200, r.text
+        assert r.json()["applied"] == n and [x["line"] for x in r.json()["refused"]] == [n + 1]
+        print("import of %d lines on the Redis store: %.2f s (%.2f ms per line)" % (n, took, took * 1000 / n))
+
+        def listed(s):
+            return requests.get(s.admin + "/v1/overrides/export", headers=H, timeout=30).text.splitlines()
+        until(lambda: len(listed(b)) == n, 2.0)
+        exported = sorted(listed(b))
+        # re-imported into another pair of instances on another Redis: the same set
+        c = start(redis2)
+        r = requests.post(c.admin + "/v1/overrides/import", data="\n".join(exported) + "\n", headers=H,
+                          timeout=120)
+        assert r.status_code == 200 and r.json()["applied"] == n, r.text
+        strip = lambda lines: sorted(json.dumps({k: v for k, v in json.loads(l).items()
+                                                 if k not in ("set_at", "set_by")}, sort_keys=True)
+                                     for l in lines)
+        assert strip(listed(c)) == strip(exported)
+        assert admitted(c, "imp-3", 12) == 8  # 5 + 3 % 7 = 8/min from the imported line
+    finally:
+        for s in (a, b, c):
+            if s:
+                s.stop()
+        redis.kill()
+        redis2.kill()

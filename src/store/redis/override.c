@@ -4,6 +4,8 @@
  * the two scripts (a batch of changes; the changes since a version), the write queue the
  * admin paths wait on. Never on the decision path: decisions read the local copy.
  */
+#include <sys/eventfd.h>
+
 #include "store/redis/client_int.h"
 #include "store/redis/override.h"
 
@@ -68,6 +70,8 @@ static struct {
     sl_loop loop;
     sl_redis *r;
     sl_redis_ovr_hooks h;
+    int efd;      /* a writer wakes the sync thread (its loop sleeps up to 5 ms otherwise) */
+    sl_io eio;
     int64_t poll_ns;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -259,6 +263,14 @@ static void step(void) {
     if (!G.inflight && t >= G.next_poll) send_poll();
 }
 
+static void on_wake(void *ud, uint32_t ev) {
+    (void)ud;
+    (void)ev;
+    uint64_t n;
+    if (read(G.efd, &n, sizeof(n)) < 0) { /* EAGAIN: already drained */
+    }
+}
+
 static void *sync_main(void *arg) {
     (void)arg;
     while (!atomic_load(&G.stop)) {
@@ -292,6 +304,14 @@ int sl_redis_ovr_start(const sl_redis_opts *o, const sl_redis_ovr_hooks *h, int6
     }
     pthread_mutex_init(&G.mu, NULL);
     pthread_cond_init(&G.cv, NULL);
+    G.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (G.efd >= 0) {
+        G.eio = (sl_io){G.efd, on_wake, NULL};
+        if (sl_loop_add(&G.loop, &G.eio, EPOLLIN) != 0) {
+            close(G.efd);
+            G.efd = -1;
+        }
+    }
     G.in_full = true; /* the first pass is a full one */
     if (G.h.full_begin) G.h.full_begin(G.h.ud);
     if (pthread_create(&G.th, NULL, sync_main, NULL) != 0) {
@@ -323,6 +343,10 @@ void sl_redis_ovr_stop(void) {
         wjob *j = G.ready;
         G.ready = j->next;
         job_done(j, SLUICE_ESTORE);
+    }
+    if (G.efd >= 0) {
+        sl_loop_del(&G.loop, &G.eio);
+        close(G.efd);
     }
     sl_loop_deinit(&G.loop);
     G.on = false;
@@ -381,6 +405,11 @@ int sl_redis_ovr_write(const char *const *hex, const char *const *val, size_t n,
     pthread_mutex_lock(&G.mu);
     j->next = G.q;
     G.q = j;
+    if (G.efd >= 0) {
+        uint64_t one = 1;
+        if (write(G.efd, &one, sizeof(one)) < 0) { /* full: it is awake anyway */
+        }
+    }
     while (!j->done)
         if (pthread_cond_timedwait(&G.cv, &G.mu, &until) != 0) break;
     bool done = j->done;
