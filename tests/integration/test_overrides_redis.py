@@ -244,3 +244,45 @@ def test_import_on_one_instance_export_from_the_other_reimports_the_same_set():
                 s.stop()
         redis.kill()
         redis2.kill()
+
+
+def test_on_a_redis_cluster():
+    from redis_procs import RedisProc, wait_for
+    nodes = []
+    a = b = None
+    try:
+        for _ in range(3):
+            nodes.append(RedisProc(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"],
+                                   bus=True))
+        subprocess.run(["redis-cli", "--cluster", "create"] + ["127.0.0.1:%d" % n.port for n in nodes] +
+                       ["--cluster-yes"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=60)
+
+        def ok():
+            return all("cluster_state:ok" in subprocess.run(
+                ["redis-cli", "-p", str(n.port), "CLUSTER", "INFO"], capture_output=True, text=True,
+                timeout=10).stdout for n in nodes)
+        assert wait_for(ok, 20, 0.1)
+        slot = int(subprocess.run(["redis-cli", "-p", str(nodes[0].port), "CLUSTER", "KEYSLOT",
+                                   "sl:{sluice-ovr}:data"], capture_output=True, text=True).stdout)
+
+        def inst(seed):
+            s = Server(config_text=CONFIG % (TOKEN, ""), test_clock=True,
+                       extra=["--store", "redis-cluster://127.0.0.1:%d?timeout_ms=1000" % seed.port])
+            clock_set(s, T0_MS)
+            return s
+        # each instance seeded by a different node: at least one is not the slot's owner
+        a, b = inst(nodes[0]), inst(nodes[2])
+        assert put(a, "k-cl", {"limits": [{"rate": "10/min", "burst": 10}], "label": "c"}).status_code == 201
+        t = until(lambda: get(b, "k-cl").status_code == 200, 1.0)
+        print("cluster (slot %d): PUT on A seen by B after %.0f ms" % (slot, t * 1000))
+        assert admitted(b, "k-cl", 12) == 10
+        assert delete(b, "k-cl").status_code == 204
+        until(lambda: get(a, "k-cl").status_code == 404, 1.0)
+        assert admitted(a, "k-cl2", 5) == 3
+    finally:
+        for s in (a, b):
+            if s:
+                s.stop()
+        for n in nodes:
+            n.close()
