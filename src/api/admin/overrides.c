@@ -231,18 +231,20 @@ bool sl_ovr_orphaned(const sl_engine *e, const sl_ovr_rec *r) {
 
 /* ---- audit ------------------------------------------------------------------------ */
 
-static void audit(sl_server *s, const char *who, const char *policy, sl_hash128 h,
-                  const char *label, json_t *before, json_t *after) {
+static void audit_why(sl_server *s, const char *who, const char *policy, sl_hash128 h,
+                      const char *label, json_t *before, json_t *after, const char *why) {
     if (s == NULL || s->obs == NULL || s->obs->audit == NULL) return;
     char hx[33];
     sl_ovr_hash_hex(h, hx);
     char *b = before ? json_dumps(before, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     char *a = after ? json_dumps(after, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    size_t n = strlen(hx) + (label ? strlen(label) : 0) + (b ? strlen(b) : 4) + (a ? strlen(a) : 4) + 64;
+    size_t n = strlen(hx) + (label ? strlen(label) : 0) + (b ? strlen(b) : 4) + (a ? strlen(a) : 4) +
+               (why ? strlen(why) : 0) + 80;
     char *how = malloc(n);
     if (how != NULL) {
-        snprintf(how, n, "override %s%s%s%s: %s -> %s", hx, label ? " (" : "", label ? label : "",
-                 label ? ")" : "", b ? b : "none", a ? a : "none");
+        snprintf(how, n, "override %s%s%s%s: %s -> %s%s%s", hx, label ? " (" : "", label ? label : "",
+                 label ? ")" : "", b ? b : "none", a ? a : "none", why ? "; reason: " : "",
+                 why ? why : "");
         sl_audit_change ch = {policy, how};
         sl_audit_event ev = {.source = SL_AUDIT_OVERRIDE, .caller = who && who[0] ? who : NULL,
                              .changed = &ch, .nchanged = 1, .ok = 1};
@@ -253,6 +255,11 @@ static void audit(sl_server *s, const char *who, const char *policy, sl_hash128 
     free(how);
     free(b);
     free(a);
+}
+
+static void audit(sl_server *s, const char *who, const char *policy, sl_hash128 h,
+                  const char *label, json_t *before, json_t *after) {
+    audit_why(s, who, policy, h, label, before, after, NULL);
 }
 
 /* ---- set / get / remove ----------------------------------------------------------- */
@@ -591,6 +598,12 @@ json_t *sl_ovr_get_json(sl_server *s, const sl_engine *e, const char *policy, co
 int sl_ovr_remove(sl_server *s, const sl_engine *e, const char *policy, const char *key,
                   size_t key_len, const char *key_hash, const char *who, sluice_time now,
                   sl_ovr_res *res) {
+    return sl_ovr_remove_why(s, e, policy, key, key_len, key_hash, who, NULL, now, res);
+}
+
+int sl_ovr_remove_why(sl_server *s, const sl_engine *e, const char *policy, const char *key,
+                      size_t key_len, const char *key_hash, const char *who, const char *why,
+                      sluice_time now, sl_ovr_res *res) {
     (void)e;
     res->status = 0;
     sl_ovr_table *t = table_of(s, res);
@@ -620,7 +633,7 @@ int sl_ovr_remove(sl_server *s, const sl_engine *e, const char *policy, const ch
         return -1;
     }
     json_t *before = sl_ovr_rec_json(old, false);
-    audit(s, who, policy, h, old->label, before, NULL);
+    audit_why(s, who, policy, h, old->label, before, NULL, why);
     json_decref(before);
     sl_ovr_rec_free(old);
     return 0;

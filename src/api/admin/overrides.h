@@ -49,6 +49,10 @@ json_t *sl_ovr_get_json(struct sl_server *s, const sl_engine *e, const char *pol
 int sl_ovr_remove(struct sl_server *s, const sl_engine *e, const char *policy, const char *key,
                   size_t key_len, const char *key_hash, const char *who, sluice_time now,
                   sl_ovr_res *res);
+/* The same with the caller's reason (DELETE's body {"reason": ...}), in the audit entry. */
+int sl_ovr_remove_why(struct sl_server *s, const sl_engine *e, const char *policy, const char *key,
+                      size_t key_len, const char *key_hash, const char *who, const char *why,
+                      sluice_time now, sl_ovr_res *res);
 /* A record as the API shows it (export: a re-importable line). */
 json_t *sl_ovr_rec_json(const sl_ovr_rec *r, bool with_meta);
 /* Whether record r's policy (or plan) is missing from engine e (dormant). */

@@ -166,7 +166,24 @@ static void one(octx *x, const char *rest, size_t rest_len) {
             fail(x, 403, "", "this token may not change overrides");
             return;
         }
-        if (sl_ovr_remove(s, e, policy, key, key_len, NULL, x->who, now, &res) != 0) {
+        /* an optional body {"reason": "..."}: the audit entry keeps it */
+        json_t *body = NULL;
+        const char *why = NULL;
+        if (x->req->body_len > 0) {
+            json_error_t jerr;
+            body = json_loadb(x->req->body, x->req->body_len, 0, &jerr);
+            json_t *jr = body != NULL ? json_object_get(body, "reason") : NULL;
+            if (body == NULL || !json_is_object(body) || json_object_size(body) != (jr ? 1u : 0u) ||
+                (jr != NULL && (!json_is_string(jr) || json_string_length(jr) > 1024))) {
+                json_decref(body);
+                fail(x, 400, "reason", "a DELETE body is {\"reason\": \"...\"} (at most 1024 bytes)");
+                return;
+            }
+            why = jr != NULL ? json_string_value(jr) : NULL;
+        }
+        int drc = sl_ovr_remove_why(s, e, policy, key, key_len, NULL, x->who, why, now, &res);
+        json_decref(body);
+        if (drc != 0) {
             send_problem(x, &res);
             return;
         }
