@@ -111,7 +111,7 @@ static void pair_end(pw *p) {
 }
 
 bool sl_answer_add(sl_answer *a, const char *name, size_t nlen, const char *value, size_t vlen) {
-    if (a->overflow || a->nh >= SL_ANSWER_MAX_HEADERS || a->text_len + nlen + 2 + vlen > sizeof(a->text))
+    if (a->nh >= SL_ANSWER_MAX_HEADERS || a->text_len + nlen + 2 + vlen > sizeof(a->text))
         return false;
     sl_answer_header *h = &a->h[a->nh++];
     h->name_off = a->text_len;
@@ -164,7 +164,7 @@ void sl_answer_build(sl_answer *a, const sl_verdict *v, unsigned flags) {
     a->v = v;
     a->nh = 0;
     a->text_len = 0;
-    a->overflow = false;
+    a->overflow = a->dropped = false;
     a->nvis = 0;
     a->has_window = false;
     a->deciding = -1;
@@ -280,9 +280,11 @@ void sl_answer_build(sl_answer *a, const sl_verdict *v, unsigned flags) {
             pair_end(&p);
         }
     }
-    if (a->overflow) { /* as the header text did: all or nothing */
+    if (a->overflow) { /* as the header text did: all or nothing (adapters may still add) */
         a->nh = 0;
         a->text_len = 0;
+        a->overflow = false;
+        a->dropped = true;
     }
 }
 
@@ -306,4 +308,12 @@ int sl_answer_find(const sl_answer *a, const char *name) {
     for (size_t i = 0; i < a->nh; i++)
         if (a->h[i].name_len == nl && strncasecmp(a->text + a->h[i].name_off, name, nl) == 0) return (int)i;
     return -1;
+}
+
+void sl_answer_budget(sl_answer *a, size_t budget) {
+    if (sl_answer_http_len(a) >= budget) {
+        a->nh = 0;
+        a->text_len = 0;
+        a->dropped = true;
+    }
 }

@@ -21,7 +21,7 @@
 #include "proto/wbuf.h"
 
 #define SL_ANSWER_MAX_HEADERS 24   /* pairs of one answer (room for provider dialects) */
-#define SL_ANSWER_TEXT 3072        /* their bytes, "Name: value" each (HTTP's header budget) */
+#define SL_ANSWER_TEXT 4096        /* their bytes, "Name: value" each (gRPC's header budget) */
 
 /* One header: text[name_off, +name_len) and text[value_off, +value_len); the HTTP line is
  * text[name_off, value_off + value_len) (the separator as the source wrote it). */
@@ -45,7 +45,8 @@ typedef struct sl_answer {
     uint8_t nvis;             /* the items the RateLimit fields list, in order */
     uint8_t vis[SLUICE_MAX_ITEMS];
     uint8_t nh;
-    bool overflow;            /* the headers did not fit: none are sent (as before) */
+    bool overflow;            /* (while building) the text is full */
+    bool dropped;             /* the engine's headers did not fit: none are sent (as before) */
     sl_answer_header h[SL_ANSWER_MAX_HEADERS];
     uint16_t text_len;
     char text[SL_ANSWER_TEXT];
@@ -78,6 +79,9 @@ static inline bool sl_answer_has_value(const sl_answer *a, size_t i) {
 void sl_answer_http_headers(const sl_answer *a, sl_wbuf *w);
 /* Bytes sl_answer_http_headers writes (a budget check before adding a pair). */
 size_t sl_answer_http_len(const sl_answer *a);
+/* Drops every pair when their header lines would take `budget` bytes or more (a protocol's
+ * header budget: all or nothing, as the header text always was). */
+void sl_answer_budget(sl_answer *a, size_t budget);
 /* The pair named `name` (ASCII case-insensitive), or -1. */
 int sl_answer_find(const sl_answer *a, const char *name);
 

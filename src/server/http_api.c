@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "core/json.h"
+#include "engine/answer.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/pending.h"
@@ -66,6 +67,26 @@ void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const ch
     sl_conn_commit(c, &wb);
 }
 
+/* Writes one whole decision response: the answer's pairs (and the pairs the endpoint
+ * added to it) as header lines, straight into the connection's buffer: no header text
+ * composed elsewhere first. */
+static void reply_answer(sl_conn *c, int minor, int status, const sl_answer *a, const char *ctype,
+                         const char *body, size_t body_len, int send_body) {
+    if (sl_conn_reserve(c, 256 + sl_answer_http_len(a) + body_len) != 0) {
+        c->close_after = true;
+        return;
+    }
+    sl_wbuf wb;
+    sl_conn_wbuf(c, &wb);
+    sl_http1_begin(&wb, minor, status);
+    sl_wbuf_puts(&wb, c->w->date);
+    sl_wbuf_puts(&wb, "Server: sluice\r\n");
+    if (status == 429) sl_wbuf_puts(&wb, "Cache-Control: no-store\r\n");
+    sl_answer_http_headers(a, &wb);
+    sl_http1_end(&wb, !c->close_after, minor, ctype, body, body_len, send_body);
+    if (wb.overflow) c->close_after = true;
+    sl_conn_commit(c, &wb);
+}
 
 void sl_http_problem(sl_conn *c, int minor, int status, const char *detail, int send_body) {
     char body[1024];
@@ -148,7 +169,9 @@ static void busy(sl_conn *c, int minor) {
     problem(c, minor, 503, "too many requests are waiting for the store on this worker", 1);
 }
 
-/* The answer of /v1/auth once the engine decided (see handle_auth). */
+/* The answer of /v1/auth once the engine decided (see handle_auth): the engine's pairs,
+ * the token or the problem added as pairs, the problem rendered once (twice only when the
+ * status sent differs from the engine's: its body states the status sent). */
 static void finish_auth(sl_pending *p, int rc, bool later) {
     sl_conn *c = p->c;
     sl_worker *w = c->w;
@@ -156,31 +179,28 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
     sl_rej_client_set(p->client, strlen(p->client));
     sl_server_count_verdict_tp(w, rc, v, p->text[0] ? p->text : NULL);
     sl_rej_client_set(NULL, 0);
-    char hbuf[HDRS_MAX];
     unsigned rflags = w->gen->legacy_headers ? SL_RENDER_LEGACY : 0;
-    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
-    if (hl < 0) hbuf[0] = '\0';
-    if (rc != 0 && v->action != SL_FAIL) v->action = SL_FAIL;
-    if (v->action == SL_DELAY && v->recheck) {
+    if (rc == 0 && v->action == SL_DELAY && v->recheck) {
         /* "wait and try again", nothing consumed: a gateway cannot retry for its client,
          * so this is answered like a rejection with the wait as Retry-After */
         v->action = SL_REJECT;
         v->retry_after_ns = v->delay_ns;
         v->status = 429;
-        hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
-        if (hl < 0) hbuf[0] = '\0';
     }
+    sl_answer a;
+    sl_answer_build(&a, v, rflags);
+    sl_answer_budget(&a, HDRS_MAX);
+    if (rc != 0 && v->action != SL_FAIL) v->action = SL_FAIL;
     if (!rejected(v)) {
         /* the settle/release token, for the gateway to hand back when the response ends
          * (nginx: auth_request_set + post_action; see docs/gateways) */
         if (rc == 0 && sl_verdict_needs_token(v)) {
             char tok[SL_TOKEN_MAX + 1];
             int tl = sl_verdict_token(v, tok, sizeof(tok));
-            size_t hl2 = strlen(hbuf);
-            if (tl > 0 && hl2 + (size_t)tl + 32 < sizeof(hbuf))
-                snprintf(hbuf + hl2, sizeof(hbuf) - hl2, "X-Sluice-Token: %.*s\r\n", tl, tok);
+            if (tl > 0 && sl_answer_http_len(&a) + (size_t)tl + 32 < HDRS_MAX)
+                sl_answer_add(&a, "X-Sluice-Token", 14, tok, (size_t)tl);
         }
-        reply(c, p->minor, 200, hbuf, NULL, "", 0, 0);
+        reply_answer(c, p->minor, 200, &a, NULL, "", 0, 0);
         /* shaping: the gateway forwards the request when we answer, so answer later */
         if (v->action == SL_DELAY) sl_conn_hold(c, v->delay_ns);
     } else {
@@ -189,22 +209,27 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
          * auth_request passes only 2xx/401/403 on). */
         int status = v->status >= 400 && v->status <= 599 ? v->status : (v->action == SL_FAIL ? 503 : 429);
         char body[BODY_MAX];
+        sl_wbuf bw;
+        sl_wbuf_init(&bw, body, sizeof(body));
+        const char *tp = p->text[0] ? p->text : NULL;
         /* the problem again, as a header, with the status a client should see (nginx's
          * auth_request drops a subrequest's body but hands its headers on, and turns the
          * 403 it is given back into a 429: the gateway sends sluice's problem verbatim;
          * it is one line of ASCII JSON) */
-        v->status = status;
-        int pl = sl_render_problem(v, p->text[0] ? p->text : NULL, body, sizeof(body));
-        size_t hl2 = strlen(hbuf);
-        if (pl > 0 && hl2 + (size_t)pl + 24 < sizeof(hbuf) && memchr(body, '\n', (size_t)pl) == NULL &&
+        int pl = sl_answer_problem(v, status, tp, &bw);
+        if (pl > 0 && sl_answer_http_len(&a) + (size_t)pl + 24 < HDRS_MAX && memchr(body, '\n', (size_t)pl) == NULL &&
             memchr(body, '\r', (size_t)pl) == NULL)
-            snprintf(hbuf + hl2, sizeof(hbuf) - hl2, "X-Sluice-Problem: %.*s\r\n", pl, body);
-        if (v->action == SL_REJECT && status == 429) status = w->gen->auth_deny_status;
-        if (v->action == SL_REJECT && p->status_q != 0) status = p->status_q;
-        v->status = status; /* so the body states the status sent */
-        int bl = sl_render_problem(v, p->text[0] ? p->text : NULL, body, sizeof(body));
-        if (bl < 0) bl = 0;
-        reply(c, p->minor, status, hbuf, "application/problem+json", body, (size_t)bl, !p->is_head);
+            sl_answer_add(&a, "X-Sluice-Problem", 16, body, (size_t)pl);
+        int sent = status;
+        if (v->action == SL_REJECT && sent == 429) sent = w->gen->auth_deny_status;
+        if (v->action == SL_REJECT && p->status_q != 0) sent = p->status_q;
+        v->status = sent; /* so the body states the status sent */
+        if (sent != status || pl < 0) {
+            sl_wbuf_init(&bw, body, sizeof(body));
+            pl = sl_answer_problem(v, sent, tp, &bw);
+        }
+        if (pl < 0) pl = 0;
+        reply_answer(c, p->minor, sent, &a, "application/problem+json", body, (size_t)pl, !p->is_head);
     }
     if (later) sl_conn_resume(c);
 }
@@ -344,50 +369,19 @@ static int json_u64(json_t *o, const char *k, uint64_t *out, int *present) {
     return 0;
 }
 
-/* The /v1/check answer: the engine's JSON plus "headers" (the lines a gateway should
- * send) and "token". */
+/* The /v1/check answer: the verdict's JSON with "headers" (the pairs a gateway should
+ * send) and "token", written once from the answer (no text parsed back, no jansson). */
 static void verdict_reply(sl_conn *c, int minor, bool is_head, int rc, sl_verdict *v) {
     sl_worker *w = c->w;
-    char hbuf[HDRS_MAX];
-    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->gen->legacy_headers ? SL_RENDER_LEGACY : 0);
-    if (hl < 0) hbuf[0] = '\0';
+    sl_answer a;
+    sl_answer_build(&a, v, w->gen->legacy_headers ? SL_RENDER_LEGACY : 0);
+    sl_answer_budget(&a, HDRS_MAX);
+    char tok[SL_TOKEN_MAX + 1];
+    int tl = rc == 0 && sl_verdict_needs_token(v) ? sl_verdict_token(v, tok, sizeof(tok)) : 0;
     char body[BODY_MAX];
-    int bl = rc == 0 ? sl_render_json(v, false, body, sizeof(body)) : -1;
-    json_t *o = bl > 0 ? json_loadb(body, (size_t)bl, 0, NULL) : NULL;
-    if (o == NULL || !json_is_object(o)) {
-        if (o) json_decref(o);
-        o = json_object();
-        /* an engine error decides nothing: never "allowed" */
-        json_object_set_new(o, "allowed", json_boolean(v->action != SL_ERROR && !rejected(v)));
-        if (rc != 0) json_object_set_new(o, "error", json_string(sl_engine_error_text(rc)));
-    }
-    if (json_object_get(o, "headers") == NULL) {
-        json_t *h = json_object();
-        char *line = hbuf;
-        while (*line) {
-            char *eol = strstr(line, "\r\n");
-            if (!eol) break;
-            *eol = '\0';
-            char *colon = strchr(line, ':');
-            if (colon) {
-                *colon = '\0';
-                const char *val = colon + 1;
-                while (*val == ' ') val++;
-                json_object_set_new(h, line, json_string(val));
-                *colon = ':';
-            }
-            *eol = '\r';
-            line = eol + 2;
-        }
-        json_object_set_new(o, "headers", h);
-    }
-    if (rc == 0 && sl_verdict_needs_token(v) && json_object_get(o, "token") == NULL) {
-        char tok[SL_TOKEN_MAX + 1];
-        int tl = sl_verdict_token(v, tok, sizeof(tok));
-        if (tl > 0) json_object_set_new(o, "token", json_stringn(tok, (size_t)tl));
-    }
-    char *out = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
+    sl_wbuf bw;
+    sl_wbuf_init(&bw, body, sizeof(body));
+    int bl = sl_answer_json(&a, rc, tok, tl > 0 ? (size_t)tl : 0, &bw);
     /* An engine error (SL_ERROR: 500, or 404 for an unknown policy) is not a store
      * failure (503); the verdict says which. */
     int status = rc != 0 ? (v->action == SL_ERROR && v->status >= 400 ? v->status
@@ -397,12 +391,10 @@ static void verdict_reply(sl_conn *c, int minor, bool is_head, int rc, sl_verdic
                  : v->action == SL_FAIL   ? 503
                  : v->action == SL_REJECT ? 429
                                           : 200;
-    if (out) {
-        reply(c, minor, status, hbuf, "application/json", out, strlen(out), !is_head);
-        free(out);
-    } else {
-        problem(c, minor, 500, "out of memory", 1);
-    }
+    if (bl > 0)
+        reply_answer(c, minor, status, &a, "application/json", body, (size_t)bl, !is_head);
+    else
+        problem(c, minor, 500, "the answer does not fit in its buffer", 1);
 }
 
 static int json_str(json_t *o, const char *k, const char **p, size_t *n) {
