@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/answer.h"
+#include "store/decision.h"
 #include "engine/internal.h" /* compat answers read the rule behind an item (sl__item_win) */
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest pb_req;
@@ -127,19 +128,15 @@ static void status_from_item(const sl_verdict_item *it, sl_rls_status *s) {
     s->reset_ns = it->result.reset_after_ns > 0 ? it->result.reset_after_ns : 0;
 }
 
-/* Which of a descriptor's items speaks for it: an enforced rejection with the longest
- * retry, else the enforced window with the least remaining share, else a shadow one. */
+/* Which of a descriptor's items speaks for it: the one rule (store/decision.h), an
+ * enforced rejection with the longest retry, else the enforced window with the least
+ * remaining share, else a shadow one. */
+static unsigned rank_of(const sl_verdict_item *it) {
+    return (it->result.allowed ? 0u : SL_RANK_LIMITS) | (it->shadow ? SL_RANK_SHADOW : 0u);
+}
+
 static bool better(const sl_verdict_item *a, const sl_verdict_item *b) {
-    if (a->shadow != b->shadow) return !a->shadow;
-    bool ra = !a->result.allowed, rb = !b->result.allowed;
-    if (ra != rb) return ra;
-    if (ra) {
-        if (a->result.retry_after_ns == SLUICE_NEVER) return b->result.retry_after_ns != SLUICE_NEVER;
-        if (b->result.retry_after_ns == SLUICE_NEVER) return false;
-        return a->result.retry_after_ns > b->result.retry_after_ns;
-    }
-    return (unsigned __int128)a->result.remaining * (b->result.limit ? b->result.limit : 1) <
-           (unsigned __int128)b->result.remaining * (a->result.limit ? a->result.limit : 1);
+    return sl_window_decides_over(&a->result, rank_of(a), &b->result, rank_of(b));
 }
 
 /* The answer's pairs as the protobuf's key/value strings: copied into hbuf, each NUL
