@@ -122,10 +122,6 @@ void sl_http_error(sl_conn *c, int minor, int status, const char *detail) {
     problem(c, minor == 0 ? 0 : 1, status, detail, 1);
 }
 
-static int path_is(const http_ctx *x, const char *p) {
-    return strlen(p) == x->path_len && memcmp(x->path, p, x->path_len) == 0;
-}
-
 static int method_is(const http_ctx *x, const char *m) {
     return strlen(m) == x->req->method_len && memcmp(x->req->method, m, x->req->method_len) == 0;
 }
@@ -463,7 +459,10 @@ static void finish_check(sl_pending *p, int rc, bool later) {
     if (later) sl_conn_resume(c);
 }
 
-static void handle_check(http_ctx *x, int acquire) {
+/* What POST /v1/check, /v1/acquire and /v1/challenge/pass ask of the engine. */
+typedef enum check_kind { CHECK_DECIDE, CHECK_ACQUIRE, CHECK_PASS } check_kind;
+
+static void handle_check(http_ctx *x, check_kind kind) {
     sl_conn *c = x->c;
     sl_worker *w = c->w;
     json_t *j = parse_body(x);
@@ -500,7 +499,7 @@ static void handle_check(http_ctx *x, int acquire) {
         problem(c, x->req->minor, 400, "\"key\" (a string) is required with \"policy\"", 1);
         return;
     }
-    if (!named && acquire == 1) {
+    if (!named && kind == CHECK_ACQUIRE) {
         json_decref(j);
         problem(c, x->req->minor, 400, "\"policy\" and \"key\" are required", 1);
         return;
@@ -516,7 +515,9 @@ static void handle_check(http_ctx *x, int acquire) {
     const sl_engine *e = w->gen->engine;
     set_client(p, (sl_str){NULL, 0});
     if (named) {
-        sl_engine_prepare_named_class(e, policy, key, kl, acquire || has_cost, acquire ? 1 : cost, cls, &p->v);
+        /* an acquire (and a challenge's pass) takes one unit, a check what it says */
+        bool one = kind != CHECK_DECIDE;
+        sl_engine_prepare_named_class(e, policy, key, kl, one || has_cost, one ? 1 : cost, cls, &p->v);
     } else {
         sl_request r;
         sl_header hdrs[SL_HTTP_MAX_HEADERS];
@@ -530,7 +531,7 @@ static void handle_check(http_ctx *x, int acquire) {
     }
     json_decref(j); /* the verdict holds what it needs (keys are copied) */
     sl_pending_submit(p);
-    if (acquire == 2) /* POST /v1/challenge/pass: a solved challenge, not a decision */
+    if (kind == CHECK_PASS) /* POST /v1/challenge/pass: a solved challenge, not a decision */
         sl_engine_pass(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
     else
         sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
@@ -575,7 +576,10 @@ static bool header_u64(const sl_http_req *req, const char *name, uint64_t *out) 
 /* POST /v1/settle {"token", "actual"} and /v1/release {"token"}; a gateway that cannot
  * build JSON sends the token in X-Sluice-Token and the actual cost in X-Sluice-Actual
  * (nginx's post_action, with no body at all). */
-static void handle_token(http_ctx *x, int settle) {
+/* POST /v1/settle, /v1/release, /v1/finish */
+typedef enum token_kind { TOKEN_RELEASE, TOKEN_SETTLE, TOKEN_FINISH } token_kind;
+
+static void handle_token(http_ctx *x, token_kind settle) {
     sl_conn *c = x->c;
     sl_worker *w = c->w;
     const sl_http_header *th = sl_http1_header(x->req, "x-sluice-token");
@@ -590,10 +594,10 @@ static void handle_token(http_ctx *x, int settle) {
         has_actual = header_u64(x->req, "x-sluice-actual", &actual);
     }
     if (j == NULL || (tok == NULL && json_str(j, "token", &tok, &tl) != 0) ||
-        (!has_actual && json_u64(j, "actual", &actual, &has_actual) != 0) || (settle == 1 && !has_actual)) {
+        (!has_actual && json_u64(j, "actual", &actual, &has_actual) != 0) || (settle == TOKEN_SETTLE && !has_actual)) {
         if (j) json_decref(j);
         problem(c, x->req->minor, 400,
-                settle == 1 ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
+                settle == TOKEN_SETTLE ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
         return;
     }
     /* a release's sample for adaptive limits: latency_ms (a number, fractions allowed; else
@@ -631,8 +635,8 @@ static void handle_token(http_ctx *x, int settle) {
     }
     p->minor = x->req->minor;
     /* /v1/finish: the response is over: settle (when an actual cost came) and release */
-    p->op = settle == 1 ? SL_TOKEN_SETTLE
-          : settle == 2 ? (has_actual ? SL_TOKEN_SETTLE | SL_TOKEN_RELEASE : SL_TOKEN_RELEASE)
+    p->op = settle == TOKEN_SETTLE ? SL_TOKEN_SETTLE
+          : settle == TOKEN_FINISH ? (has_actual ? SL_TOKEN_SETTLE | SL_TOKEN_RELEASE : SL_TOKEN_RELEASE)
                         : SL_TOKEN_RELEASE;
     sl_pending_submit(p);
     sl_engine_token_sample(w->gen->engine, w->lane, tok, tl, p->op, actual, has_lat, lat_ns, outcome,
@@ -640,6 +644,55 @@ static void handle_token(http_ctx *x, int settle) {
     json_decref(j); /* the token was read into the verdict before anything went out */
     if (sl_pending_park(p)) c->suspended = true;
 }
+
+static void route_auth(http_ctx *x) { handle_auth(x); }
+static void route_check(http_ctx *x) { handle_check(x, CHECK_DECIDE); }
+static void route_acquire(http_ctx *x) { handle_check(x, CHECK_ACQUIRE); }
+static void route_pass(http_ctx *x) { handle_check(x, CHECK_PASS); } /* capacity protection */
+static void route_settle(http_ctx *x) { handle_token(x, TOKEN_SETTLE); }
+static void route_release(http_ctx *x) { handle_token(x, TOKEN_RELEASE); }
+static void route_finish(http_ctx *x) { handle_token(x, TOKEN_FINISH); }
+static void route_explain(http_ctx *x) { sl_explain_http(x->c, x->req); } /* explain_api.c */
+static void route_healthz(http_ctx *x) { reply(x->c, x->req->minor, 200, NULL, "text/plain", "ok\n", 3, !x->is_head); }
+static void route_json(http_ctx *x) { sl_grpc_http_json(x->c, x->req); } /* envoyproxy/ratelimit's JSON form */
+static void route_healthcheck(http_ctx *x) { sl_grpc_http_healthcheck(x->c, x->req); }
+
+/* What a route is for. */
+typedef enum route_role {
+    ROUTE_DECISION, /* decides (check, auth, acquire, a challenge's pass) */
+    ROUTE_TOKEN,    /* settles or releases what a decision reserved */
+    ROUTE_OBSERVE,  /* explains, nothing consumed */
+    ROUTE_HEALTH,   /* liveness for load balancers */
+    ROUTE_ENVOY,    /* envoyproxy/ratelimit's HTTP forms */
+} route_role;
+
+/* The data listener's routes, listed once: path, the only method served (NULL: any),
+ * handler, role, and what another method gets (405 with Allow, or 404 as an unknown
+ * path: /json is POST-only and says nothing else). The admin listener's are admin_api.c's. */
+typedef struct http_route {
+    const char *path;
+    uint8_t path_len;
+    const char *method;
+    void (*fn)(http_ctx *x);
+    route_role role;
+    bool other_405;
+} http_route;
+
+#define ROUTE(p, m, f, r, o) {p, sizeof(p) - 1, m, f, r, o}
+static const http_route routes[] = {
+    ROUTE("/v1/auth", NULL, route_auth, ROUTE_DECISION, false),
+    ROUTE("/v1/check", "POST", route_check, ROUTE_DECISION, true),
+    ROUTE("/v1/acquire", "POST", route_acquire, ROUTE_DECISION, true),
+    ROUTE("/v1/settle", "POST", route_settle, ROUTE_TOKEN, true),
+    ROUTE("/v1/release", "POST", route_release, ROUTE_TOKEN, true),
+    ROUTE("/v1/finish", "POST", route_finish, ROUTE_TOKEN, true),
+    ROUTE("/v1/challenge/pass", "POST", route_pass, ROUTE_DECISION, true),
+    ROUTE("/v1/explain", "POST", route_explain, ROUTE_OBSERVE, true),
+    ROUTE("/healthz", NULL, route_healthz, ROUTE_HEALTH, false),
+    ROUTE("/json", "POST", route_json, ROUTE_ENVOY, false),
+    ROUTE("/healthcheck", NULL, route_healthcheck, ROUTE_ENVOY, false),
+};
+#undef ROUTE
 
 void sl_http_handle(sl_conn *c, const sl_http_req *req) {
     http_ctx x = {.c = c, .req = req, .path = req->target, .path_len = req->target_len};
@@ -654,37 +707,21 @@ void sl_http_handle(sl_conn *c, const sl_http_req *req) {
         sl_admin_handle(c, req, x.path, x.path_len, x.is_head != 0);
         return;
     }
-    int post = method_is(&x, "POST");
-    if (path_is(&x, "/v1/auth")) {
-        handle_auth(&x);
-    } else if (path_is(&x, "/v1/check") && post) {
-        handle_check(&x, 0);
-    } else if (path_is(&x, "/v1/acquire") && post) {
-        handle_check(&x, 1);
-    } else if (path_is(&x, "/v1/settle") && post) {
-        handle_token(&x, 1);
-    } else if (path_is(&x, "/v1/release") && post) {
-        handle_token(&x, 0);
-    } else if (path_is(&x, "/v1/finish") && post) {
-        handle_token(&x, 2);
-    } else if (path_is(&x, "/v1/challenge/pass") && post) {
-        handle_check(&x, 2); /* capacity protection: a solved challenge */
-    } else if (path_is(&x, "/v1/explain") && post) {
-        sl_explain_http(c, req); /* observe: explain_api.c */
-    } else if (path_is(&x, "/healthz")) {
-        reply(c, req->minor, 200, NULL, "text/plain", "ok\n", 3, !x.is_head);
-    } else if (path_is(&x, "/json") && post) { /* envoyproxy/ratelimit's JSON form */
-        sl_grpc_http_json(c, req);
-    } else if (path_is(&x, "/healthcheck")) {
-        sl_grpc_http_healthcheck(c, req);
-    } else if (path_is(&x, "/v1/check") || path_is(&x, "/v1/acquire") || path_is(&x, "/v1/settle") ||
-               path_is(&x, "/v1/release") || path_is(&x, "/v1/finish") || path_is(&x, "/v1/explain") ||
-               path_is(&x, "/v1/challenge/pass")) {
-        static const char b405[] =
-            "{\"type\":\"about:blank\",\"title\":\"Method Not Allowed\",\"status\":405}";
-        reply(c, req->minor, 405, "Allow: POST\r\n", "application/problem+json", b405,
-              sizeof(b405) - 1, !x.is_head);
-    } else {
-        problem(c, req->minor, 404, "no such endpoint", !x.is_head);
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        const http_route *r = &routes[i];
+        if (r->path_len != x.path_len || memcmp(r->path, x.path, x.path_len) != 0) continue;
+        if (r->method == NULL || method_is(&x, r->method)) {
+            r->fn(&x);
+            return;
+        }
+        if (r->other_405) {
+            static const char b405[] =
+                "{\"type\":\"about:blank\",\"title\":\"Method Not Allowed\",\"status\":405}";
+            reply(c, req->minor, 405, "Allow: POST\r\n", "application/problem+json", b405,
+                  sizeof(b405) - 1, !x.is_head);
+            return;
+        }
+        break;
     }
+    problem(c, req->minor, 404, "no such endpoint", !x.is_head);
 }

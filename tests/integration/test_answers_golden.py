@@ -121,9 +121,9 @@ def http_raw(port, method, path, headers=(), body=b""):
     return out
 
 
-def resp_raw(port, *cmds):
-    """Sends each command on one connection and returns the raw bytes of each reply
-    (read by a minimal RESP2 parser that keeps the bytes)."""
+def resp_raw(port, *cmds, pipeline=False):
+    """Sends each command on one connection (all at once with `pipeline`) and returns the
+    raw bytes of each reply (read by a minimal RESP2 parser that keeps the bytes)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     f = s.makefile("rb")
     out = []
@@ -139,12 +139,18 @@ def resp_raw(port, *cmds):
                 buf += one()
         return buf
 
-    for c in cmds:
+    def enc(c):
         data = b"*%d\r\n" % len(c)
         for a in c:
             a = a if isinstance(a, bytes) else str(a).encode()
             data += b"$%d\r\n%s\r\n" % (len(a), a)
-        s.sendall(data)
+        return data
+
+    if pipeline:
+        s.sendall(b"".join(enc(c) for c in cmds))
+        out = [one() for _ in cmds]
+    for c in cmds if not pipeline else ():
+        s.sendall(enc(c))
         out.append(one())
     s.close()
     return out
@@ -278,3 +284,30 @@ def test_answers_are_the_recorded_ones(make_server, pb):
         diffs = [(x[:2000], y[:2000]) for x, y in zip(a, b) if x != y]
         pytest.fail("answers differ from golden/answers.txt (first of %d):\nwant: %r\n got: %r" %
                     (len(diffs), diffs[0][0] if diffs else a[-1:], diffs[0][1] if diffs else b[-1:]))
+
+
+def test_compact_reply_is_the_full_replys_numbers(make_server):
+    """SL.CHECK ... COMPACT (issue 28): five integers as CL.THROTTLE answers (limited,
+    limit, remaining, retry_after_ms or -1, reset_after_ms), the same numbers as the full
+    reply; pipelined (the batch path) and alone, errors unchanged."""
+    from conftest import as_dict
+    srv = make_server(config_text=CONFIG, workers=1)
+    srv.clock_set(START_MS)
+    c = srv.resp()
+    full = [as_dict(c.command("SL.CHECK", "two", "f%d" % (i // 4))) for i in range(8)]
+    comp = [c.command("SL.CHECK", "two", "c%d" % (i // 4), "COMPACT") for i in range(8)]
+    for f, k in zip(full, comp):
+        assert k == [0 if f["allowed"] else 1, f["limit"], f["remaining"],
+                     -1 if f["allowed"] else f["retry_after_ms"], f["reset_after_ms"]], (f, k)
+    assert comp[3][0] == 1 and comp[3][3] == 10000
+    assert c.command("SL.CHECK", "tb", "x", "COST", "2", "COMPACT") == [0, 3, 1, -1, 2000]
+    assert c.command("SL.PEEK", "tb", "x", "COMPACT") == [0, 3, 1, -1, 2000]
+    assert "unknown policy" in c.command("SL.CHECK", "nosuch", "x", "COMPACT")
+    assert "wrong number" in c.command("SL.CHECK", "tb", "x", "COST", "COMPACT")
+    c.close()
+    # pipelined: decided as one batch, each reply in its own form
+    out = resp_raw(srv.resp_port, *[("SL.CHECK", "tb", "p", "COMPACT") if i % 2 else ("SL.CHECK", "tb", "p")
+                                     for i in range(4)], pipeline=True)
+    assert out[1] == b"*5\r\n:0\r\n:3\r\n:1\r\n:-1\r\n:2000\r\n", out
+    assert out[0].startswith(b"*20\r\n") and out[2].startswith(b"*20\r\n")
+    assert out[3] == b"*5\r\n:1\r\n:3\r\n:0\r\n:1000\r\n:3000\r\n", out
