@@ -6,7 +6,6 @@
  * protocols read (status, retry, the window a client counts in). Seconds are always
  * rounded up: a client told "1" after 0.2 s is early by nothing.
  */
-#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -35,16 +34,24 @@ static void tput(sl_answer *a, const char *s, size_t n) {
 
 static void tputs(sl_answer *a, const char *s) { tput(a, s, strlen(s)); }
 
-static void tint(sl_answer *a, int64_t v) {
-    char b[24];
-    int n = snprintf(b, sizeof(b), "%lld", (long long)v);
-    tput(a, b, (size_t)n);
+/* decimal digits without printf: four per request on the hot path */
+static void tuint(sl_answer *a, uint64_t v) {
+    char b[20];
+    size_t i = sizeof(b);
+    do {
+        b[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    tput(a, b + i, sizeof(b) - i);
 }
 
-static void tuint(sl_answer *a, uint64_t v) {
-    char b[24];
-    int n = snprintf(b, sizeof(b), "%llu", (unsigned long long)v);
-    tput(a, b, (size_t)n);
+static void tint(sl_answer *a, int64_t v) {
+    if (v < 0) {
+        tput(a, "-", 1);
+        tuint(a, (uint64_t)0 - (uint64_t)v);
+    } else {
+        tuint(a, (uint64_t)v);
+    }
 }
 
 /* sf-string: printable ASCII only, '"' and '\' escaped; anything else becomes '?' so a
@@ -125,9 +132,17 @@ bool sl_answer_add(sl_answer *a, const char *name, size_t nlen, const char *valu
 }
 
 bool sl_answer_add_i64(sl_answer *a, const char *name, int64_t value) {
-    char b[24];
-    int n = snprintf(b, sizeof(b), "%lld", (long long)value);
-    return sl_answer_add(a, name, strlen(name), b, (size_t)n);
+    size_t nl = strlen(name);
+    if (a->nh >= SL_ANSWER_MAX_HEADERS || a->text_len + nl + 2 + 21 > sizeof(a->text)) return false;
+    sl_answer_header *h = &a->h[a->nh++];
+    h->name_off = a->text_len;
+    h->name_len = (uint16_t)nl;
+    tput(a, name, nl);
+    tput(a, ": ", 2);
+    h->value_off = a->text_len;
+    tint(a, value);
+    h->value_len = (uint16_t)(a->text_len - h->value_off);
+    return true;
 }
 
 /* ---- which windows a client is told about ---- */

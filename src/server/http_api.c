@@ -249,66 +249,76 @@ static void handle_auth(http_ctx *x) {
     if (vl == 3 && val[0] >= '4' && val[0] <= '5' && val[1] >= '0' && val[1] <= '9' &&
         val[2] >= '0' && val[2] <= '9')
         p->status_q = (val[0] - '0') * 100 + (val[1] - '0') * 10 + (val[2] - '0');
-    const sl_http_header *tp = sl_http1_header(req, "traceparent");
-    if (tp && tp->value_len < sizeof(p->text)) {
-        memcpy(p->text, tp->value, tp->value_len);
-        p->text[tp->value_len] = '\0';
-    }
+    /* one pass over the headers for everything this endpoint reads (the first of each
+     * name counts; the client_ip header's lines are all kept, in order) */
+    const sl_settings *st = sl_config_settings(w->gen->cfg);
+    const sl_client_ip_cfg *cip = &st->client_ip;
+    size_t cipl = cip->mode != SL_CIP_PEER ? strlen(cip->header) : 0, rtl = strlen(st->auth_route_header);
+    enum { H_TP, H_OMETHOD, H_FMETHOD, H_OURI, H_FURI, H_FHOST, H_HOST, H_RIP, H_OLEN, H_CLEN, H_N };
+    static const struct { const char *n; uint8_t l; } wanted[H_N] = {
+        [H_TP] = {"traceparent", 11}, [H_OMETHOD] = {"x-original-method", 17},
+        [H_FMETHOD] = {"x-forwarded-method", 18}, [H_OURI] = {"x-original-uri", 14},
+        [H_FURI] = {"x-forwarded-uri", 15}, [H_FHOST] = {"x-forwarded-host", 16}, [H_HOST] = {"host", 4},
+        [H_RIP] = {"x-real-ip", 9}, [H_OLEN] = {"x-original-length", 17}, [H_CLEN] = {"content-length", 14},
+    };
+    const sl_http_header *hv[H_N] = {0};
+    const char *vals[SL_CIP_VALUES_MAX];
+    size_t lens[SL_CIP_VALUES_MAX], nv = 0;
     sl_request r;
     memset(&r, 0, sizeof(r));
     sl_header hdrs[SL_HTTP_MAX_HEADERS];
     for (size_t i = 0; i < req->nheaders; i++) {
-        hdrs[i].name = (sl_str){req->headers[i].name, req->headers[i].name_len};
-        hdrs[i].value = (sl_str){req->headers[i].value, req->headers[i].value_len};
+        const sl_http_header *hh = &req->headers[i];
+        hdrs[i].name = (sl_str){hh->name, hh->name_len};
+        hdrs[i].value = (sl_str){hh->value, hh->value_len};
+        for (int k = 0; k < H_N; k++)
+            if (hv[k] == NULL && hh->name_len == wanted[k].l && strncasecmp(hh->name, wanted[k].n, wanted[k].l) == 0) {
+                hv[k] = hh;
+                break;
+            }
+        if (cipl && hh->name_len == cipl && strncasecmp(hh->name, cip->header, cipl) == 0) {
+            if (nv == SL_CIP_VALUES_MAX) { /* the last lines are the nearest proxies' */
+                memmove(vals, vals + 1, sizeof(vals[0]) * (nv - 1));
+                memmove(lens, lens + 1, sizeof(lens[0]) * (nv - 1));
+                nv--;
+            }
+            vals[nv] = hh->value, lens[nv++] = hh->value_len;
+        }
+        /* the route the gateway names (auth.route_header; the recipes strip a client's own) */
+        if (r.route.p == NULL && hh->name_len == rtl && strncasecmp(hh->name, st->auth_route_header, rtl) == 0 &&
+            hh->value_len > 0)
+            r.route = (sl_str){hh->value, hh->value_len};
+    }
+    const sl_http_header *tp = hv[H_TP];
+    if (tp && tp->value_len < sizeof(p->text)) {
+        memcpy(p->text, tp->value, tp->value_len);
+        p->text[tp->value_len] = '\0';
     }
     r.headers = hdrs;
     r.n_headers = req->nheaders;
     const sl_http_header *h;
-    r.method = hstr(sl_http1_header(req, "x-original-method"));
-    if (!r.method.p) r.method = hstr(sl_http1_header(req, "x-forwarded-method"));
+    r.method = hstr(hv[H_OMETHOD]);
+    if (!r.method.p) r.method = hstr(hv[H_FMETHOD]);
     if (!r.method.p) r.method = (sl_str){req->method, req->method_len};
-    sl_str uri = hstr(sl_http1_header(req, "x-original-uri"));
-    if (!uri.p) uri = hstr(sl_http1_header(req, "x-forwarded-uri"));
+    sl_str uri = hstr(hv[H_OURI]);
+    if (!uri.p) uri = hstr(hv[H_FURI]);
     if (!uri.p) uri = (sl_str){req->target, req->target_len};
     const char *q = memchr(uri.p, '?', uri.len);
     r.path = (sl_str){uri.p, q ? (size_t)(q - uri.p) : uri.len};
-    r.host = hstr(sl_http1_header(req, "x-forwarded-host"));
-    if (!r.host.p) r.host = hstr(sl_http1_header(req, "host"));
+    r.host = hstr(hv[H_FHOST]);
+    if (!r.host.p) r.host = hstr(hv[H_HOST]);
     /* the client: client_ip's walk over the forwarded chain (or, with no setting, the
      * left-most X-Forwarded-For, else X-Real-IP, else the peer) */
-    const sl_settings *st = sl_config_settings(w->gen->cfg);
-    const sl_client_ip_cfg *cip = &st->client_ip;
-    const char *vals[SL_CIP_VALUES_MAX];
-    size_t lens[SL_CIP_VALUES_MAX], nv = 0;
-    for (size_t i = 0; i < req->nheaders && cip->mode != SL_CIP_PEER; i++) {
-        const sl_http_header *hh = &req->headers[i];
-        if (hh->name_len != strlen(cip->header) || strncasecmp(hh->name, cip->header, hh->name_len) != 0) continue;
-        if (nv == SL_CIP_VALUES_MAX) { /* the last lines are the nearest proxies' */
-            memmove(vals, vals + 1, sizeof(vals[0]) * (nv - 1));
-            memmove(lens, lens + 1, sizeof(lens[0]) * (nv - 1));
-            nv--;
-        }
-        vals[nv] = hh->value, lens[nv++] = hh->value_len;
-    }
-    const sl_http_header *rip = cip->mode == SL_CIP_LEGACY ? sl_http1_header(req, "x-real-ip") : NULL;
+    const sl_http_header *rip = cip->mode == SL_CIP_LEGACY ? hv[H_RIP] : NULL;
     char ipbuf[SL_CIP_TEXT_MAX];
     const char *ipp;
     size_t ipn;
     sl_client_ip_pick(cip, vals, lens, nv, rip ? rip->value : NULL, rip ? rip->value_len : 0, c->peer_ip, ipbuf,
                       &ipp, &ipn);
     r.client_ip = (sl_str){ipp, ipn};
-    /* the route the gateway names (auth.route_header; the recipes strip a client's own) */
-    for (size_t i = 0; i < req->nheaders; i++) {
-        const sl_http_header *hh = &req->headers[i];
-        if (hh->name_len == strlen(st->auth_route_header) &&
-            strncasecmp(hh->name, st->auth_route_header, hh->name_len) == 0 && hh->value_len > 0) {
-            r.route = (sl_str){hh->value, hh->value_len};
-            break;
-        }
-    }
     /* the original request's size (cost: body_bytes): a gateway forwards it in
      * X-Original-Length (its auth request has no body), or sends the body itself */
-    if ((h = sl_http1_header(req, "x-original-length")) != NULL) {
+    if ((h = hv[H_OLEN]) != NULL) {
         uint64_t n = 0;
         bool ok = h->value_len > 0 && h->value_len <= 19;
         for (size_t i = 0; ok && i < h->value_len; i++) {
@@ -319,7 +329,7 @@ static void handle_auth(http_ctx *x) {
             r.has_body_bytes = true;
             r.body_bytes = n;
         }
-    } else if (sl_http1_header(req, "content-length") != NULL) {
+    } else if (hv[H_CLEN] != NULL) {
         r.has_body_bytes = true;
         r.body_bytes = req->body_len;
     }
