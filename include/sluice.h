@@ -425,7 +425,7 @@ typedef struct sluice_str {
 } sluice_str;
 
 /* A header of a request (names compared case-insensitively) or of an answer (there both
- * strings are also NUL-terminated). */
+ * point into the verdict's answer and are not NUL-terminated: use len). */
 typedef struct sluice_header {
     sluice_str name;
     sluice_str value;
@@ -454,7 +454,7 @@ typedef enum sluice_action {
                                  too long): 500, never admitted */
 } sluice_action;
 
-#define SLUICE_ANSWER_HEADERS 16
+#define SLUICE_ANSWER_HEADERS 24
 
 /* The answer of one decision, built once when it is decided (no allocation): what the
  * server's /v1/check and /v1/auth answer. limit/remaining/reset/retry-after/window are
@@ -478,8 +478,8 @@ typedef struct sluice_answer {
     int overridden;           /* 1: a per-key override decided (sluice_override_set) */
     int shadow_limited;       /* 1: a shadow window would have limited */
     size_t n_windows;         /* windows the request was decided on */
-    /* Response headers as pairs (RateLimit-Policy, RateLimit, Retry-After, legacy
-     * X-RateLimit-* when the config asks): exactly the server's /v1/auth headers. */
+    /* Response headers as pairs (RateLimit-Policy, RateLimit, Retry-After, X-Sluice-Shed,
+     * a challenge's header): the engine's one answer, the pairs the server sends. */
     size_t n_headers;
     const sluice_header *headers;
     /* REJECT/FAIL/ERROR: an RFC 9457 body (application/problem+json); else len 0. */

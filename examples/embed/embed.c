@@ -39,8 +39,9 @@ static void show(const char *what, const sluice_answer *a) {
     if (a->action == SLUICE_ACTION_REJECT && a->retry_after_ns >= 0)
         printf(" retry after %lld ms", (long long)(a->retry_after_ns / SLUICE_NS_PER_MS));
     printf("\n");
-    for (size_t i = 0; i < a->n_headers; i++) /* NUL-terminated pairs */
-        printf("  %s: %s\n", a->headers[i].name.p, a->headers[i].value.p);
+    for (size_t i = 0; i < a->n_headers; i++) /* pairs: pointer + length */
+        printf("  %.*s: %.*s\n", (int)a->headers[i].name.len, a->headers[i].name.p,
+               (int)a->headers[i].value.len, a->headers[i].value.p);
     if (a->body.len > 0) printf("  body (%s): %.*s\n", a->content_type, (int)a->body.len, a->body.p);
 }
 

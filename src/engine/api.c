@@ -21,6 +21,7 @@
 
 #include "config/compiled.h"
 #include "config/config.h"
+#include "engine/answer.h"
 #include "engine/engine.h"
 #include "sluice.h"
 #include "store/override.h"
@@ -40,14 +41,16 @@ struct sluice_engine {
     atomic_uint_fast64_t generation;
 };
 
-#define ANS_HDR_BUF 4096
 #define ANS_BODY_BUF 2048
 
+/* The public answer is a view of the engine's one answer (engine/answer.h, built once per
+ * decision): its pairs point into sa.text, its numbers are sa's and the deciding item's. */
+_Static_assert(SLUICE_ANSWER_HEADERS == SL_ANSWER_MAX_HEADERS, "answer pairs");
 struct sluice_verdict {
     gen *g; /* the generation that decided (a reference), or NULL */
     sluice_answer ans;
     sluice_header hdr[SLUICE_ANSWER_HEADERS];
-    char hbuf[ANS_HDR_BUF];
+    sl_answer sa;
     char body[ANS_BODY_BUF];
     sl_verdict v;
 };
@@ -295,35 +298,13 @@ const sluice_answer *sluice_verdict_answer(const sluice_verdict *v) {
     return v ? &v->ans : NULL;
 }
 
-/* Header lines "Name: value\r\n" rendered once into hbuf, cut in place into pairs. */
-static void split_headers(sluice_verdict *sv, int hl) {
-    sv->ans.n_headers = 0;
-    if (hl <= 0) return;
-    char *p = sv->hbuf, *end = sv->hbuf + hl;
-    while (p < end && sv->ans.n_headers < SLUICE_ANSWER_HEADERS) {
-        char *eol = memchr(p, '\r', (size_t)(end - p));
-        if (eol == NULL) eol = end;
-        char *colon = memchr(p, ':', (size_t)(eol - p));
-        if (colon != NULL) {
-            char *val = colon + 1;
-            while (val < eol && *val == ' ') val++;
-            *colon = '\0';
-            sluice_header *h = &sv->hdr[sv->ans.n_headers++];
-            h->name.p = p;
-            h->name.len = (size_t)(colon - p);
-            h->value.p = val;
-            h->value.len = (size_t)(eol - val);
-            if (eol < end) *eol = '\0';
-        }
-        p = eol + 2;
-    }
-}
-
 static void build_answer(sluice_verdict *sv, int rc) {
     sl_verdict *v = &sv->v;
     sluice_answer *a = &sv->ans;
+    sl_answer *sa = &sv->sa;
     memset(a, 0, sizeof(*a));
     a->headers = sv->hdr;
+    sl_answer_build(sa, v, 0);
     a->action = (sluice_action)v->action;
     a->status = v->status ? v->status : 200;
     a->error = rc != SLUICE_OK ? rc : v->error;
@@ -331,27 +312,38 @@ static void build_answer(sluice_verdict *sv, int rc) {
     a->recheck = v->action == SL_DELAY && v->recheck;
     a->shadow_limited = v->shadow_limited;
     a->n_windows = v->n;
-    if (v->deciding >= 0 && (size_t)v->deciding < v->n) {
-        const sl_verdict_item *it = &v->items[v->deciding];
+    if (v->action == SL_REJECT) a->retry_after_ns = v->retry_after_ns;
+    a->overridden = sl_verdict_override(v) != NULL;
+    /* the window a client counts in: the answer's (the deciding one among those the
+     * headers show), else the engine's deciding window */
+    int d = sa->has_window ? sa->deciding : v->deciding;
+    if (d >= 0 && (size_t)d < v->n) {
+        const sl_verdict_item *it = &v->items[d];
         /* the quota RateLimit-Policy states: a per-key override's numbers when it has them
-         * (as render.c) */
+         * (sl_answer's limit, like legacy X-RateLimit-Limit, is the policy's quota there) */
         const sl_limit *ol = it->ovr_g && it->ovr_p >= 0 ? &v->ovr[it->ovr_g - 1].lim[it->ovr_p]
                                                          : NULL;
         a->limit = it->override ? it->override_limit : ol ? ol->capacity : it->info->quota;
-        a->remaining = it->result.remaining;
+        a->remaining = sa->has_window ? sa->remaining : it->result.remaining;
         a->reset_ns = it->result.reset_after_ns;
         a->policy = it->info->policy;
         a->window = it->info->name;
         a->window_index = it->info->index;
         a->plan = it->info->plan;
     }
-    if (v->action == SL_REJECT) a->retry_after_ns = v->retry_after_ns;
-    a->overridden = sl_verdict_override(v) != NULL;
-    int hl = sl_render_headers(v, sv->hbuf, sizeof(sv->hbuf), 0);
-    split_headers(sv, hl);
+    if (!sa->overflow) {
+        for (size_t i = 0; i < sa->nh && a->n_headers < SLUICE_ANSWER_HEADERS; i++) {
+            if (!sl_answer_has_value(sa, i)) continue;
+            sluice_header *h = &sv->hdr[a->n_headers++];
+            h->name.p = sl_answer_name(sa, i, &h->name.len);
+            h->value.p = sl_answer_value(sa, i, &h->value.len);
+        }
+    }
     if (v->action == SL_REJECT || v->action == SL_FAIL || v->action == SL_ERROR) {
-        int bl = sl_render_problem(v, NULL, sv->body, sizeof(sv->body));
-        if (bl > 0) {
+        sl_wbuf w;
+        sl_wbuf_init(&w, sv->body, sizeof(sv->body));
+        int bl = sl_answer_problem(v, a->status, NULL, &w);
+        if (bl > 0 && !w.overflow) {
             a->body.p = sv->body;
             a->body.len = (size_t)bl;
             a->content_type = "application/problem+json";

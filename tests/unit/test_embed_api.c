@@ -85,7 +85,9 @@ static void test_load_errors(void) {
 
 static const sluice_header *hdr(const sluice_answer *a, const char *name) {
     for (size_t i = 0; i < a->n_headers; i++)
-        if (strcmp(a->headers[i].name.p, name) == 0) return &a->headers[i];
+        if (a->headers[i].name.len == strlen(name) &&
+            memcmp(a->headers[i].name.p, name, a->headers[i].name.len) == 0)
+            return &a->headers[i];
     return NULL;
 }
 
@@ -116,8 +118,7 @@ static void test_decide_request(void) {
     T_CHECK(a->body.len == 0 && a->content_type == NULL);
     const sluice_header *p = hdr(a, "RateLimit-Policy");
     T_CHECK(p != NULL);
-    if (p) T_EQ_S(p->value.p, "\"api-rate\";q=3;w=60");
-    if (p) T_EQ_U(p->value.len, strlen(p->value.p));
+    if (p) T_CHECK(p->value.len == 19 && memcmp(p->value.p, "\"api-rate\";q=3;w=60", 19) == 0);
     T_EQ_I(sluice_engine_decide(e, &r, at(0), v), SLUICE_OK);
     a = sluice_verdict_answer(v);
     T_EQ_I(a->action, SLUICE_ACTION_REJECT);
@@ -126,7 +127,7 @@ static void test_decide_request(void) {
     T_EQ_U(a->remaining, 0);
     const sluice_header *ra = hdr(a, "Retry-After");
     T_CHECK(ra != NULL);
-    if (ra) T_EQ_S(ra->value.p, "20");
+    if (ra) T_CHECK(ra->value.len == 2 && memcmp(ra->value.p, "20", 2) == 0);
     T_CHECK(a->body.len > 0 && strstr(a->body.p, "quota-exceeded") != NULL);
     T_EQ_S(a->content_type, "application/problem+json");
     /* another key, and a plan chosen by header */
