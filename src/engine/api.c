@@ -24,7 +24,7 @@
 #include "engine/answer.h"
 #include "engine/engine.h"
 #include "sluice.h"
-#include "store/override.h"
+#include "store/memory/override.h"
 
 typedef struct gen {
     sl_config *cfg;
