@@ -19,8 +19,14 @@
 #define DEFAULT_SHARDS 256u
 /* Each shard holds at least this many keys on average: fewer shards for small stores,
  * so that the statistical slack of each shard (below) stays a small part of it: at
- * 1000 keys one shard (memory 45 bytes/key instead of 57 with 8 shards). */
+ * 1000 keys 16 shards (MIN_SHARDS below). */
 #define MIN_KEYS_PER_SHARD 512u
+/* ... but never fewer than this many (unless `shards` asks for fewer): with one shard,
+ * threads deciding on a small hot key set all wait on one lock, and two threads decided
+ * slower than one (issue 28). 16 shards give two threads a 1-in-16 chance of meeting on a
+ * lock, for ~1.13x the memory per key of one shard at 1,000 keys (GCRA: 50.6 bytes/key
+ * against 44.8; bench/lib_bench.c).  */
+#define MIN_SHARDS 16u
 /* Large states (sliding logs) would make max_keys entries huge: such a class table
  * holds at most this many bytes of entries (at least 1024 entries). */
 #define BIG_CLASS_BYTES (UINT64_C(256) << 20)
@@ -161,7 +167,7 @@ static sl_table *table_create(sluice_store *st, uint32_t ssize) {
         if (cap > big) cap = big;
     }
     uint32_t ns = st->shards_opt;
-    while (ns > 1 && cap / ns < MIN_KEYS_PER_SHARD) ns >>= 1;
+    while (ns > MIN_SHARDS && cap / ns < MIN_KEYS_PER_SHARD) ns >>= 1;
     t->nshards = ns;
     t->shard_mask = ns - 1;
     uint64_t mean = (cap + ns - 1) / ns;
