@@ -124,7 +124,7 @@ def test_a_change_on_one_instance_decides_on_the_other_within_1s():
     finally:
         for s in (a, b):
             if s:
-                s.stop()
+                assert s.stop() == 0, s.output()  # clean exit (sanitizer builds: no leak)
         redis.kill()
 
 
@@ -159,7 +159,7 @@ def test_restarts_keep_them_and_redis_holds_hashes_only():
     finally:
         for s in (a, b):
             if s:
-                s.stop()
+                assert s.stop() == 0, s.output()  # clean exit (sanitizer builds: no leak)
         redis.kill()
 
 
@@ -186,7 +186,7 @@ def test_expiry_on_redis():
     finally:
         for s in (a, b):
             if s:
-                s.stop()
+                assert s.stop() == 0, s.output()  # clean exit (sanitizer builds: no leak)
         redis.kill()
 
 
@@ -204,7 +204,7 @@ def test_redis_down_a_change_is_refused_not_lost():
         assert get(a, "k1").status_code == 200      # the copy stays while Redis is away
     finally:
         if a:
-            a.stop()
+            assert a.stop() == 0, a.output()
         redis.kill()
 
 
@@ -241,7 +241,7 @@ def test_import_on_one_instance_export_from_the_other_reimports_the_same_set():
     finally:
         for s in (a, b, c):
             if s:
-                s.stop()
+                assert s.stop() == 0, s.output()  # clean exit (sanitizer builds: no leak)
         redis.kill()
         redis2.kill()
 
@@ -283,6 +283,6 @@ def test_on_a_redis_cluster():
     finally:
         for s in (a, b):
             if s:
-                s.stop()
+                assert s.stop() == 0, s.output()  # clean exit (sanitizer builds: no leak)
         for n in nodes:
             n.close()

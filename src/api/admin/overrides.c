@@ -734,7 +734,7 @@ typedef struct gone_ctx {
 
 static void collect_gone(void *ud, const sl_ovr_rec *r) {
     gone_ctx *g = ud;
-    if (bsearch(&r->h, R.seen, R.nseen, sizeof(R.seen[0]), cmp_hash) != NULL) return;
+    if (R.nseen > 0 && bsearch(&r->h, R.seen, R.nseen, sizeof(R.seen[0]), cmp_hash) != NULL) return;
     if (g->n == g->cap) {
         size_t nc = g->cap ? g->cap * 2 : 256;
         sl_hash128 *n = realloc(g->v, nc * sizeof(*n));
@@ -749,7 +749,7 @@ static void r_full_end(void *ud) {
     sl_ovr_table *t = sl_store_overrides(s->store);
     R.full = false;
     if (t == NULL) return;
-    qsort(R.seen, R.nseen, sizeof(R.seen[0]), cmp_hash);
+    if (R.nseen > 0) qsort(R.seen, R.nseen, sizeof(R.seen[0]), cmp_hash);
     sluice_time now = sluice_clock_now(s->clock);
     gone_ctx g = {0};
     sl_ovr_each(t, now.wall_ns, collect_gone, &g);
