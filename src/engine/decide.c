@@ -138,6 +138,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
     bool allowed = true;
     if (res != NULL) {
         allowed = res->allowed != 0;
+        v->store_local = res->local;
         for (size_t s = 0; s < v->run.nsi && s < res->n; s++) {
             sl_verdict_item *it = &v->items[v->run.sidx[s]];
             it->result = res->r[s];
