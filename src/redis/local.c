@@ -157,8 +157,10 @@ static bool seen_remaining(uint64_t fp, int64_t wall, uint64_t *rem) {
     return true;
 }
 
+/* x * ppm / 10^6 rounded to the nearest unit (1/3 of 300 is 100, not 99): the shares of
+ * one view sum to at most 1 plus half a unit per instance. */
 static uint64_t part(uint64_t x, uint32_t ppm) {
-    return (uint64_t)((unsigned __int128)x * ppm / 1000000u);
+    return (uint64_t)(((unsigned __int128)x * ppm + 500000u) / 1000000u);
 }
 
 static uint64_t at_least1(uint64_t x) { return x ? x : 1; }
@@ -481,6 +483,10 @@ static void reconcile(sl_redis *r) {
         for (unsigned k = 0; k < PEND_PER; k++) {
             pend_ent *e = &g_pend[st][k];
             if (e->fp == 0) continue;
+            /* its node must answer again (breaker closed) or it waits for a later heartbeat:
+             * a heartbeat answered late (SIGSTOP) comes while decisions still time out */
+            sl_redis_node *nd = sl__redis_route(r, e->slot);
+            if (e->end > wall && (nd == NULL || nd->state != 2 || nd->open_until != 0)) continue;
             atomic_fetch_sub_explicit(&g_npend, 1, memory_order_relaxed);
             if (e->end <= wall) { /* its window is over: nothing to balance */
                 sl_limiter_unref(e->lim);

@@ -1,0 +1,327 @@
+# SPDX-License-Identifier: Apache-2.0
+"""on_store_error: local (issue 23), measured.
+
+Three `sluice serve` instances share one redis-server (started here on a free loopback
+port); one hot key; three policies with the same limit (300 per 10 s fixed window) that
+differ only in on_store_error: open, closed, local. Time is the test clock (every instance
+set to the same instant and advanced 10 s per window together), so a "30 s outage" is three
+windows of test time: the second half of window W, W+1, W+2 and the first half of W+3,
+with Redis killed (kill -9, restarted empty) or stopped (SIGSTOP, then SIGCONT). 600
+requests per window per policy (twice the limit), split between the instances 70/20/10 or
+34/33/33; the admitted count per window across the instances is printed for the three
+modes. Checked: local within 0.8x-1.15x of the limit in every window of the outage,
+including the window in force when Redis returns (the local admissions are written into
+the fresh counters: reconciliation); the windows after it within the limit; the worst case
+(all the traffic moved to one instance during the outage) printed; a day quota with 100 of
+1000 left when Redis dies admits at most 100 during the outage.
+
+The demand that sets the shares is measured over the last minute of real time: each
+scenario runs its own instances (and Redis), so shares never carry over between them.
+"""
+import http.client
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import Server
+from redis_procs import RedisProc, metric, wait_for
+
+LIMIT = 300
+PER_WINDOW = 600
+T0 = 1764000000000  # a multiple of 10 s (windows align on the epoch)
+
+POLICIES = """
+policies:
+  - name: open
+    key: [header.x-k]
+    on_store_error: open
+    algorithm: fixed_window
+    limits:
+      - { rate: 300/10s }
+  - name: closed
+    key: [header.x-k]
+    on_store_error: closed
+    algorithm: fixed_window
+    limits:
+      - { rate: 300/10s }
+  - name: local
+    key: [header.x-k]
+    on_store_error: local
+    algorithm: fixed_window
+    limits:
+      - { rate: 300/10s }
+  - name: day
+    key: [header.x-k]
+    on_store_error: local
+    algorithm: quota
+    limits:
+      - { quota: 1000/day }
+"""
+
+
+def config(port, extra=""):
+    return ("workers: 1\nstore:\n  type: redis\n  addr: 127.0.0.1:%d\n  timeout: 50ms\n"
+            "  local:\n    heartbeat: 200ms\n%s" % (port, extra)) + POLICIES
+
+
+class Inst:
+    """One instance and a kept-alive HTTP connection to it."""
+
+    def __init__(self, port, extra=""):
+        self.srv = Server(config_text=config(port, extra), test_clock=True, workers=1)
+        self.conn = None
+
+    def check(self, policy, key, cost=1):
+        for _ in range(3):
+            try:
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection("127.0.0.1", self.srv.http_port, timeout=10)
+                body = json.dumps({"policy": policy, "key": key, "cost": cost})
+                self.conn.request("POST", "/v1/check", body, {"Content-Type": "application/json"})
+                r = self.conn.getresponse()
+                data = r.read()
+                return r.status, data
+            except (OSError, http.client.HTTPException):
+                self.conn = None
+        raise AssertionError("no answer from %s" % self.srv.http)
+
+    def metrics(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.admin_port, timeout=10)
+        c.request("GET", "/metrics")
+        t = c.getresponse().read().decode()
+        c.close()
+        return t
+
+    def stop(self):
+        assert self.srv.stop() == 0, self.srv.output()
+
+
+class Cluster3:
+    def __init__(self, extra=""):
+        self.redis = RedisProc([])
+        self.inst = []
+        try:
+            self.inst = [Inst(self.redis.port, extra) for _ in range(3)]
+        except Exception:
+            self.close()
+            raise
+        self.t = T0
+        for i in self.inst:
+            i.srv.clock_set(self.t)
+
+    def advance(self, ms):
+        self.t += ms
+        for i in self.inst:
+            i.srv.clock_advance(ms)
+
+    def send(self, policy, key, counts):
+        """counts[i] requests to instance i, each instance's spread evenly over the run (as
+        steady traffic at its rate: request j of instance i at (j + 0.5) / counts[i]);
+        admitted per instance."""
+        got = [0, 0, 0]
+        order = sorted((((j + 0.5) / c, i) for i, c in enumerate(counts) for j in range(c)))
+        for _, i in order:
+            st, _ = self.inst[i].check(policy, key)
+            got[i] += st == 200
+        return got
+
+    def close(self):
+        for i in self.inst:
+            i.stop()
+        self.redis.close()
+
+
+def split(total, pct):
+    c = [total * p // 100 for p in pct]
+    c[0] += total - sum(c)
+    return c
+
+
+def heartbeat_view(cl, n=3):
+    """Every instance read a view of n instances."""
+    return wait_for(lambda: all(metric(i.metrics(), "sluice_redis_local_instances") == n for i in cl.inst), 10, 0.1)
+
+
+def run_outage(kind, pct, moved=None, modes=("open", "closed", "local"), windows_before=3, windows_after=2):
+    """Admitted per window per mode over: windows_before, the window the outage starts in
+    (half before), two windows of outage, the window Redis returns in (half after), and
+    windows_after. Returns ({mode: [admitted per window]}, outage window indices, info)."""
+    cl = Cluster3()
+    out = {m: [] for m in modes}
+    info = {}
+    try:
+        half = [split(PER_WINDOW // 2, pct)]
+        full = split(PER_WINDOW, pct)
+        moved_full = split(PER_WINDOW, moved) if moved else full
+        moved_half = split(PER_WINDOW // 2, moved) if moved else half[0]
+
+        def window(parts):
+            for m in modes:
+                out[m].append(0)
+            for counts, before in parts:
+                if before is not None:
+                    before()
+                for m in modes:
+                    out[m][-1] += sum(cl.send(m, "hot", counts))
+            cl.advance(10000)
+
+        for _ in range(windows_before):
+            window([(full, None)])
+        assert heartbeat_view(cl), [i.metrics() for i in cl.inst]
+        idx0 = len(out[modes[0]])
+
+        def down():
+            if kind == "kill":
+                cl.redis.kill()
+            else:
+                cl.redis.proc.send_signal(signal.SIGSTOP)
+
+        def up():
+            if kind == "kill":
+                cl.redis.start()
+            else:
+                cl.redis.proc.send_signal(signal.SIGCONT)
+            t = time.time()
+            # the heartbeat that sees Redis again writes the local admissions back
+            ok = wait_for(lambda: all(metric(i.metrics(), "sluice_redis_local_heartbeats_total", outcome="ok") >
+                                      hb0[k] for k, i in enumerate(cl.inst)), 10, 0.05)
+            time.sleep(0.3)  # the reconciliation's replies
+            info["reconcile_s"] = round(time.time() - t, 2)
+            assert ok
+
+        hb0 = []
+
+        def down_and_mark():
+            down()
+            hb0.extend(metric(i.metrics(), "sluice_redis_local_heartbeats_total", outcome="ok") for i in cl.inst)
+
+        def hb_refresh():
+            # heartbeats counted since Redis went down (SIGSTOP: the last one may answer late)
+            for k, i in enumerate(cl.inst):
+                hb0[k] = metric(i.metrics(), "sluice_redis_local_heartbeats_total", outcome="ok")
+
+        window([(half[0], None), (moved_half, down_and_mark)])
+        window([(moved_full, None)])
+        window([(moved_full, hb_refresh)])
+        window([(moved_half, None), (split(PER_WINDOW // 2, pct), up)])
+        for _ in range(windows_after):
+            window([(full, None)])
+        info["metrics"] = [i.metrics() for i in cl.inst]
+        info["rec_units"] = [metric(m, "sluice_redis_reconcile_total", what="units") for m in info["metrics"]]
+        return out, list(range(idx0, idx0 + 4)), info
+    finally:
+        cl.close()
+
+
+def show(title, out, outage):
+    print("\n%s (limit %d per 10 s window, %d requests per window; * = Redis down in it)" % (title, LIMIT, PER_WINDOW))
+    n = len(next(iter(out.values())))
+    print("  window   " + " ".join("%5d%s" % (w, "*" if w in outage else " ") for w in range(n)))
+    for m, v in out.items():
+        print("  %-8s " % m + " ".join("%5d " % x for x in v))
+
+
+def check_local(out, outage, lo=0.8, hi=1.15):
+    loc = out["local"]
+    for w in outage:
+        assert lo * LIMIT <= loc[w] <= hi * LIMIT, (w, loc)
+    for w in range(outage[-1] + 1, len(loc)):
+        assert loc[w] <= LIMIT, (w, loc)
+    for w in range(outage[0]):
+        assert loc[w] == LIMIT, (w, loc)
+
+
+@pytest.mark.parametrize("kind", ["kill", "stop"])
+def test_local_keeps_the_limit_70_20_10(kind):
+    out, outage, info = run_outage(kind, [70, 20, 10])
+    show("redis %s for 30 s, traffic 70/20/10" % ("kill -9" if kind == "kill" else "SIGSTOP"), out, outage)
+    if os.environ.get("LOCAL_DEBUG"):
+        for m in info["metrics"]:
+            print("\n".join(l for l in m.splitlines() if "local" in l and not l.startswith("#") or "reconcile" in l and not l.startswith("#")))
+    print("  reconciled units per instance %s, reconciliation done %.2f s after Redis returned"
+          % (info["rec_units"], info["reconcile_s"]))
+    check_local(out, outage)
+    # open hands out everything, closed nothing, during the outage's full windows
+    assert out["open"][outage[1]] == PER_WINDOW and out["closed"][outage[1]] == 0
+    assert all(metric(m, "sluice_decisions_total", policy="local", result="local") or
+               metric(m, "sluice_redis_local_total", result="local") for m in info["metrics"])
+
+
+def test_local_keeps_the_limit_34_33_33():
+    out, outage, info = run_outage("kill", [34, 33, 33], modes=("local",))
+    show("redis kill -9 for 30 s, traffic 34/33/33", out, outage)
+    print("  reconciled units per instance %s" % info["rec_units"])
+    check_local(out, outage)
+
+
+def test_local_traffic_moved_to_one_instance():
+    """The worst case: the instance with 10% of the traffic before the outage gets all of it
+    during the outage (its share was set by its old demand, with the floor)."""
+    out, outage, info = run_outage("kill", [70, 20, 10], moved=[0, 0, 100], modes=("local",))
+    show("redis kill -9 for 30 s, traffic 70/20/10 before, all on the third instance during", out, outage)
+    full = [out["local"][w] for w in outage[1:3]]
+    print("  worst case: %s admitted per full outage window = %.2fx the limit (under, never over)"
+          % (full, full[0] / LIMIT))
+    for w in outage:
+        assert out["local"][w] <= 1.15 * LIMIT
+    for w in range(outage[-1] + 1, len(out["local"])):
+        assert out["local"][w] <= LIMIT
+
+
+def test_local_day_quota_keeps_what_remained():
+    """A day quota with 100 of 1000 left when Redis dies: the outage hands out at most the
+    shares of those 100, not shares of 1000."""
+    cl = Cluster3()
+    try:
+        got = cl.send("day", "q", [630, 180, 90])
+        assert sum(got) == 900, got
+        assert heartbeat_view(cl)
+        cl.redis.kill()
+        during = [0, 0, 0]
+        for _ in range(3):  # 30 s of outage, 600 requests per 10 s
+            g = cl.send("day", "q", split(PER_WINDOW, [70, 20, 10]))
+            during = [a + b for a, b in zip(during, g)]
+            cl.advance(10000)
+        print("\nday quota 1000, 900 used, Redis killed: admitted during the outage %s = %d (of the 100 left)"
+              % (during, sum(during)))
+        assert 80 <= sum(during) <= 100, during
+    finally:
+        cl.close()
+
+
+def test_local_without_a_view_needs_instances():
+    """Redis unreachable from the start: no heartbeat view. Without store.local.instances the
+    local policy fails closed and /readyz says why; with instances: 3 it decides at 1/3."""
+    dead = RedisProc([])
+    port = dead.port
+    dead.close()
+    a = Inst(port)
+    b = Inst(port, extra="    instances: 3\n")
+    try:
+        for x in (a, b):
+            x.srv.clock_set(T0)
+        codes = [a.check("local", "k")[0] for _ in range(5)]
+        assert codes == [503] * 5, codes
+        c = http.client.HTTPConnection("127.0.0.1", a.srv.admin_port, timeout=10)
+        c.request("GET", "/readyz")
+        body = c.getresponse().read().decode()
+        assert "no heartbeat view" in body, body
+        got = [b.check("local", "k")[0] for _ in range(150)]
+        assert got.count(200) == 100, got.count(200)
+        st, data = b.check("local", "k")
+        assert st == 429
+        j = json.loads(data)
+        assert j["limits"][0]["limit"] == 100, j
+        c = http.client.HTTPConnection("127.0.0.1", b.srv.admin_port, timeout=10)
+        c.request("GET", "/readyz")
+        body = c.getresponse().read().decode()
+        assert "deciding locally (on_store_error: local)" in body and "local" in body, body
+        m = b.metrics()
+        assert metric(m, "sluice_redis_local_total", result="local") == 100
+        assert metric(m, "sluice_redis_local_total", result="local_limited") == 51
+    finally:
+        a.stop()
+        b.stop()
