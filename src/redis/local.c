@@ -365,11 +365,15 @@ static void send_heartbeat(sl_redis *r, int64_t t) {
         old = j;
     }
     g_ring_head++;
+    /* published as a RATE (decisions per 1000 s over the window so far), not a count:
+     * the views mix heartbeats read up to a period apart, and a count still growing would
+     * make every instance's own (fresher) number the larger, its share too big */
     static char payload[DSLOTS * 28];
     size_t pl = 0;
-    for (unsigned s = 0; s < DSLOTS; s++) {
+    int64_t el = t - g_ring_at[old];
+    for (unsigned s = 0; s < DSLOTS && el > 0; s++) {
         uint64_t d = g_ring[h][s] - g_ring[old][s];
-        if (h == old) d = g_ring[h][s];
+        d = (uint64_t)((unsigned __int128)d * 1000u * (uint64_t)SLUICE_NS_PER_S / (uint64_t)el);
         if (d == 0) continue;
         pl += (size_t)snprintf(payload + pl, sizeof(payload) - pl, "%s%u:%" PRIu64, pl ? " " : "", s, d);
     }
