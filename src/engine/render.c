@@ -147,7 +147,9 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
             /* a per-key override's numbers are the effective quota (its window: w= below) */
             const sl_limit *ol = it->ovr_g && it->ovr_p >= 0
                                      ? &v->ovr[it->ovr_g - 1].lim[it->ovr_p] : NULL;
-            wf(&w, ";q=%lld", (long long)sfint(it->override ? it->override_limit
+            /* decided locally (on_store_error: local): the quota is this instance's share */
+            wf(&w, ";q=%lld", (long long)sfint(v->store_local ? it->result.limit
+                                               : it->override ? it->override_limit
                                                : ol ? ol->capacity : in->quota));
             switch (in->qu) {
             case SL_QU_CONTENT_BYTES: ws(&w, ";qu=\"content-bytes\""); break;
@@ -162,6 +164,7 @@ int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags
                 wf(&w, ";w=%lld", (long long)sfint((uint64_t)sl_ceil_s(ol->period_ns, 1)));
             else if (in->window_s > 0)
                 wf(&w, ";w=%lld", (long long)sfint((uint64_t)in->window_s));
+            if (v->store_local) ws(&w, ";fallback=\"local\""); /* the shared store is down */
         }
         ws(&w, "\r\n");
     }

@@ -83,6 +83,7 @@ class Inst:
                 self.conn.request("POST", "/v1/check", body, {"Content-Type": "application/json"})
                 r = self.conn.getresponse()
                 data = r.read()
+                self.headers = dict((k.lower(), v) for k, v in r.getheaders())
                 return r.status, data
             except (OSError, http.client.HTTPException):
                 self.conn = None
@@ -318,12 +319,19 @@ def test_local_without_a_view_needs_instances():
         assert st == 429
         j = json.loads(data)
         assert j["limits"][0]["limit"] == 100, j
+        # honest headers: the local limit as q, and the fallback named
+        st, _ = b.check("local", "k2")
+        assert st == 200
+        pol = b.headers.get("ratelimit-policy", "")
+        assert "q=100" in pol and 'fallback="local"' in pol, b.headers
         c = http.client.HTTPConnection("127.0.0.1", b.srv.admin_port, timeout=10)
         c.request("GET", "/readyz")
         body = c.getresponse().read().decode()
         assert "deciding locally (on_store_error: local)" in body and "local" in body, body
         m = b.metrics()
-        assert metric(m, "sluice_redis_local_total", result="local") == 100
+        assert metric(m, "sluice_redis_local_total", result="local") == 101
+        assert metric(m, "sluice_decisions_total", policy="local", result="local", window="local") == 101
+        assert metric(m, "sluice_decisions_total", policy="local", result="local_limited", window="local") == 51
         assert metric(m, "sluice_redis_local_total", result="local_limited") == 51
     finally:
         a.stop()
