@@ -336,3 +336,70 @@ def test_local_without_a_view_needs_instances():
     finally:
         a.stop()
         b.stop()
+
+
+CPASS = "hunter2-it-local"
+
+
+def test_local_cluster_only_the_dead_nodes_keys():
+    """A Redis Cluster of three masters (no replica): one killed. Only the keys whose slot
+    it served are decided locally (their RateLimit-Policy says fallback="local"); the
+    others keep being decided by the cluster, their counts going on from where they were."""
+    import subprocess
+    from redis_procs import Client
+    nodes = []
+    srv = None
+    try:
+        for _ in range(3):
+            nodes.append(RedisProc(["--requirepass", CPASS, "--masterauth", CPASS, "--cluster-enabled", "yes",
+                                    "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"],
+                                   bus=True))
+        cli = ["redis-cli", "-a", CPASS, "--no-auth-warning"]
+        subprocess.run(cli + ["--cluster", "create"] + ["127.0.0.1:%d" % n.port for n in nodes] + ["--cluster-yes"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+
+        def ok():
+            for n in nodes:
+                c = Client(n.port, password=CPASS)
+                info = c.command("CLUSTER", "INFO")
+                c.close()
+                if "cluster_state:ok" not in info:
+                    return False
+            return True
+
+        assert wait_for(ok, 20, 0.1)
+        cfg = ("workers: 1\nstore:\n  type: redis-cluster\n  addr: 127.0.0.1:%d\n  timeout: 50ms\n"
+               "  password: %s\n  local:\n    heartbeat: 200ms\n    instances: 1\n" % (nodes[1].port, CPASS)
+               + POLICIES)
+        srv = Server(config_text=cfg, test_clock=True, workers=1)
+        inst = Inst.__new__(Inst)
+        inst.srv, inst.conn = srv, None
+        srv.clock_set(T0)
+        keys = ["ck-%d" % i for i in range(30)]
+        for k in keys:
+            for _ in range(100):
+                assert inst.check("local", k)[0] == 200
+        nodes[0].kill()
+        local, shared = [], []
+        for k in keys:
+            st, data = inst.check("local", k)
+            assert st == 200, (k, st, data)
+            rem = json.loads(data)["limits"][0]["remaining"]
+            if 'fallback="local"' in inst.headers.get("ratelimit-policy", ""):
+                local.append(k)
+                assert rem == 199, (k, rem)  # its share (1 instance) of the 200 left when last seen
+            else:
+                shared.append(k)
+                assert rem == 199, (k, rem)  # the cluster's count: 101 used
+        print("\ncluster master killed: %d of %d keys decided locally, %d still by the cluster"
+              % (len(local), len(keys), len(shared)))
+        assert local and shared, (local, shared)
+        # the same keys stay local, the others shared
+        for k in keys:
+            inst.check("local", k)
+            assert ('fallback="local"' in inst.headers.get("ratelimit-policy", "")) == (k in local), k
+    finally:
+        code = srv.stop() if srv else 0
+        for n in nodes:
+            n.close()
+        assert code == 0, srv.output() if srv else ""
