@@ -232,6 +232,7 @@ struct sl_redis {
     sluice_time last_now;    /* the caller's time of its latest decision (reconciliation) */
     int64_t hb_next, hb_sent; /* heartbeats (the owner client only): next due, last sent */
     bool hb_inflight;
+    unsigned rec_tick;       /* answers while local admissions wait to be written */
 };
 
 static inline void update_ready(sl_redis *r) {
@@ -280,7 +281,7 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
 void sl__redis_send_refunds(sl_redis *r, rq *q);
 /* local.c */
 void sl__redis_local_count(sl_redis *r, const rq *b);
-void sl__redis_local_seen(const rq *q);
+void sl__redis_local_seen(sl_redis *r, const rq *q);
 bool sl__redis_local_decide(sl_redis *r, rq *q, sl_sresult *out);
 int64_t sl__redis_local_tick(sl_redis *r, int64_t t);
 void sl__redis_local_forget(sl_redis *r);

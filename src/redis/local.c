@@ -131,8 +131,14 @@ void sl__redis_local_count(sl_redis *r, const rq *b) {
         }
 }
 
-void sl__redis_local_seen(const rq *q) {
+static void reconcile(sl_redis *r);
+
+void sl__redis_local_seen(sl_redis *r, const rq *q) {
     if (!g.on) return;
+    /* Redis answers again and local admissions wait to be written: at once (every 64th
+     * answer while some wait), not at the next heartbeat, so that the decisions between
+     * the two do not hand the budget out again */
+    if (atomic_load_explicit(&g_npend, memory_order_relaxed) > 0 && (r->rec_tick++ & 63) == 0) reconcile(r);
     for (int i = 0; i < q->n; i++) {
         const rq_item *it = &q->it[i];
         if (!it->lim->fail_local || !windowed(it->lim) || it->xlen != 0 || it->sgroup != 0) continue;
@@ -334,8 +340,6 @@ static void apply_view(const redisReply *rep) {
     }
     atomic_store_explicit(&g_view_n, (uint32_t)n, memory_order_relaxed);
 }
-
-static void reconcile(sl_redis *r);
 
 static void on_heartbeat(void *owner, redisReply *rep, void *priv) {
     (void)owner;

@@ -422,7 +422,7 @@ void sl__redis_finish(sl_redis *r, rq *q, int rc) {
                     }
         }
         if (q->leasing) sl__redis_lease_settle(r, q, all);
-        if (!q->failed) sl__redis_local_seen(q);
+        if (!q->failed) sl__redis_local_seen(r, q);
         if (!q->failed) {
             q->res.allowed = all ? 1 : 0;
             q->res.groups_ok = all ? groups_ok : groups_ok; /* reported either way */

@@ -70,8 +70,8 @@ def config(port, extra=""):
 class Inst:
     """One instance and a kept-alive HTTP connection to it."""
 
-    def __init__(self, port, extra=""):
-        self.srv = Server(config_text=config(port, extra), test_clock=True, workers=1)
+    def __init__(self, port, extra="", cfg=None):
+        self.srv = Server(config_text=cfg or config(port, extra), test_clock=True, workers=1)
         self.conn = None
 
     def check(self, policy, key, cost=1):
@@ -403,3 +403,109 @@ def test_local_cluster_only_the_dead_nodes_keys():
         for n in nodes:
             n.close()
         assert code == 0, srv.output() if srv else ""
+
+
+def test_local_sentinel_failover_under_load():
+    """A primary, a replica and three sentinels; three instances find the primary through
+    them. Under load (70/20/10, twice the limit) the primary is killed: the sentinels
+    promote the replica (down-after 1 s) while the instances decide locally, with no
+    operator action; the window the failover happens in and the windows after it stay
+    within the bound, and no decision was refused for the store (no 503)."""
+    from redis_procs import Client
+    primary = RedisProc([])
+    replica = RedisProc(["--replicaof", "127.0.0.1", str(primary.port)])
+    conf = ("sentinel monitor mymaster 127.0.0.1 %d 2\n"
+            "sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 10000\n"
+            % primary.port)
+    sentinels = [RedisProc([], sentinel_conf=conf) for _ in range(3)]
+    inst = []
+    try:
+        def sentinels_ready():
+            for sn in sentinels:
+                c = Client(sn.port)
+                reps = c.command("SENTINEL", "REPLICAS", "mymaster")
+                others = c.command("SENTINEL", "SENTINELS", "mymaster")
+                c.close()
+                if not isinstance(reps, list) or len(reps) < 1 or not isinstance(others, list) or len(others) < 2:
+                    return False
+            return True
+
+        assert wait_for(sentinels_ready, 20, 0.1), "sentinels did not discover each other"
+
+        def link_up():
+            c = Client(replica.port)
+            up = "master_link_status:up" in c.command("INFO", "replication")
+            c.close()
+            return up
+
+        assert wait_for(link_up, 20, 0.1), "the replica did not sync"
+        cfg = ("workers: 1\nstore:\n  type: redis\n  timeout: 50ms\n  sentinel:\n    master: mymaster\n"
+               "    addrs: [%s]\n  local:\n    heartbeat: 200ms\n"
+               % ", ".join("127.0.0.1:%d" % sn.port for sn in sentinels)) + POLICIES
+        inst = [Inst(0, cfg=cfg) for _ in range(3)]
+        cl = Cluster3.__new__(Cluster3)
+        cl.inst, cl.t = inst, T0
+        for i in inst:
+            i.srv.clock_set(T0)
+        per = []
+        codes = {}
+
+        def send(counts):
+            got = [0, 0, 0]
+            order = sorted((((j + 0.5) / c, i) for i, c in enumerate(counts) for j in range(c)))
+            for _, i in order:
+                st, _ = inst[i].check("local", "hot")
+                codes[st] = codes.get(st, 0) + 1
+                got[i] += st == 200
+            return sum(got)
+
+        for _ in range(3):
+            per.append(send(split(PER_WINDOW, [70, 20, 10])))
+            cl.advance(10000)
+        assert heartbeat_view(cl), [i.metrics() for i in inst]
+        # the failover window: a quarter of the traffic (150 of the 300 used), the primary
+        # killed, then the same split (in rounds of 20) until decisions are back on Redis
+        # (the new primary) for 1.5 s, bounded
+        n = send(split(PER_WINDOW // 4, [70, 20, 10]))
+        t0 = time.time()
+        primary.kill()
+
+        def local_count():
+            return sum(metric(i.metrics(), "sluice_redis_local_total", result="local") +
+                       metric(i.metrics(), "sluice_redis_local_total", result="local_limited") for i in inst)
+
+        promoted = None
+        sent = PER_WINDOW // 4
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            n += send([14, 4, 2])
+            sent += 20
+            if promoted is None:
+                c = Client(replica.port)
+                if "role:master" in c.command("INFO", "replication"):
+                    promoted = time.time()
+                c.close()
+            elif time.time() - promoted > 1.5:
+                break
+        assert promoted is not None, "no failover"
+        per.append(n)
+        failover_window = len(per) - 1
+        cl.advance(10000)
+        lc = local_count()
+        rec = [metric(i.metrics(), "sluice_redis_reconcile_total", what="units") for i in inst]
+        for _ in range(2):
+            per.append(send(split(PER_WINDOW, [70, 20, 10])))
+            cl.advance(10000)
+        print("\nsentinel failover under load (primary killed, replica promoted %.1f s later): admitted per window %s,"
+              " the failover window %d (%d requests in it), %d decisions made locally, answers %s, reconciled units %s"
+              % (promoted - t0, per, failover_window, sent, lc, codes, rec))
+        assert lc > 0
+        assert 503 not in codes, codes
+        assert 0.8 * LIMIT <= per[failover_window] <= 1.15 * LIMIT, per
+        assert all(x <= LIMIT for x in per[failover_window + 1:]), per
+        assert all(x == LIMIT for x in per[:failover_window]), per
+    finally:
+        for i in inst:
+            i.stop()
+        for p in [primary, replica] + sentinels:
+            p.close()
