@@ -56,7 +56,7 @@ static void copy_str(sl__ctx *cx, const sl_ynode *n, const char *what, char *out
  * written as a decimal (0.1) or a ratio (1/6), kept in parts per million. */
 static void parse_store_local(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     static const char *const f[] = {"instances", "floor", "heartbeat", NULL};
-    if (!sl__check_fields(cx, n, "store.local", f)) return;
+    if (!sl__check_fields(cx, n, "store.local", f) && n->kind != SL_YMAP) return;
     const sl_ynode *x;
     uint64_t v = 0;
     if ((x = sl__get(n, "instances")) != NULL && sl__get_count(cx, x, "instances", 1024, &v)) {

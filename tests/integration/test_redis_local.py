@@ -509,3 +509,29 @@ def test_local_sentinel_failover_under_load():
             i.stop()
         for p in [primary, replica] + sentinels:
             p.close()
+
+
+def test_local_settings_errors_at_their_place(tmp_path):
+    """store.local and on_store_error: local are checked with FILE:LINE:COL messages."""
+    import subprocess
+    from conftest import BIN
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("store:\n  type: redis\n  addr: 127.0.0.1:6379\n  local:\n    instances: 0\n    floor: 2\n"
+                   "    heartbeat: 10ms\n    bogus: 1\npolicies:\n  - name: p\n    key: [header.x-k]\n"
+                   "    on_store_error: locl\n    algorithm: fixed_window\n    limits:\n      - { rate: 300/10s }\n")
+    r = subprocess.run([BIN, "config", "check", str(bad)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    for want in [":8:5: unknown field 'bogus' in store.local", ":5:16: store.local.instances 0",
+                 ":6:12: bad store.local.floor '2'", ":7:16: store.local.heartbeat must be between",
+                 ":12:21: bad on_store_error 'locl' (expected open, closed or local)"]:
+        assert want in out, (want, out)
+    good = tmp_path / "good.yaml"
+    good.write_text("store:\n  type: redis\n  addr: 127.0.0.1:6379\n  local: { instances: 3, floor: 1/6, heartbeat: 500ms }\n"
+                    + POLICIES)
+    r = subprocess.run([BIN, "config", "check", str(good)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    mem = tmp_path / "mem.yaml"
+    mem.write_text("store:\n  type: memory\n  local: { instances: 3 }\n" + POLICIES)
+    r = subprocess.run([BIN, "config", "check", str(mem)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "field 'local' does not apply to a memory store" in r.stdout + r.stderr
