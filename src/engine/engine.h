@@ -21,7 +21,7 @@
 
 #include "config/config.h"
 #include "sluice.h"
-#include "store/override.h"
+#include "store/memory/override.h"
 #include "store/store.h"
 
 /* ---- requests --------------------------------------------------------------------- */

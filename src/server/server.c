@@ -27,8 +27,8 @@
 
 #include "audit.h"
 #include "clock.h"
-#include "redis/local.h"
-#include "redis/store.h"
+#include "store/redis/local.h"
+#include "store/redis/store.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/pending.h"
