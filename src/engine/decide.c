@@ -440,6 +440,7 @@ void sl_engine_decide_batch(const sl_engine *e, void *lane, sl_verdict *const *v
             sl_sresult res; /* only what on_decided reads (a zeroed one is ~3 KiB) */
             res.allowed = out[j].allowed;
             res.groups_ok = 0;
+            res.local = false;
             res.n = 1;
             res.r[0] = out[j];
             res.x[0].kind = 0;
