@@ -219,7 +219,7 @@ static void note_local(const sluice_limiter *lim) {
     }
 }
 
-static void pend_add(const rq_item *it, int64_t end) {
+static void pend_add(const rq_item *it, uint64_t units, int64_t end) {
     uint64_t fp = sl__redis_fp_of(it);
     unsigned st = (unsigned)(fp >> 32) & (PEND_STRIPES - 1);
     pthread_mutex_lock(&g_pmu[st]);
@@ -245,9 +245,9 @@ static void pend_add(const rq_item *it, int64_t end) {
         e->slot = it->slot;
         atomic_fetch_add_explicit(&g_npend, 1, memory_order_relaxed);
     }
-    if (e != NULL) e->units += (uint64_t)it->cost;
+    if (e != NULL) e->units += units;
     pthread_mutex_unlock(&g_pmu[st]);
-    if (e == NULL) inc_st(&g_st.reconcile_dropped, (uint64_t)it->cost);
+    if (e == NULL) inc_st(&g_st.reconcile_dropped, units);
 }
 
 bool sl__redis_local_decide(sl_redis *r, rq *q, sl_sresult *out) {
@@ -257,7 +257,9 @@ bool sl__redis_local_decide(sl_redis *r, rq *q, sl_sresult *out) {
     sl_limit lims[SLUICE_MAX_ITEMS];
     for (int i = 0; i < q->n; i++) {
         const rq_item *it = &q->it[i];
-        if (!it->lim->fail_local) return false; /* its policy's own failure mode applies */
+        /* an enforced limit of another failure mode: the engine applies the policies'
+         * modes (local counting as closed); shadow limits are decided here too */
+        if (!it->lim->fail_local && it->sgroup == 0) return false;
         uint32_t ppm = share_of(dslot(it->lim));
         if (ppm == 0) {
             inc_st(&g_st.no_share, 1);
@@ -275,7 +277,8 @@ bool sl__redis_local_decide(sl_redis *r, rq *q, sl_sresult *out) {
         items[i].lim = it->lim;
         items[i].key = it->key;
         items[i].key_len = it->klen;
-        items[i].cost = (uint64_t)it->cost;
+        /* a leased item's cost is its slice: the caller asked `want` */
+        items[i].cost = (uint64_t)(it->lease != LEASE_NONE ? it->want : it->cost);
         items[i].group = it->sgroup;
         items[i].flags = it->sflags;
         items[i].params = &lims[i];
@@ -290,8 +293,8 @@ bool sl__redis_local_decide(sl_redis *r, rq *q, sl_sresult *out) {
         const rq_item *it = &q->it[i];
         bool consumed = it->sgroup == 0 ? (out->allowed || (it->sflags & SL_SI_CHARGE))
                                         : (out->allowed && (out->groups_ok >> it->sgroup & 1u));
-        if (consumed && it->cost > 0 && windowed(it->lim) && it->xlen == 0)
-            pend_add(it, q->now.wall_ns + out->r[i].reset_after_ns);
+        if (consumed && items[i].cost > 0 && windowed(it->lim) && it->xlen == 0 && it->lim->fail_local)
+            pend_add(it, items[i].cost, q->now.wall_ns + out->r[i].reset_after_ns);
     }
     return true;
 }
