@@ -103,6 +103,7 @@ class Inst:
 class Cluster3:
     def __init__(self, extra=""):
         self.redis = RedisProc([])
+        extra = extra
         self.inst = []
         try:
             self.inst = [Inst(self.redis.port, extra) for _ in range(3)]
@@ -146,11 +147,12 @@ def heartbeat_view(cl, n=3):
     return wait_for(lambda: all(metric(i.metrics(), "sluice_redis_local_instances") == n for i in cl.inst), 10, 0.1)
 
 
-def run_outage(kind, pct, moved=None, modes=("open", "closed", "local"), windows_before=3, windows_after=2):
+def run_outage(kind, pct, moved=None, modes=("open", "closed", "local"), windows_before=3, windows_after=2,
+               extra=""):
     """Admitted per window per mode over: windows_before, the window the outage starts in
     (half before), two windows of outage, the window Redis returns in (half after), and
     windows_after. Returns ({mode: [admitted per window]}, outage window indices, info)."""
-    cl = Cluster3()
+    cl = Cluster3(extra)
     out = {m: [] for m in modes}
     info = {}
     try:
@@ -270,6 +272,17 @@ def test_local_traffic_moved_to_one_instance():
         assert out["local"][w] <= 1.15 * LIMIT
     for w in range(outage[-1] + 1, len(out["local"])):
         assert out["local"][w] <= LIMIT
+
+
+def test_local_floor_is_configurable():
+    """store.local.floor: 0.3 gives the quiet instance (10% of the demand) 0.3 / 1.3 of the
+    limit instead of 1/6 / (0.9 + 1/6): when all the traffic moves to it, 69 per window
+    instead of 47."""
+    out, outage, info = run_outage("kill", [70, 20, 10], moved=[0, 0, 100], modes=("local",),
+                                   windows_before=2, windows_after=1, extra="    floor: 0.3\n")
+    show("floor 0.3: redis kill -9 for 30 s, 70/20/10 before, all on the third instance during", out, outage)
+    full = [out["local"][w] for w in outage[1:3]]
+    assert all(66 <= x <= 72 for x in full), full
 
 
 def test_local_day_quota_keeps_what_remained():
