@@ -282,7 +282,7 @@ def test_local_floor_is_configurable():
                                    windows_before=2, windows_after=1, extra="    floor: 0.3\n")
     show("floor 0.3: redis kill -9 for 30 s, 70/20/10 before, all on the third instance during", out, outage)
     full = [out["local"][w] for w in outage[1:3]]
-    assert all(66 <= x <= 72 for x in full), full
+    assert all(60 <= x <= 80 for x in full), full  # (47 with the default floor)
 
 
 def test_local_day_quota_keeps_what_remained():
