@@ -79,6 +79,10 @@ struct sl_redis_node {
     bool open_pub;        /* the breaker is open (for sl_redis_health) */
     char err[200];
     uint64_t auth_failures, tls_failures;
+    /* this connection's server answered FUNCTION LOAD: decisions go as FCALL (else as
+     * EVALSHA of the same code: Redis 6, FUNCTION renamed or forbidden, or until the
+     * load's reply is in; node.c) */
+    bool fcall;
 };
 
 typedef struct retry_ent {
@@ -192,6 +196,9 @@ struct sl_redis {
     const char *script;
     size_t script_len;
     const char *sha;
+    const char *lib; /* the same code as a function library, and its function's name */
+    size_t lib_len;
+    const char *fname;
     sl_redis_node nodes[MAX_NODES];
     int nnodes;
     uint8_t slotmap[SL_REDIS_SLOTS]; /* node index, 0xFF = unknown (seed 0) */
@@ -261,6 +268,7 @@ void sl__redis_group_outcome(sl_redis *r, const rq_group *gr, bool ok);
 void sl__redis_node_connect(sl_redis_node *nd);
 int sl__redis_node_find(sl_redis *r, const char *host, int port, bool create);
 void sl__redis_queue_script_load(sl_redis_node *nd);
+void sl__redis_queue_function_load(sl_redis_node *nd);
 void sl__redis_refresh_topology(sl_redis *r, bool force);
 void sl__redis_on_primary(void *ud, const char *host, int port);
 /* request.c */
