@@ -79,10 +79,10 @@ struct sl_redis_node {
     bool open_pub;        /* the breaker is open (for sl_redis_health) */
     char err[200];
     uint64_t auth_failures, tls_failures;
-    /* this connection's server answered FUNCTION LOAD: decisions go as FCALL (else as
-     * EVALSHA of the same code: Redis 6, FUNCTION renamed or forbidden, or until the
-     * load's reply is in; node.c) */
+    /* decisions on this connection go as FCALL of the function library (node.c), else
+     * as EVALSHA of the same code (Redis 6, FUNCTION renamed away or forbidden) */
     bool fcall;
+    bool fn_ok; /* the last FUNCTION LOAD on this connection succeeded */
 };
 
 typedef struct retry_ent {
@@ -121,6 +121,7 @@ typedef struct rq_group {
     bool done, failed, all_ok;
     uint32_t groups_ok; /* its shadow groups that admitted */
     bool sent;  /* handed to a connection at least once */
+    bool fcall; /* last sent as FCALL (else EVALSHA) */
     int8_t node; /* the node it was last handed to (-1: none): its breaker hears the outcome */
     bool late;  /* its decision timed out while it was in flight: the reply is awaited
                    only to undo what it applied (see late_reply) */
