@@ -525,7 +525,9 @@ static void on_group_reply(void *owner, redisReply *rep, void *priv) {
             inc(&r->st.noscript);
             sl__redis_queue_script_load(nd);
             if (sl__redis_send_group(r, q, g, nd, false)) return;
-        } else if (gr->fcall && (starts(rep, "ERR Function not found") || starts(rep, "ERR unknown command")) &&
+        } else if (gr->fcall &&
+                   (starts(rep, "ERR Function not found") || starts(rep, "ERR unknown command") ||
+                    (starts(rep, "NOPERM") && !nd->fcall)) && /* an ACL denying FUNCTION and FCALL */
                    ++gr->redirects <= MAX_REDIRECTS) {
             /* nothing ran: the library is not there (FUNCTION FLUSH or DELETE under a live
              * connection; or no FUNCTION at all, its load failed: node.c). This call goes

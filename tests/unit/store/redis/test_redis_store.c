@@ -696,6 +696,23 @@ static void test_function_calls(void) {
         if (x) freeReplyObject(x);
         T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
         T_EQ_I(cmd_calls(g_port, "fcall"), 1); /* loaded again */
+        /* an ACL that denies FUNCTION and FCALL (scripts allowed): a new connection's
+         * FCALLs behind the refused load go again as EVALSHA, the connection stays */
+        pair_close(&p);
+        x = rt_cmd(g_port, "ACL SETUSER default -function -fcall");
+        if (x) freeReplyObject(x);
+        if (!pair_open(&p, 1)) T_FAIL("open with the ACL");
+        uint64_t rc0 = atomic_load(&sl_redis_stats_get(p.rd)->reconnects);
+        x = rt_cmd(g_port, "CONFIG RESETSTAT");
+        if (x) freeReplyObject(x);
+        for (int i = 0; i < 3; i++) {
+            T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
+            T_EQ_I(d.allowed, 1);
+        }
+        T_EQ_I(cmd_calls(g_port, "evalsha"), 3);
+        T_EQ_U(atomic_load(&sl_redis_stats_get(p.rd)->reconnects), rc0);
+        x = rt_cmd(g_port, "ACL SETUSER default +@all");
+        if (x) freeReplyObject(x);
     }
     sluice_limiter_destroy(l);
     pair_close(&p);
