@@ -30,9 +30,10 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 fp() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cc=${CC:-gcc}
+# (the policy library is its own archive in some trees, inside the server's in others)
+libs=$(ls "$build/libsluice_srv.a" "$build/libsluice_policy.a" "$build/libsluice.a" 2>/dev/null)
 "$cc" -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I "$root/include" -I "$root/src" -I "$root/src/core" \
-  -I "$root/src/algo" -o "$work/redis_bench" "$here/redis_bench.c" "$build/libsluice_srv.a" \
-  "$build/libsluice_policy.a" "$build/libsluice.a" $(pkg-config --libs hiredis openssl) $(pkg-config --libs libnghttp2 libprotobuf-c 2>/dev/null) \
+  -I "$root/src/algo" -o "$work/redis_bench" "$here/redis_bench.c" $libs $(pkg-config --libs hiredis openssl) $(pkg-config --libs libnghttp2 libprotobuf-c 2>/dev/null) \
   -lyaml -ljansson -lpthread -lm
 port=$(fp)
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >/dev/null &
@@ -50,7 +51,7 @@ tbsha=$($R -x script load <"$peers/tb.lua")
 echo "script: $(wc -c <"$work/script.lua") bytes (EVALSHA $sha); library $fname: $(wc -c <"$work/lib.lua") bytes"
 
 # one item's arguments: algorithm, cost, group, flags, p1..p4, x; head: op d, time r(edis),
-# 4 unused clock numbers, slack 1000 ms, flags 0 (src/redis/redis.h)
+# 4 unused clock numbers, slack 1000 ms, flags 0 (src/store/redis/redis.h)
 item() {
   case $1 in
   fixed_window) echo "1 1 0 0 1000000000000 1000000000 0 0 ''" ;;
