@@ -31,7 +31,8 @@ trap cleanup EXIT
 fp() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cc=${CC:-gcc}
 # (the policy library is its own archive in some trees, inside the server's in others)
-libs=$(ls "$build/libsluice_srv.a" "$build/libsluice_policy.a" "$build/libsluice.a" 2>/dev/null)
+libs=""
+for a in libsluice_srv.a libsluice_policy.a libsluice.a; do [ -f "$build/$a" ] && libs="$libs $build/$a"; done
 "$cc" -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I "$root/include" -I "$root/src" -I "$root/src/core" \
   -I "$root/src/algo" -o "$work/redis_bench" "$here/redis_bench.c" $libs $(pkg-config --libs hiredis openssl) $(pkg-config --libs libnghttp2 libprotobuf-c 2>/dev/null) \
   -lyaml -ljansson -lpthread -lm
