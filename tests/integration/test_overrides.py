@@ -540,3 +540,16 @@ def test_a_read_token_may_not_change_overrides_on_any_path(make_server):
     assert json.loads(c.command("SL.OVERRIDE", "GET", "api", "k1"))["kind"] == "block"
     for k in ("k2", "k3", "k4"):
         assert get(s, "api", k).status_code == 404, k
+
+
+def test_delete_reason_is_audited(make_server):
+    s = make_server(config_text=cfg())
+    assert put(s, "api", "kr", {"block": True, "label": "k-91"}).status_code == 201
+    bad = requests.delete(s.admin + "/v1/overrides/api/kr", data=json.dumps({"why": 1}), headers=H, timeout=10)
+    assert bad.status_code == 400 and bad.json()["field"] == "reason", bad.text
+    r = requests.delete(s.admin + "/v1/overrides/api/kr", data=json.dumps({"reason": "review done"}),
+                        headers=H, timeout=10)
+    assert r.status_code == 204, r.text
+    audit = requests.get(s.admin + "/v1/audit", headers=H, timeout=10).json()["entries"]
+    text = json.dumps([e for e in audit if e.get("source") == "override"])
+    assert "reason: review done" in text and "k-91" in text, text

@@ -207,6 +207,11 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
 static sl_limit item_limit(const rq_item *it) {
     sl_limit l = it->lim->lim;
     if (it->limit != 0) l.limit = l.capacity = it->limit;
+    if (it->par) { /* a per-key override (src/redis/override.c): other numbers, same state */
+        l.limit = it->par_limit, l.capacity = it->par_capacity, l.period_ns = it->par_period;
+        l.max_delay_ns = it->par_delay, l.lease_ns = it->par_lease;
+        l.quota_period = (sluice_period)it->par_qp, l.emission_ns = it->par_emission;
+    }
     return l;
 }
 
@@ -235,7 +240,7 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
                            .group = it->sgroup, .flags = it->sflags, .cls = it->cx.cls, .cap = it->cx.cap,
                            .pgrp = it->cx.pgrp, .bpath = it->cx.bpath, .blevel = it->cx.blevel,
                            .share = it->cx.share};
-        if (it->limit != 0) {
+        if (it->limit != 0 || it->par) {
             ovr[k] = item_limit(it);
             lims[k] = &ovr[k];
         } else {
@@ -358,7 +363,8 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
     for (int k = 0; k < gr->n; k++) {
         int i = gr->idx[k];
         rq_item *it = &q->it[i];
-        const sl_limit *l = &it->lim->lim;
+        const sl_limit lx = item_limit(it); /* an override's numbers, when it has some */
+        const sl_limit *l = &lx;
         size_t ss = l->state_size;
         const redisReply *b = rep->element[3 + gr->n + k];
         int pk = -1;
@@ -428,6 +434,7 @@ void sl__redis_finish(sl_redis *r, rq *q, int rc) {
                     }
         }
         if (q->leasing) sl__redis_lease_settle(r, q, all);
+        if (!q->failed) sl__redis_local_seen(r, q);
         if (!q->failed) {
             q->res.allowed = all ? 1 : 0;
             q->res.groups_ok = all ? groups_ok : groups_ok; /* reported either way */
@@ -448,6 +455,12 @@ void sl__redis_finish(sl_redis *r, rq *q, int rc) {
     void *ud = q->ud;
     const sl_sresult *d = &q->res;
     if (q->failed && rc == SLUICE_OK) rc = SLUICE_ESTORE;
+    /* on_store_error: local: Redis could not decide; this instance does, at its share */
+    static __thread sl_sresult lres;
+    if (rc != SLUICE_OK && q->op == 'd' && cb != NULL && sl__redis_local_decide(r, q, &lres)) {
+        rc = SLUICE_OK;
+        d = &lres;
+    }
     q->res.n = q->n;
     /* the callback may start new decisions: keep q out of the free list until it returns */
     sl_dnode_disarm(&q->dl);
@@ -652,6 +665,13 @@ static int build(sl_redis *r, rq *q, const sl_sitem *items, size_t n, unsigned f
         it->lim = items[i].lim;
         it->cost = (int64_t)items[i].cost;
         it->limit = items[i].limit;
+        it->par = items[i].params != NULL;
+        if (it->par) {
+            const sl_limit *pl = items[i].params;
+            it->par_limit = pl->limit, it->par_capacity = pl->capacity, it->par_period = pl->period_ns;
+            it->par_delay = pl->max_delay_ns, it->par_lease = pl->lease_ns;
+            it->par_qp = (uint32_t)pl->quota_period, it->par_emission = pl->emission_ns;
+        }
         it->sgroup = items[i].group;
         it->sflags = items[i].flags;
         it->cx = (sl_redis_capx){.cls = items[i].cls, .cap = items[i].cap, .pgrp = items[i].pgrp,
@@ -824,7 +844,7 @@ static bool answer_locally(sl_redis *r, const rq *b, sluice_time now, sl_sresult
     for (int i = 0; i < b->n && hit < 0; i++) {
         const rq_item *it = &b->it[i];
         if (it->sgroup != 0) continue;
-        if (!cacheable(it->lim->spec.algo) || it->limit != 0) continue;
+        if (!cacheable(it->lim->spec.algo) || it->limit != 0 || it->par) continue;
         cache_ent *e = cache_get(r, sl__redis_fp_of(it));
         if (e != NULL && now.mono_ns >= e->since && now.mono_ns < e->trust &&
             (uint64_t)it->cost >= e->min_cost && it->cost > 0) {
@@ -842,7 +862,8 @@ static bool answer_locally(sl_redis *r, const rq *b, sluice_time now, sl_sresult
     for (int i = 0; i < b->n; i++) {
         sluice_result *o = &d->r[i];
         memset(o, 0, sizeof(*o));
-        o->limit = b->it[i].limit != 0 ? b->it[i].limit : sluice_limiter_capacity(b->it[i].lim);
+        o->limit = b->it[i].limit != 0 ? b->it[i].limit
+                   : b->it[i].par ? b->it[i].par_capacity : sluice_limiter_capacity(b->it[i].lim);
         o->allowed = i != hit;
         o->remaining = i != hit ? o->limit : 0;
     }
@@ -894,6 +915,7 @@ static int submit(sl_redis *r, char op, const sl_sitem *items, size_t n, unsigne
     if (rc != SLUICE_OK) return rc;
     if (op == 'd') {
         inc(&r->st.decisions);
+        sl__redis_local_count(r, b);
         static __thread sl_sresult local;
         if (answer_locally(r, b, now, &local)) {
             if (cb) cb(ud, SLUICE_OK, &local);
