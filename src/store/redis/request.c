@@ -159,8 +159,14 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
     *p++ = '*';
     p = sl_redis_put_u64(p, 3 + (uint64_t)gr->n + SL_REDIS_HEAD_ARGS + (uint64_t)gr->n * SL_REDIS_ITEM_ARGS);
     *p++ = '\r', *p++ = '\n';
-    p = put_bulk(p, "EVALSHA", 7);
-    p = put_bulk(p, r->sha, 40);
+    gr->fcall = nd->fcall;
+    if (nd->fcall) { /* the function library (node.c): the same code, its top level not run again */
+        p = put_bulk(p, "FCALL", 5);
+        p = put_bulk(p, r->fname, strlen(r->fname));
+    } else {
+        p = put_bulk(p, "EVALSHA", 7);
+        p = put_bulk(p, r->sha, 40);
+    }
     p = put_bulk_i(p, gr->n);
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
@@ -531,6 +537,21 @@ static void on_group_reply(void *owner, redisReply *rep, void *priv) {
         } else if (rep->len >= 8 && memcmp(rep->str, "NOSCRIPT", 8) == 0 && ++gr->redirects <= MAX_REDIRECTS) {
             inc(&r->st.noscript);
             sl__redis_queue_script_load(nd);
+            if (sl__redis_send_group(r, q, g, nd, false)) return;
+        } else if (gr->fcall &&
+                   (starts(rep, "ERR Function not found") || starts(rep, "ERR unknown command") ||
+                    (starts(rep, "NOPERM") && !nd->fcall)) && /* an ACL denying FUNCTION and FCALL */
+                   ++gr->redirects <= MAX_REDIRECTS) {
+            /* nothing ran: the library is not there (FUNCTION FLUSH or DELETE under a live
+             * connection; or no FUNCTION at all, its load failed: node.c). This call goes
+             * again as EVALSHA (SCRIPT LOAD queued first, once); after a flush the library
+             * is loaded again and FCALL resumes when its reply is in. */
+            inc(&r->st.noscript);
+            if (nd->fcall) {
+                nd->fcall = false;
+                sl__redis_queue_script_load(nd);
+                if (nd->fn_ok) sl__redis_queue_function_load(nd);
+            }
             if (sl__redis_send_group(r, q, g, nd, false)) return;
         } else if (starts(rep, "TRYAGAIN") || starts(rep, "CLUSTERDOWN")) {
             /* nothing was applied; the cluster is moving slots or electing: try again
