@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "llm/llm.h"
 #include "sluice.h"
 #include "store/override.h"
 #include "store/store.h"
@@ -83,6 +84,9 @@ typedef struct sl_request {
      * is answered as an error (SL_ERROR, 500), never matched raw. */
     char *path_scratch;
     size_t path_scratch_len;
+    /* An LLM request body as src/llm parsed it (issue 24), NULL for none: windows with
+     * `counts:` take its counts, key parts llm.model / llm.user its names. */
+    const sl_llm_request *llm;
 } sl_request;
 
 #define SL_PATH_NORM_STACK 16384 /* paths up to this long are normalised on the stack */

@@ -16,6 +16,7 @@
 
 #include "core/json.h"
 #include "server/grpc_conn.h"
+#include "server/llm_http.h"
 #include "server/observe.h"
 #include "server/pending.h"
 #include "server/rejections.h"
@@ -513,6 +514,14 @@ static void handle_check(http_ctx *x, int acquire) {
         problem(c, x->req->minor, 400, "\"policy\" and \"key\" are required", 1);
         return;
     }
+    sl_llm_request lrq; /* issue 24: an LLM request body (server/llm_http.c) */
+    char lerr[200];
+    int has_llm = named ? 0 : sl_http_llm_request(j, &lrq, lerr, sizeof(lerr));
+    if (has_llm < 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, lerr, 1);
+        return;
+    }
     sl_pending *p = sl_pending_get(w, c, finish_check);
     if (p == NULL) {
         json_decref(j);
@@ -529,6 +538,7 @@ static void handle_check(http_ctx *x, int acquire) {
         sl_request r;
         sl_header hdrs[SL_HTTP_MAX_HEADERS];
         sl_http_json_request(j, &r, hdrs);
+        if (has_llm) r.llm = &lrq;
         if (has_cost) { /* the request's cost (an Envoy request's hits_addend too) */
             r.has_cost = true;
             r.cost = r.hits_addend = cost;
