@@ -19,7 +19,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "sluice.h"
-#include "store/override.h"
+#include "store/memory/override.h"
 
 static const char cfg_text[] =
     "policies:\n"

@@ -14,7 +14,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "redis/redis.h"
+#include "store/redis/redis.h"
 #include "core/loop.h"
 #include "sluice.h"
 

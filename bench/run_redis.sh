@@ -45,12 +45,12 @@ tport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); p
 pid=$!
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*'), $reps reps of ${secs}s per case"
-# the composed script, exactly as the client sends it (src/redis/codec.c composes it)
+# the composed script, exactly as the client sends it (src/store/redis/codec.c composes it)
 "$work/redis_bench" script >"$work/script.lua"
 body=$(cat "$work/script.lua")
 sha=$(redis-cli -p "$port" -x script load <"$work/script.lua")
 # one GCRA item with a huge limit (always admitted), server time, the client's arguments
-# (src/redis/redis.h: 1 key; head: op, time mode, mono s/ns, wall s/ns, slack ms, flags;
+# (src/store/redis/redis.h: 1 key; head: op, time mode, mono s/ns, wall s/ns, slack ms, flags;
 # the item: algorithm (5 = gcra), cost, group, flags, p1..p4 (T = 1 ns, B = 1e9), x = "")
 args=(1 "sl:{bench__rand_int__}:0.5" d r 0 0 0 0 1000 0 5 1 0 0 1 1000000000 0 0 "")
 rb_rate() { tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1; }

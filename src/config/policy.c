@@ -13,7 +13,7 @@
 #include "algo/algo.h"
 #include "config/compiled.h"
 #include "core/path.h"
-#include "store/memory.h"
+#include "store/memory/memory.h"
 
 static const char *const policy_fields[] = {
     "name", "description", "objective", "match", "key", "on_missing_key", "cost",

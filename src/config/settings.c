@@ -14,7 +14,7 @@
 #include "config/compiled.h"
 #include "core/path.h"
 #include "core/redact.h"
-#include "store/memory.h"
+#include "store/memory/memory.h"
 
 /* ---- settings ----------------------------------------------------------------------- */
 

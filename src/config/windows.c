@@ -13,7 +13,7 @@
 #include "algo/algo.h"
 #include "config/compiled.h"
 #include "core/path.h"
-#include "store/memory.h"
+#include "store/memory/memory.h"
 
 #define MAX_WINDOWS 16
 

@@ -22,7 +22,7 @@
 #include "config/config.h"
 #include "llm/llm.h"
 #include "sluice.h"
-#include "store/override.h"
+#include "store/memory/override.h"
 #include "store/store.h"
 
 /* ---- requests --------------------------------------------------------------------- */

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "engine/internal.h"
-#include "store/override.h"
+#include "store/memory/override.h"
 
 typedef sl__ewin e_win;
 typedef sl__epol e_pol;

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "grpc/rls.h"
+#include "api/grpc/rls.h"
 #include "proto/wbuf.h"
 
 struct sl_worker;

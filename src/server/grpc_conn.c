@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "grpc/rls.h"
+#include "api/grpc/rls.h"
 #include "server/envoy_stats.h"
 #include "server/pending.h"
 #include "server/rejections.h"

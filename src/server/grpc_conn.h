@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "grpc/h2.h"
+#include "api/grpc/h2.h"
 #include "proto/http1.h"
 #include "proto/wbuf.h"
 

@@ -22,11 +22,11 @@
 #include "core/json.h"
 #include "clock.h"
 #include "engine/explain.h"
-#include "redis/store.h"
+#include "store/redis/store.h"
 #include "server/capacity_metrics.h"
 #include "server/rejections.h"
 #include "server/series.h"
-#include "store/famstats.h"
+#include "store/memory/famstats.h"
 
 const char *const sl_obs_result_names[SL_MET_RESULTS] = {
     "allowed", "limited", "shadow_limited", "fail_open", "error",

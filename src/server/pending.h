@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
-#include "grpc/rls.h"
+#include "api/grpc/rls.h"
 
 struct sl_conn;
 struct sl_worker;

@@ -27,7 +27,7 @@
 
 #include "audit.h"
 #include "clock.h"
-#include "redis/store.h"
+#include "store/redis/store.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/pending.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "algo/algo.h"
-#include "redis/redis.h"
+#include "store/redis/redis.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz_redis_url.c -- store URLs (src/redis/url.c) from arbitrary bytes: a URL is either
+ * fuzz_redis_url.c -- store URLs (src/store/redis/url.c) from arbitrary bytes: a URL is either
  * accepted, with every field NUL-terminated and an address to connect to, or refused
  * with "column N: ..." where N points inside the URL (or just past it); a description
  * does not depend on the password the URL held.
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis/redis.h"
+#include "store/redis/redis.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

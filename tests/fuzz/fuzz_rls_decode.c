@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grpc/rls.h"
+#include "api/grpc/rls.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "store/memory.h"
+#include "store/memory/memory.h"
 
 #define NLIM 8
 

@@ -428,11 +428,11 @@ def redis():
 
 @pytest.fixture(scope="module")
 def pb():
-    """The stubs, generated from src/grpc/*.proto by grpc_tools into a temporary dir."""
+    """The stubs, generated from src/api/grpc/*.proto by grpc_tools into a temporary dir."""
     out = tempfile.mkdtemp(prefix="sluice-stubs-")
-    protos = sorted(glob.glob(os.path.join(SRC, "src", "grpc", "*.proto")))
-    assert protos, "no .proto files in src/grpc"
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", os.path.join(SRC, "src", "grpc"),
+    protos = sorted(glob.glob(os.path.join(SRC, "src", "api", "grpc", "*.proto")))
+    assert protos, "no .proto files in src/api/grpc"
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", os.path.join(SRC, "src", "api", "grpc"),
                     "--python_out", out, "--grpc_python_out", out] + protos, check=True)
     sys.path.insert(0, out)
     mods = {n: importlib.import_module(n) for n in

@@ -112,7 +112,7 @@ def test_every_route_the_server_answers_is_in_server_md():
     was missing from its table)."""
     doc = read("docs/server.md")
     routes = set()
-    for src in ("src/server/http_api.c", "src/server/admin_api.c"):
+    for src in ("src/api/http/http_api.c", "src/api/admin/admin_api.c"):
         routes |= set(re.findall(r'path_is\(&?x, "(/[^"]*)"\)', read(src)))
     assert {"/v1/check", "/v1/auth", "/v1/finish", "/v1/reload"} <= routes, routes
     missing = sorted(r for r in routes if not re.search(r"[` ]%s[`?\s\[]" % re.escape(r), doc))

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Envoy's rate limit service over gRPC, driven by a real gRPC client (python3-grpcio) with
-stubs generated at test time from the project's own .proto files (src/grpc/*.proto):
+stubs generated at test time from the project's own .proto files (src/api/grpc/*.proto):
 ShouldRateLimit on the envoyproxy/ratelimit README examples (examples/envoy/), one status
 per descriptor with its limit, Health/Check, gRPC errors answered with the right status
 while the server stays up, the HTTP /json endpoint, metrics, and GOAWAY on drain.

@@ -9,7 +9,7 @@
 
 #include "t.h"
 
-#include "store/memory.h"
+#include "store/memory/memory.h"
 
 static sluice_limiter *mk(sluice_algo algo, const char *name, uint32_t index, uint64_t limit,
                           int64_t period_ns, uint64_t burst) {

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "grpc/rls.h"
+#include "api/grpc/rls.h"
 #include "server/envoy_stats.h"
 #include "server/server.h"
 #include "server/statsd.h"

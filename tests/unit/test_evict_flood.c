@@ -12,7 +12,7 @@
  */
 #include "t.h"
 
-#include "store/memory.h"
+#include "store/memory/memory.h"
 
 #define S SLUICE_NS_PER_S
 #define MAX_KEYS 100000

@@ -9,8 +9,8 @@
  */
 #include <nghttp2/nghttp2.h>
 
-#include "grpc/h2.h"
-#include "grpc/rls.h"
+#include "api/grpc/h2.h"
+#include "api/grpc/rls.h"
 #include "health.pb-c.h"
 #include "t.h"
 

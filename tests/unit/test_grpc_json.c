@@ -6,7 +6,7 @@
  */
 #include <jansson.h>
 
-#include "grpc/rls.h"
+#include "api/grpc/rls.h"
 #include "t.h"
 
 #define SEC SLUICE_NS_PER_S

@@ -6,7 +6,7 @@
  * per-descriptor status follows the deciding window when a rule has several, and a rule
  * that fails closed answers OVER_LIMIT while the store refuses.
  */
-#include "grpc/rls.h"
+#include "api/grpc/rls.h"
 #include "t.h"
 
 #define SEC SLUICE_NS_PER_S

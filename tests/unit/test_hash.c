@@ -7,7 +7,7 @@
 #include "t.h"
 
 #include "core/hash.h"
-#include "store/memory.h"
+#include "store/memory/memory.h"
 
 /* ---- slow model: state in an array, message consumed one byte at a time ---------- */
 

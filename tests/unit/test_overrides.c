@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_overrides.c -- the override table and its decisions (store/override.c,
+ * test_overrides.c -- the override table and its decisions (store/memory/override.c,
  * engine/override.c): set/replace/remove/expire with tombstones, paging order, the
  * overrides.max bound, the snapshot section (kept, and refused whole when damaged), and
  * PUT/DELETE storms racing decisions (no decision error, counts consistent).
@@ -11,8 +11,8 @@
 
 #include "config/compiled.h"
 #include "engine/engine.h"
-#include "store/memory.h"
-#include "store/override.h"
+#include "store/memory/memory.h"
+#include "store/memory/override.h"
 #include "t.h"
 
 #define SEC SLUICE_NS_PER_S

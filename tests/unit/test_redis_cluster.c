@@ -8,7 +8,7 @@
  */
 #include <stdbool.h>
 
-#include "redis/redis.h"
+#include "store/redis/redis.h"
 #include "redis_t.h"
 #include "core/loop.h"
 #include "sluice.h"

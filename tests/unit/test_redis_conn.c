@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_redis_conn.c -- the connection layer (src/redis/conn.c) against a real
+ * test_redis_conn.c -- the connection layer (src/store/redis/conn.c) against a real
  * redis-server: replies reach their callbacks in command order across a pipeline that
  * overflows socket buffers; a connection the server drops answers every pending callback
  * with NULL, in order, then reports DOWN once; commands queued while connecting leave
@@ -12,7 +12,7 @@
 #include <stdbool.h>
 
 #include "core/loop.h"
-#include "redis/conn.h"
+#include "store/redis/conn.h"
 #include "redis_conn_t.h"
 #include "t.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "redis/redis.h"
+#include "store/redis/redis.h"
 #include "t.h"
 
 static void vectors(void) {

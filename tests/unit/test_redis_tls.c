@@ -12,7 +12,7 @@
 #include <stdbool.h>
 
 #include "core/loop.h"
-#include "redis/redis.h"
+#include "store/redis/redis.h"
 #include "redis_conn_t.h"
 #include "sluice.h"
 #include "t.h"

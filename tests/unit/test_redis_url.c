@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_redis_url.c -- store URLs as people write them (src/redis/url.c): every form of
+ * test_redis_url.c -- store URLs as people write them (src/store/redis/url.c): every form of
  * docs/redis.md read into the client's options, bad URLs refused with the column of the
  * problem and without repeating a password, the config file's settings under the URL,
  * and descriptions that never carry a credential.
  */
 #include "config/config.h"
-#include "redis/redis.h"
+#include "store/redis/redis.h"
 #include "t.h"
 
 static sl_redis_opts parse_ok(const char *url) {

@@ -17,7 +17,7 @@
 #include "t.h"
 
 #include "algo/limiter.h"
-#include "store/memory.h"
+#include "store/memory/memory.h"
 
 #define NALGO 8
 

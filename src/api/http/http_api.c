@@ -1,0 +1,708 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * http_api.c -- the HTTP endpoints: decisions (/v1/check, /v1/auth, settle, acquire,
+ * release) on the data listener, and the admin endpoints (/metrics, /healthz, /readyz,
+ * /v1/policies, /v1/clock, /v1/reload) on the admin listener.
+ * /v1/auth and the rest of the decision path allocate nothing: attributes point into the
+ * connection's read buffer, the verdict is the worker's. The JSON endpoints parse their
+ * body with jansson (which allocates); that cost belongs to the JSON form, not to the
+ * gateway form. Logs and metrics never carry a raw key.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/json.h"
+#include "server/grpc_conn.h"
+#include "api/http/llm_http.h"
+#include "server/observe.h"
+#include "server/pending.h"
+#include "server/rejections.h"
+#include "server/server.h"
+
+#define HDRS_MAX 3072
+#define reply sl_http_reply
+#define problem sl_http_problem
+#define BODY_MAX 16384
+/* Every admin response (the console's page and its data): no inline script or style, no
+ * framing, no sniffing, no referrer leaving with a URL. */
+#define SL_ADMIN_SECURITY_HEADERS                                                                 \
+    "Content-Security-Policy: default-src 'self'; script-src 'self'; style-src 'self'; "        \
+    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "            \
+    "form-action 'none'; frame-ancestors 'none'\r\n"                                            \
+    "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n"
+
+typedef struct http_ctx {
+    sl_conn *c;
+    const sl_http_req *req;
+    const char *path;
+    size_t path_len;
+    const char *query;
+    size_t query_len;
+    int is_head;
+    char why[200]; /* parse_body: why there is no body object */
+} http_ctx;
+
+/* Writes one whole response. `hdrs` holds complete header lines (or NULL). */
+void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const char *ctype,
+                   const char *body, size_t body_len, int send_body) {
+    size_t hl = hdrs ? strlen(hdrs) : 0;
+    size_t sec = c->kind == SL_KIND_ADMIN ? sizeof(SL_ADMIN_SECURITY_HEADERS) : 0;
+    if (sl_conn_reserve(c, 256 + sec + hl + body_len) != 0) {
+        c->close_after = true;
+        return;
+    }
+    sl_wbuf wb;
+    sl_conn_wbuf(c, &wb);
+    sl_http1_begin(&wb, minor, status);
+    sl_wbuf_puts(&wb, c->w->date);
+    sl_wbuf_puts(&wb, "Server: sluice\r\n");
+    if (status == 429) sl_wbuf_puts(&wb, "Cache-Control: no-store\r\n");
+    if (sec) sl_wbuf_puts(&wb, SL_ADMIN_SECURITY_HEADERS); /* the console's page and data */
+    if (hl) sl_wbuf_put(&wb, hdrs, hl);
+    sl_http1_end(&wb, !c->close_after, minor, ctype, body, body_len, send_body);
+    if (wb.overflow) c->close_after = true;
+    sl_conn_commit(c, &wb);
+}
+
+
+void sl_http_problem(sl_conn *c, int minor, int status, const char *detail, int send_body) {
+    char body[1024];
+    sl_wbuf wb;
+    sl_wbuf_init(&wb, body, sizeof(body));
+    sl_wbuf_printf(&wb, "{\"type\":\"about:blank\",\"title\":\"%s\",\"status\":%d",
+                   sl_http1_reason(status), status);
+    if (detail) {
+        sl_wbuf_puts(&wb, ",\"detail\":\"");
+        char esc[512];
+        size_t n = sl_json_escape(esc, sizeof(esc), detail, strlen(detail), 0, NULL);
+        sl_wbuf_put(&wb, esc, n);
+        sl_wbuf_putc(&wb, '"');
+    }
+    sl_wbuf_puts(&wb, "}");
+    if (wb.overflow) wb.len = 0;
+    reply(c, minor, status, NULL, "application/problem+json", body, wb.len, send_body);
+}
+
+void sl_http_error(sl_conn *c, int minor, int status, const char *detail) {
+    if (detail == NULL) {
+        switch (status) {
+        case 400: detail = "malformed HTTP request"; break;
+        case 413: detail = "the request body exceeds the server's limit"; break;
+        case 414: detail = "the request target exceeds the server's limit"; break;
+        case 431: detail = "the request header section exceeds the server's limits"; break;
+        case 501: detail = "method or transfer coding not implemented"; break;
+        case 505: detail = "only HTTP/1.0 and HTTP/1.1 are served here"; break;
+        default: break;
+        }
+    }
+    c->close_after = true;
+    problem(c, minor == 0 ? 0 : 1, status, detail, 1);
+}
+
+static int path_is(const http_ctx *x, const char *p) {
+    return strlen(p) == x->path_len && memcmp(x->path, p, x->path_len) == 0;
+}
+
+static int method_is(const http_ctx *x, const char *m) {
+    return strlen(m) == x->req->method_len && memcmp(x->req->method, m, x->req->method_len) == 0;
+}
+
+static sl_str hstr(const sl_http_header *h) {
+    sl_str s = {NULL, 0};
+    if (h && h->value_len) {
+        s.p = h->value;
+        s.len = h->value_len;
+    }
+    return s;
+}
+
+/* Looks up `name=` in the query string; returns its value length or -1. */
+static long query_param(const http_ctx *x, const char *name, const char **val) {
+    size_t nl = strlen(name);
+    const char *p = x->query, *end = x->query + x->query_len;
+    while (p && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *e = amp ? amp : end;
+        if ((size_t)(e - p) > nl && memcmp(p, name, nl) == 0 && p[nl] == '=') {
+            *val = p + nl + 1;
+            return (long)(e - p - (long)nl - 1);
+        }
+        p = amp ? amp + 1 : end;
+    }
+    return -1;
+}
+
+
+/* The request's client address kept for the rejection summary (too long: unknown). */
+static void set_client(sl_pending *p, sl_str ip) {
+    size_t n = ip.p != NULL && ip.len < sizeof(p->client) ? ip.len : 0;
+    if (n) memcpy(p->client, ip.p, n);
+    p->client[n] = '\0';
+}
+
+static int rejected(const sl_verdict *v) { return v->action == SL_REJECT || v->action == SL_FAIL; }
+
+static void busy(sl_conn *c, int minor) {
+    problem(c, minor, 503, "too many requests are waiting for the store on this worker", 1);
+}
+
+/* The answer of /v1/auth once the engine decided (see handle_auth). */
+static void finish_auth(sl_pending *p, int rc, bool later) {
+    sl_conn *c = p->c;
+    sl_worker *w = c->w;
+    sl_verdict *v = &p->v;
+    sl_rej_client_set(p->client, strlen(p->client));
+    sl_server_count_verdict_tp(w, rc, v, p->text[0] ? p->text : NULL);
+    sl_rej_client_set(NULL, 0);
+    char hbuf[HDRS_MAX];
+    unsigned rflags = w->gen->legacy_headers ? SL_RENDER_LEGACY : 0;
+    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
+    if (hl < 0) hbuf[0] = '\0';
+    if (rc != 0 && v->action != SL_FAIL) v->action = SL_FAIL;
+    if (v->action == SL_DELAY && v->recheck) {
+        /* "wait and try again", nothing consumed: a gateway cannot retry for its client,
+         * so this is answered like a rejection with the wait as Retry-After */
+        v->action = SL_REJECT;
+        v->retry_after_ns = v->delay_ns;
+        v->status = 429;
+        hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
+        if (hl < 0) hbuf[0] = '\0';
+    }
+    if (!rejected(v)) {
+        /* the settle/release token, for the gateway to hand back when the response ends
+         * (nginx: auth_request_set + post_action; see docs/gateways) */
+        if (rc == 0 && sl_verdict_needs_token(v)) {
+            char tok[SL_TOKEN_MAX + 1];
+            int tl = sl_verdict_token(v, tok, sizeof(tok));
+            size_t hl2 = strlen(hbuf);
+            if (tl > 0 && hl2 + (size_t)tl + 32 < sizeof(hbuf))
+                snprintf(hbuf + hl2, sizeof(hbuf) - hl2, "X-Sluice-Token: %.*s\r\n", tl, tok);
+        }
+        reply(c, p->minor, 200, hbuf, NULL, "", 0, 0);
+        /* shaping: the gateway forwards the request when we answer, so answer later */
+        if (v->action == SL_DELAY) sl_conn_hold(c, v->delay_ns);
+    } else {
+        /* The engine's status (429, 400 for a missing key, 503 failing closed); a limited
+         * request may be answered with the configured deny status, or ?status=NNN (nginx's
+         * auth_request passes only 2xx/401/403 on). */
+        int status = v->status >= 400 && v->status <= 599 ? v->status : (v->action == SL_FAIL ? 503 : 429);
+        char body[BODY_MAX];
+        /* the problem again, as a header, with the status a client should see (nginx's
+         * auth_request drops a subrequest's body but hands its headers on, and turns the
+         * 403 it is given back into a 429: the gateway sends sluice's problem verbatim;
+         * it is one line of ASCII JSON) */
+        v->status = status;
+        int pl = sl_render_problem(v, p->text[0] ? p->text : NULL, body, sizeof(body));
+        size_t hl2 = strlen(hbuf);
+        if (pl > 0 && hl2 + (size_t)pl + 24 < sizeof(hbuf) && memchr(body, '\n', (size_t)pl) == NULL &&
+            memchr(body, '\r', (size_t)pl) == NULL)
+            snprintf(hbuf + hl2, sizeof(hbuf) - hl2, "X-Sluice-Problem: %.*s\r\n", pl, body);
+        if (v->action == SL_REJECT && status == 429) status = w->gen->auth_deny_status;
+        if (v->action == SL_REJECT && p->status_q != 0) status = p->status_q;
+        v->status = status; /* so the body states the status sent */
+        int bl = sl_render_problem(v, p->text[0] ? p->text : NULL, body, sizeof(body));
+        if (bl < 0) bl = 0;
+        reply(c, p->minor, status, hbuf, "application/problem+json", body, (size_t)bl, !p->is_head);
+    }
+    if (later) sl_conn_resume(c);
+}
+
+/* Gateway forward-auth: the original request's attributes from the forwarded headers.
+ * The verdict waits in a continuation (pending.c) when the store answers later; what the
+ * answer needs of the request (status parameter, traceparent) is copied into it. */
+static void handle_auth(http_ctx *x) {
+    sl_conn *c = x->c;
+    sl_worker *w = c->w;
+    const sl_http_req *req = x->req;
+    sl_pending *p = sl_pending_get(w, c, finish_auth);
+    if (p == NULL) {
+        busy(c, req->minor);
+        return;
+    }
+    p->minor = req->minor;
+    p->is_head = x->is_head != 0;
+    const char *val;
+    long vl = query_param(x, "status", &val);
+    if (vl == 3 && val[0] >= '4' && val[0] <= '5' && val[1] >= '0' && val[1] <= '9' &&
+        val[2] >= '0' && val[2] <= '9')
+        p->status_q = (val[0] - '0') * 100 + (val[1] - '0') * 10 + (val[2] - '0');
+    const sl_http_header *tp = sl_http1_header(req, "traceparent");
+    if (tp && tp->value_len < sizeof(p->text)) {
+        memcpy(p->text, tp->value, tp->value_len);
+        p->text[tp->value_len] = '\0';
+    }
+    sl_request r;
+    memset(&r, 0, sizeof(r));
+    sl_header hdrs[SL_HTTP_MAX_HEADERS];
+    for (size_t i = 0; i < req->nheaders; i++) {
+        hdrs[i].name = (sl_str){req->headers[i].name, req->headers[i].name_len};
+        hdrs[i].value = (sl_str){req->headers[i].value, req->headers[i].value_len};
+    }
+    r.headers = hdrs;
+    r.n_headers = req->nheaders;
+    const sl_http_header *h;
+    r.method = hstr(sl_http1_header(req, "x-original-method"));
+    if (!r.method.p) r.method = hstr(sl_http1_header(req, "x-forwarded-method"));
+    if (!r.method.p) r.method = (sl_str){req->method, req->method_len};
+    sl_str uri = hstr(sl_http1_header(req, "x-original-uri"));
+    if (!uri.p) uri = hstr(sl_http1_header(req, "x-forwarded-uri"));
+    if (!uri.p) uri = (sl_str){req->target, req->target_len};
+    const char *q = memchr(uri.p, '?', uri.len);
+    r.path = (sl_str){uri.p, q ? (size_t)(q - uri.p) : uri.len};
+    r.host = hstr(sl_http1_header(req, "x-forwarded-host"));
+    if (!r.host.p) r.host = hstr(sl_http1_header(req, "host"));
+    /* the client: client_ip's walk over the forwarded chain (or, with no setting, the
+     * left-most X-Forwarded-For, else X-Real-IP, else the peer) */
+    const sl_settings *st = sl_config_settings(w->gen->cfg);
+    const sl_client_ip_cfg *cip = &st->client_ip;
+    const char *vals[SL_CIP_VALUES_MAX];
+    size_t lens[SL_CIP_VALUES_MAX], nv = 0;
+    for (size_t i = 0; i < req->nheaders && cip->mode != SL_CIP_PEER; i++) {
+        const sl_http_header *hh = &req->headers[i];
+        if (hh->name_len != strlen(cip->header) || strncasecmp(hh->name, cip->header, hh->name_len) != 0) continue;
+        if (nv == SL_CIP_VALUES_MAX) { /* the last lines are the nearest proxies' */
+            memmove(vals, vals + 1, sizeof(vals[0]) * (nv - 1));
+            memmove(lens, lens + 1, sizeof(lens[0]) * (nv - 1));
+            nv--;
+        }
+        vals[nv] = hh->value, lens[nv++] = hh->value_len;
+    }
+    const sl_http_header *rip = cip->mode == SL_CIP_LEGACY ? sl_http1_header(req, "x-real-ip") : NULL;
+    char ipbuf[SL_CIP_TEXT_MAX];
+    const char *ipp;
+    size_t ipn;
+    sl_client_ip_pick(cip, vals, lens, nv, rip ? rip->value : NULL, rip ? rip->value_len : 0, c->peer_ip, ipbuf,
+                      &ipp, &ipn);
+    r.client_ip = (sl_str){ipp, ipn};
+    /* the route the gateway names (auth.route_header; the recipes strip a client's own) */
+    for (size_t i = 0; i < req->nheaders; i++) {
+        const sl_http_header *hh = &req->headers[i];
+        if (hh->name_len == strlen(st->auth_route_header) &&
+            strncasecmp(hh->name, st->auth_route_header, hh->name_len) == 0 && hh->value_len > 0) {
+            r.route = (sl_str){hh->value, hh->value_len};
+            break;
+        }
+    }
+    /* the original request's size (cost: body_bytes): a gateway forwards it in
+     * X-Original-Length (its auth request has no body), or sends the body itself */
+    if ((h = sl_http1_header(req, "x-original-length")) != NULL) {
+        uint64_t n = 0;
+        bool ok = h->value_len > 0 && h->value_len <= 19;
+        for (size_t i = 0; ok && i < h->value_len; i++) {
+            ok = h->value[i] >= '0' && h->value[i] <= '9';
+            n = n * 10 + (uint64_t)(h->value[i] - '0');
+        }
+        if (ok) {
+            r.has_body_bytes = true;
+            r.body_bytes = n;
+        }
+    } else if (sl_http1_header(req, "content-length") != NULL) {
+        r.has_body_bytes = true;
+        r.body_bytes = req->body_len;
+    }
+    const sl_engine *e = w->gen->engine;
+    sl_engine_prepare(e, &r, &p->v);
+    set_client(p, r.client_ip);
+    sl_pending_submit(p);
+    sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    if (sl_pending_park(p)) c->suspended = true;
+}
+
+/* ---- JSON endpoints ---- */
+
+/* The body as a JSON object, or NULL with why in x->why (the parser's own words and
+ * place: "integer overflow near '9223372036854775808' at line 1 column 42"). */
+static json_t *parse_body(http_ctx *x) {
+    x->why[0] = '\0';
+    if (x->req->body_len == 0) {
+        snprintf(x->why, sizeof(x->why), "the body is empty");
+        return NULL;
+    }
+    json_error_t err;
+    json_t *j = json_loadb(x->req->body, x->req->body_len, 0, &err);
+    if (j == NULL) {
+        snprintf(x->why, sizeof(x->why), "invalid JSON: %.120s at line %d column %d", err.text, err.line,
+                 err.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        snprintf(x->why, sizeof(x->why), "the body is JSON but not an object");
+        return NULL;
+    }
+    return j;
+}
+
+static int json_u64(json_t *o, const char *k, uint64_t *out, int *present) {
+    json_t *v = json_object_get(o, k);
+    *present = v != NULL;
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return -1;
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* The /v1/check answer: the engine's JSON plus "headers" (the lines a gateway should
+ * send) and "token". */
+static void verdict_reply(sl_conn *c, int minor, bool is_head, int rc, sl_verdict *v) {
+    sl_worker *w = c->w;
+    char hbuf[HDRS_MAX];
+    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->gen->legacy_headers ? SL_RENDER_LEGACY : 0);
+    if (hl < 0) hbuf[0] = '\0';
+    char body[BODY_MAX];
+    int bl = rc == 0 ? sl_render_json(v, false, body, sizeof(body)) : -1;
+    json_t *o = bl > 0 ? json_loadb(body, (size_t)bl, 0, NULL) : NULL;
+    if (o == NULL || !json_is_object(o)) {
+        if (o) json_decref(o);
+        o = json_object();
+        /* an engine error decides nothing: never "allowed" */
+        json_object_set_new(o, "allowed", json_boolean(v->action != SL_ERROR && !rejected(v)));
+        if (rc != 0) json_object_set_new(o, "error", json_string(sl_engine_error_text(rc)));
+    }
+    if (json_object_get(o, "headers") == NULL) {
+        json_t *h = json_object();
+        char *line = hbuf;
+        while (*line) {
+            char *eol = strstr(line, "\r\n");
+            if (!eol) break;
+            *eol = '\0';
+            char *colon = strchr(line, ':');
+            if (colon) {
+                *colon = '\0';
+                const char *val = colon + 1;
+                while (*val == ' ') val++;
+                json_object_set_new(h, line, json_string(val));
+                *colon = ':';
+            }
+            *eol = '\r';
+            line = eol + 2;
+        }
+        json_object_set_new(o, "headers", h);
+    }
+    if (rc == 0 && sl_verdict_needs_token(v) && json_object_get(o, "token") == NULL) {
+        char tok[SL_TOKEN_MAX + 1];
+        int tl = sl_verdict_token(v, tok, sizeof(tok));
+        if (tl > 0) json_object_set_new(o, "token", json_stringn(tok, (size_t)tl));
+    }
+    char *out = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    /* An engine error (SL_ERROR: 500, or 404 for an unknown policy) is not a store
+     * failure (503); the verdict says which. */
+    int status = rc != 0 ? (v->action == SL_ERROR && v->status >= 400 ? v->status
+                            : rc == SLUICE_ENOTFOUND                  ? 404
+                                                                      : 503)
+                 : (v->status >= 200 && v->status <= 599) ? v->status
+                 : v->action == SL_FAIL   ? 503
+                 : v->action == SL_REJECT ? 429
+                                          : 200;
+    if (out) {
+        reply(c, minor, status, hbuf, "application/json", out, strlen(out), !is_head);
+        free(out);
+    } else {
+        problem(c, minor, 500, "out of memory", 1);
+    }
+}
+
+static int json_str(json_t *o, const char *k, const char **p, size_t *n) {
+    json_t *v = json_object_get(o, k);
+    if (!v || !json_is_string(v)) return -1;
+    *p = json_string_value(v);
+    *n = json_string_length(v);
+    return 0;
+}
+
+sl_str sl_http_json_str(const json_t *o, const char *k) {
+    sl_str s = {NULL, 0};
+    json_t *v = json_object_get(o, k);
+    if (v && json_is_string(v)) {
+        s.p = json_string_value(v);
+        s.len = json_string_length(v);
+    }
+    return s;
+}
+#define jstr sl_http_json_str
+
+void sl_http_json_request(const json_t *body, sl_request *r, sl_header *hdrs) {
+    const json_t *a = json_object_get(body, "request");
+    if (!json_is_object(a)) a = body;
+    memset(r, 0, sizeof(*r));
+    r->method = jstr(a, "method");
+    r->path = jstr(a, "path");
+    r->host = jstr(a, "host");
+    r->client_ip = jstr(a, "client_ip");
+    if (!r->client_ip.p) r->client_ip = jstr(a, "ip");
+    r->route = jstr(a, "route");
+    json_t *hj = json_object_get(a, "headers");
+    if (json_is_object(hj)) {
+        const char *hk;
+        json_t *hv;
+        json_object_foreach(hj, hk, hv) {
+            if (r->n_headers >= SL_HTTP_MAX_HEADERS || !json_is_string(hv)) continue;
+            hdrs[r->n_headers].name = (sl_str){hk, strlen(hk)};
+            hdrs[r->n_headers].value = (sl_str){json_string_value(hv), json_string_length(hv)};
+            r->n_headers++;
+        }
+    }
+    r->headers = hdrs;
+    json_t *bb = json_object_get(a, "body_bytes");
+    if (json_is_integer(bb) && json_integer_value(bb) >= 0) {
+        r->has_body_bytes = true;
+        r->body_bytes = (uint64_t)json_integer_value(bb);
+    }
+}
+
+static void finish_check(sl_pending *p, int rc, bool later) {
+    sl_conn *c = p->c;
+    if (rc == SLUICE_ENOTFOUND && p->v.action == SL_ERROR) {
+        problem(c, p->minor, 404, "no such policy", 1);
+    } else if (p->v.run.pass && rc == 0) {
+        bool ok = p->v.action == SL_ALLOW;
+        const char *b = ok ? "{\"passed\":true}" : "{\"passed\":false}";
+        if (ok) reply(c, p->minor, 200, NULL, "application/json", b, strlen(b), 1);
+        else problem(c, p->minor, 404, "no challenge to pass for this key (none running, or a block)", 1);
+    } else {
+        sl_rej_client_set(p->client, strlen(p->client));
+        sl_server_count_verdict(c->w, rc, &p->v);
+        sl_rej_client_set(NULL, 0);
+        verdict_reply(c, p->minor, p->is_head, rc, &p->v);
+    }
+    if (later) sl_conn_resume(c);
+}
+
+static void handle_check(http_ctx *x, int acquire) {
+    sl_conn *c = x->c;
+    sl_worker *w = c->w;
+    json_t *j = parse_body(x);
+    if (j == NULL) {
+        char d[320];
+        snprintf(d, sizeof(d), "the body must be a JSON object: %s", x->why);
+        problem(c, x->req->minor, 400, d, 1);
+        return;
+    }
+    const char *policy, *key;
+    size_t pl, kl;
+    uint64_t cost = 0;
+    int has_cost = 0;
+    if (json_u64(j, "cost", &cost, &has_cost) != 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, "\"cost\" must be a non-negative integer", 1);
+        return;
+    }
+    bool named = json_str(j, "policy", &policy, &pl) == 0;
+    if (!named && json_object_get(j, "policy") != NULL) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, "\"policy\" must be a string (a policy's name)", 1);
+        return;
+    }
+    const char *cls = NULL;
+    size_t cll = 0;
+    if (json_object_get(j, "class") != NULL && json_str(j, "class", &cls, &cll) != 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, "\"class\" must be a string (a priority class of the policy)", 1);
+        return;
+    }
+    if (named && json_str(j, "key", &key, &kl) != 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, "\"key\" (a string) is required with \"policy\"", 1);
+        return;
+    }
+    if (!named && acquire == 1) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, "\"policy\" and \"key\" are required", 1);
+        return;
+    }
+    sl_llm_request lrq; /* issue 24: an LLM request body (server/llm_http.c) */
+    char lerr[200];
+    int has_llm = named ? 0 : sl_http_llm_request(j, &lrq, lerr, sizeof(lerr));
+    if (has_llm < 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, lerr, 1);
+        return;
+    }
+    sl_pending *p = sl_pending_get(w, c, finish_check);
+    if (p == NULL) {
+        json_decref(j);
+        busy(c, x->req->minor);
+        return;
+    }
+    p->minor = x->req->minor;
+    p->is_head = x->is_head != 0;
+    const sl_engine *e = w->gen->engine;
+    set_client(p, (sl_str){NULL, 0});
+    if (named) {
+        sl_engine_prepare_named_class(e, policy, key, kl, acquire || has_cost, acquire ? 1 : cost, cls, &p->v);
+    } else {
+        sl_request r;
+        sl_header hdrs[SL_HTTP_MAX_HEADERS];
+        sl_http_json_request(j, &r, hdrs);
+        if (has_llm) r.llm = &lrq;
+        if (has_cost) { /* the request's cost (an Envoy request's hits_addend too) */
+            r.has_cost = true;
+            r.cost = r.hits_addend = cost;
+        }
+        sl_engine_prepare(e, &r, &p->v);
+        set_client(p, r.client_ip);
+    }
+    json_decref(j); /* the verdict holds what it needs (keys are copied) */
+    sl_pending_submit(p);
+    if (acquire == 2) /* POST /v1/challenge/pass: a solved challenge, not a decision */
+        sl_engine_pass(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    else
+        sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    if (sl_pending_park(p)) c->suspended = true;
+}
+
+static void finish_token(sl_pending *p, int rc, bool later) {
+    sl_conn *c = p->c;
+    sl_server_count_settle(c->w, rc, &p->v); /* units charged above a reservation */
+    if (rc == 0) {
+        const char *b = p->op == SL_TOKEN_SETTLE   ? "{\"settled\":true}"
+                        : p->op == SL_TOKEN_RELEASE ? "{\"released\":true}"
+                                                    : "{\"settled\":true,\"released\":true}";
+        reply(c, p->minor, 200, NULL, "application/json", b, strlen(b), 1);
+    } else if (rc == SLUICE_ENOTFOUND) {
+        problem(c, p->minor, 404, "token already used, expired or unknown", 1);
+    } else if (rc == SLUICE_EINVAL) {
+        problem(c, p->minor, 400, "invalid token (altered, forged, or sealed by another instance or "
+                                  "before a restart: only a shared store.key_secret carries tokens over)", 1);
+    } else if (rc == SL_ETOKEN_OP) {
+        problem(c, p->minor, 400, p->op == SL_TOKEN_SETTLE ? "this token holds no reservation to settle"
+                                                          : "this token holds no lease to release", 1);
+    } else {
+        problem(c, p->minor, 503, sluice_strerror(rc), 1);
+    }
+    if (later) sl_conn_resume(c);
+}
+
+/* A decimal from a header (X-Sluice-Actual), false when absent or malformed. */
+static bool header_u64(const sl_http_req *req, const char *name, uint64_t *out) {
+    const sl_http_header *h = sl_http1_header(req, name);
+    if (h == NULL || h->value_len == 0 || h->value_len > 19) return false;
+    uint64_t n = 0;
+    for (size_t i = 0; i < h->value_len; i++) {
+        if (h->value[i] < '0' || h->value[i] > '9') return false;
+        n = n * 10 + (uint64_t)(h->value[i] - '0');
+    }
+    *out = n;
+    return true;
+}
+
+/* POST /v1/settle {"token", "actual"} and /v1/release {"token"}; a gateway that cannot
+ * build JSON sends the token in X-Sluice-Token and the actual cost in X-Sluice-Actual
+ * (nginx's post_action, with no body at all). */
+static void handle_token(http_ctx *x, int settle) {
+    sl_conn *c = x->c;
+    sl_worker *w = c->w;
+    const sl_http_header *th = sl_http1_header(x->req, "x-sluice-token");
+    json_t *j = th != NULL && x->req->body_len == 0 ? json_object() : parse_body(x);
+    const char *tok = NULL;
+    size_t tl = 0;
+    uint64_t actual = 0;
+    int has_actual = 0;
+    if (j != NULL && th != NULL) {
+        tok = th->value;
+        tl = th->value_len;
+        has_actual = header_u64(x->req, "x-sluice-actual", &actual);
+    }
+    if (j == NULL || (tok == NULL && json_str(j, "token", &tok, &tl) != 0) ||
+        (!has_actual && json_u64(j, "actual", &actual, &has_actual) != 0) || (settle == 1 && !has_actual)) {
+        if (j) json_decref(j);
+        problem(c, x->req->minor, 400,
+                settle == 1 ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
+        return;
+    }
+    /* a release's sample for adaptive limits: latency_ms (a number, fractions allowed; else
+     * the time since the decision) and outcome (ok, error, dropped; else ok) */
+    bool has_lat = false;
+    int64_t lat_ns = 0;
+    unsigned outcome = SLUICE_OUTCOME_OK;
+    json_t *lj = json_object_get(j, "latency_ms"), *oj = json_object_get(j, "outcome");
+    if (lj != NULL) {
+        if (!json_is_number(lj) || json_number_value(lj) < 0 || json_number_value(lj) > 1e9) {
+            json_decref(j);
+            problem(c, x->req->minor, 400, "\"latency_ms\" must be a number of milliseconds", 1);
+            return;
+        }
+        has_lat = true;
+        /* the only floating point on this path: a client's decimal, turned into whole ns */
+        lat_ns = (int64_t)(json_number_value(lj) * 1e6 + 0.5);
+    }
+    if (oj != NULL) {
+        const char *os = json_is_string(oj) ? json_string_value(oj) : "";
+        if (strcmp(os, "ok") == 0) outcome = SLUICE_OUTCOME_OK;
+        else if (strcmp(os, "error") == 0) outcome = SLUICE_OUTCOME_ERROR;
+        else if (strcmp(os, "dropped") == 0) outcome = SLUICE_OUTCOME_DROPPED;
+        else {
+            json_decref(j);
+            problem(c, x->req->minor, 400, "\"outcome\" must be ok, error or dropped", 1);
+            return;
+        }
+    }
+    sl_pending *p = sl_pending_get(w, c, finish_token);
+    if (p == NULL) {
+        json_decref(j);
+        busy(c, x->req->minor);
+        return;
+    }
+    p->minor = x->req->minor;
+    /* /v1/finish: the response is over: settle (when an actual cost came) and release */
+    p->op = settle == 1 ? SL_TOKEN_SETTLE
+          : settle == 2 ? (has_actual ? SL_TOKEN_SETTLE | SL_TOKEN_RELEASE : SL_TOKEN_RELEASE)
+                        : SL_TOKEN_RELEASE;
+    sl_pending_submit(p);
+    sl_engine_token_sample(w->gen->engine, w->lane, tok, tl, p->op, actual, has_lat, lat_ns, outcome,
+                           sl_worker_now(w), &p->v, sl_pending_done, p);
+    json_decref(j); /* the token was read into the verdict before anything went out */
+    if (sl_pending_park(p)) c->suspended = true;
+}
+
+void sl_http_handle(sl_conn *c, const sl_http_req *req) {
+    http_ctx x = {.c = c, .req = req, .path = req->target, .path_len = req->target_len};
+    const char *q = memchr(req->target, '?', req->target_len);
+    if (q) {
+        x.path_len = (size_t)(q - req->target);
+        x.query = q + 1;
+        x.query_len = req->target_len - x.path_len - 1;
+    }
+    x.is_head = method_is(&x, "HEAD");
+    if (c->kind == SL_KIND_ADMIN) {
+        sl_admin_handle(c, req, x.path, x.path_len, x.is_head != 0);
+        return;
+    }
+    int post = method_is(&x, "POST");
+    if (path_is(&x, "/v1/auth")) {
+        handle_auth(&x);
+    } else if (path_is(&x, "/v1/check") && post) {
+        handle_check(&x, 0);
+    } else if (path_is(&x, "/v1/acquire") && post) {
+        handle_check(&x, 1);
+    } else if (path_is(&x, "/v1/settle") && post) {
+        handle_token(&x, 1);
+    } else if (path_is(&x, "/v1/release") && post) {
+        handle_token(&x, 0);
+    } else if (path_is(&x, "/v1/finish") && post) {
+        handle_token(&x, 2);
+    } else if (path_is(&x, "/v1/challenge/pass") && post) {
+        handle_check(&x, 2); /* capacity protection: a solved challenge */
+    } else if (path_is(&x, "/v1/explain") && post) {
+        sl_explain_http(c, req); /* observe: explain_api.c */
+    } else if (path_is(&x, "/healthz")) {
+        reply(c, req->minor, 200, NULL, "text/plain", "ok\n", 3, !x.is_head);
+    } else if (path_is(&x, "/json") && post) { /* envoyproxy/ratelimit's JSON form */
+        sl_grpc_http_json(c, req);
+    } else if (path_is(&x, "/healthcheck")) {
+        sl_grpc_http_healthcheck(c, req);
+    } else if (path_is(&x, "/v1/check") || path_is(&x, "/v1/acquire") || path_is(&x, "/v1/settle") ||
+               path_is(&x, "/v1/release") || path_is(&x, "/v1/finish") || path_is(&x, "/v1/explain") ||
+               path_is(&x, "/v1/challenge/pass")) {
+        static const char b405[] =
+            "{\"type\":\"about:blank\",\"title\":\"Method Not Allowed\",\"status\":405}";
+        reply(c, req->minor, 405, "Allow: POST\r\n", "application/problem+json", b405,
+              sizeof(b405) - 1, !x.is_head);
+    } else {
+        problem(c, req->minor, 404, "no such endpoint", !x.is_head);
+    }
+}
