@@ -111,10 +111,5 @@ bool sl__parse_headers_opt(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p) {
         p->dialect = SL_DIALECT_ANTHROPIC;
         return true;
     }
-    if (sl__is_scalar(n) && (strcmp(n->s, "true") == 0 || strcmp(n->s, "false") == 0 ||
-                             strcmp(n->s, "True") == 0 || strcmp(n->s, "False") == 0))
-        return sl__get_bool(cx, n, &p->headers);
-    sl__err(cx, n, "bad headers '%.40s' (expected true, false, openai or anthropic)",
-            sl__is_scalar(n) ? n->s : "");
-    return false;
+    return sl__get_bool(cx, n, &p->headers); /* anything else: the boolean it always was */
 }

@@ -125,3 +125,42 @@ def test_anthropic_pools_and_user_key(make_server):
     other = json.loads(body)
     other["metadata"]["user_id"] = "team-c"
     assert check(s, json.dumps(other), path="/v1/messages", headers={}).status_code == 200
+
+
+def test_settle_with_the_providers_usage(make_server):
+    s = make_server(config_text=CONFIG)
+    body = fixture("openai_chat_request.json")
+    r = check(s, body)
+    tok = r.json()["token"]
+    usage = {"prompt_tokens": 1200, "completion_tokens": 52, "total_tokens": 1252,
+             "prompt_tokens_details": {"cached_tokens": 1024},
+             "completion_tokens_details": {"reasoning_tokens": 30}}
+    st = requests.post(s.http + "/v1/settle", json={"token": tok, "usage": usage}, timeout=5)
+    assert st.status_code == 200, st.text
+    L = limits(check(s, body, cost=0))
+    # input = 1200 - 1024 + 1024 x 0.5, output 52 (reasoning inside), requests 1
+    assert L["mini-tpm"]["remaining"] == 50000 - (1200 - 1024 + 512 + 52)
+    assert L["mini-rpm"]["remaining"] == 99
+    # settles once
+    assert requests.post(s.http + "/v1/settle", json={"token": tok, "usage": usage}, timeout=5).status_code == 404
+    # Anthropic: each pool settles to its own count; the whole response body is accepted too
+    ab = fixture("anthropic_messages_request.json")
+    r = check(s, ab, path="/v1/messages", headers={})
+    tok = r.json()["token"]
+    resp = {"id": "msg_1", "type": "message", "content": [{"type": "text", "text": "hi"}],
+            "usage": {"input_tokens": 40, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 10,
+                      "output_tokens": 25}}
+    st = requests.post(s.http + "/v1/settle", json={"token": tok, "response": resp}, timeout=5)
+    assert st.status_code == 200, st.text
+    L = limits(check(s, ab, path="/v1/messages", headers={}, cost=0))
+    assert L["an-out"]["remaining"] == 2000 - 25
+    assert L["an-in"]["remaining"] == 100000 - 50  # reads at weight 0, creation at 1
+    # hostile usage: refused, the token still usable
+    r = check(s, ab, path="/v1/messages", headers={})
+    tok = r.json()["token"]
+    for bad in [{"input_tokens": -1, "output_tokens": 3}, {"input_tokens": 2 ** 63, "output_tokens": 1},
+                {"foo": 1}]:
+        st = requests.post(s.http + "/v1/settle", json={"token": tok, "usage": bad}, timeout=5)
+        assert st.status_code == 400, (bad, st.text)
+    assert requests.post(s.http + "/v1/settle", json={"token": tok, "usage": {"input_tokens": 1, "output_tokens": 1}},
+                         timeout=5).status_code == 200

@@ -607,6 +607,15 @@ static void handle_token(http_ctx *x, int settle) {
         tl = th->value_len;
         has_actual = header_u64(x->req, "x-sluice-actual", &actual);
     }
+    sl_llm_usage usage; /* issue 24: the provider's usage object as is (api/http/llm_http.c) */
+    char uerr[200];
+    int has_usage = j != NULL && settle != 0 ? sl_http_llm_usage(j, &usage, uerr, sizeof(uerr)) : 0;
+    if (has_usage < 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, uerr, 1);
+        return;
+    }
+    if (has_usage) has_actual = 1;
     if (j == NULL || (tok == NULL && json_str(j, "token", &tok, &tl) != 0) ||
         (!has_actual && json_u64(j, "actual", &actual, &has_actual) != 0) || (settle == 1 && !has_actual)) {
         if (j) json_decref(j);
@@ -653,8 +662,12 @@ static void handle_token(http_ctx *x, int settle) {
           : settle == 2 ? (has_actual ? SL_TOKEN_SETTLE | SL_TOKEN_RELEASE : SL_TOKEN_RELEASE)
                         : SL_TOKEN_RELEASE;
     sl_pending_submit(p);
-    sl_engine_token_sample(w->gen->engine, w->lane, tok, tl, p->op, actual, has_lat, lat_ns, outcome,
-                           sl_worker_now(w), &p->v, sl_pending_done, p);
+    if (has_usage)
+        sl_engine_token_usage(w->gen->engine, w->lane, tok, tl, p->op, &usage, sl_worker_now(w), &p->v,
+                              sl_pending_done, p);
+    else
+        sl_engine_token_sample(w->gen->engine, w->lane, tok, tl, p->op, actual, has_lat, lat_ns, outcome,
+                               sl_worker_now(w), &p->v, sl_pending_done, p);
     json_decref(j); /* the token was read into the verdict before anything went out */
     if (sl_pending_park(p)) c->suspended = true;
 }
