@@ -26,6 +26,7 @@
 #include "server/capacity_metrics.h"
 #include "server/rejections.h"
 #include "server/series.h"
+#include "store/decision.h"
 #include "store/memory/famstats.h"
 
 const char *const sl_obs_result_names[SL_MET_RESULTS] = {
@@ -486,18 +487,6 @@ static const char *trace_id(const char *tp, char out[33]) {
     return out;
 }
 
-/* remaining/limit of a below b's (cross-multiplied: exact, no division) */
-static bool less_share(const sluice_result *a, const sluice_result *b) {
-    return (unsigned __int128)a->remaining * (b->limit ? b->limit : 1) <
-           (unsigned __int128)b->remaining * (a->limit ? a->limit : 1);
-}
-
-static bool later_retry(int64_t a, int64_t b) {
-    if (a == SLUICE_NEVER) return b != SLUICE_NEVER;
-    if (b == SLUICE_NEVER) return false;
-    return a > b;
-}
-
 /* One policy application (items [i, j) of v: one policy, one key) counted, sketched and
  * maybe logged. */
 static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, size_t i, size_t j,
@@ -523,14 +512,9 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     /* the deciding window of this policy: the limiting one with the longest retry-after,
      * else the one closest to exhaustion (the engine's rule, within the policy) */
     for (size_t k = i + 1; k < j; k++) {
-        const sluice_result *a = &v->items[k].result, *b = &v->items[dec].result;
-        if (lim) {
-            if (v->items[k].would_limit &&
-                (!v->items[dec].would_limit || later_retry(a->retry_after_ns, b->retry_after_ns)))
-                dec = k;
-        } else if (less_share(a, b)) {
+        if (sl_window_decides_over(&v->items[k].result, v->items[k].would_limit ? SL_RANK_LIMITS : 0,
+                                   &v->items[dec].result, v->items[dec].would_limit ? SL_RANK_LIMITS : 0))
             dec = k;
-        }
     }
     const sl_obs_gen_ent *de = gen_find(gm, v->items[dec].info);
     unsigned wslot = de ? de->series : pslot;
