@@ -4,8 +4,10 @@
 windows counting requests / input / output / total tokens apart, key parts llm.model and
 llm.user, plans per model, a peek through the same pipeline, broken bodies refused, and
 /v1/settle with the provider's usage object as is (per-window settlement)."""
+import datetime
 import json
 import os
+import re
 
 import requests
 
@@ -21,6 +23,7 @@ policies:
     key: [header.authorization, llm.model]
     llm: { bytes_per_token: 4, cached_weight: 0.5, default_max_tokens: 1000 }
     cost: { default: 1, settle: true, unit: tokens }
+    headers: openai
     algorithm: fixed_window
     limits:
       - { name: rpm, rate: 100/min, counts: requests }
@@ -36,6 +39,7 @@ policies:
     key: [llm.user]
     llm: { bytes_per_token: 4 }
     cost: { default: 1, settle: true, unit: tokens }
+    headers: anthropic
     algorithm: fixed_window
     limits:
       - { name: an-rpm, rate: 100/min, counts: requests }
@@ -164,3 +168,54 @@ def test_settle_with_the_providers_usage(make_server):
         assert st.status_code == 400, (bad, st.text)
     assert requests.post(s.http + "/v1/settle", json={"token": tok, "usage": {"input_tokens": 1, "output_tokens": 1}},
                          timeout=5).status_code == 200
+
+
+# Parsers written from the providers' documentation (no official SDK ships in Debian):
+# OpenAI's resets are Go durations ("6m0s", "1s", "20ms"), Anthropic's RFC 3339 times.
+GO_DUR = re.compile(r"^(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$")
+
+
+def go_duration_s(text):
+    m = GO_DUR.match(text)
+    assert m and text, "not a Go duration: %r" % text
+    h, mi, s, ms = m.groups()
+    return int(h or 0) * 3600 + int(mi or 0) * 60 + float(s or 0) + int(ms or 0) / 1000.0
+
+
+def rfc3339(text):
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", text), text
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+
+
+def test_dialect_headers(make_server):
+    s = make_server(config_text=CONFIG)
+    body = fixture("openai_chat_request.json")
+    est = -(-len(body) // 4)
+    r = check(s, body)
+    h = r.headers
+    assert h["x-ratelimit-limit-requests"] == "100" and h["x-ratelimit-remaining-requests"] == "99"
+    assert h["x-ratelimit-limit-tokens"] == "50000"
+    assert int(h["x-ratelimit-remaining-tokens"]) == 50000 - est - 400
+    for k in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"):
+        assert 0 < go_duration_s(h[k]) <= 60, h[k]
+    assert "RateLimit" in h  # the IETF fields stay
+    # Anthropic: tokens = the most restrictive token window (output here), RFC 3339 resets
+    ab = fixture("anthropic_messages_request.json")
+    r = check(s, ab, path="/v1/messages", headers={})
+    h = r.headers
+    assert h["anthropic-ratelimit-requests-limit"] == "100"
+    assert h["anthropic-ratelimit-output-tokens-remaining"] == "1600"
+    assert h["anthropic-ratelimit-input-tokens-limit"] == "100000"
+    assert h["anthropic-ratelimit-tokens-limit"] == "2000"  # output: least remaining
+    assert h["anthropic-ratelimit-tokens-remaining"] == "1600"
+    t0 = rfc3339(h["anthropic-ratelimit-requests-reset"])
+    for fam in ("requests", "tokens", "input-tokens", "output-tokens"):
+        t = rfc3339(h["anthropic-ratelimit-%s-reset" % fam])
+        assert abs((t - t0).total_seconds()) <= 60
+    # refused: remaining 0 and retry-after, in the dialect too
+    for _ in range(4):
+        check(s, ab, path="/v1/messages", headers={})
+    r = check(s, ab, path="/v1/messages", headers={})
+    assert r.status_code == 429
+    assert r.headers["anthropic-ratelimit-output-tokens-remaining"] == "0"
+    assert int(r.headers["retry-after"]) > 0

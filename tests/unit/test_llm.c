@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "json.h"
+#include "llm/dialect.h"
 #include "llm/llm.h"
 #include "llm/stream.h"
 #include "t.h"
@@ -447,6 +448,22 @@ static void test_count_names(void) {
     T_EQ_I(sl_llm_count_parse("tokens", &c), -1);
 }
 
+static void test_dialect_text(void) {
+    char b[40];
+    static const struct { int64_t ns; const char *want; } d[] = {
+        {0, "0s"}, {-5, "0s"}, {1, "1ms"}, {20000000, "20ms"}, {999000000, "999ms"},
+        {1000000000, "1s"}, {1500000000, "1.5s"}, {1234000000, "1.234s"}, {360000000000, "6m0s"},
+        {3723000000000, "1h2m3s"}, {3600000000000, "1h0m0s"}, {59999000001, "1m0s"}};
+    for (size_t i = 0; i < sizeof(d) / sizeof(d[0]); i++) {
+        sl_llm_go_duration(d[i].ns, b, sizeof(b));
+        T_EQ_S(b, d[i].want);
+    }
+    sl_llm_rfc3339(1764810000000000000ll, b, sizeof(b));
+    T_EQ_S(b, "2025-12-04T01:00:00Z");
+    sl_llm_rfc3339(1764810000000000001ll, b, sizeof(b)); /* a reset is never early */
+    T_EQ_S(b, "2025-12-04T01:00:01Z");
+}
+
 int main(void) {
     T_RUN(test_request_openai);
     T_RUN(test_request_others);
@@ -459,5 +476,6 @@ int main(void) {
     T_RUN(test_stream_anthropic);
     T_RUN(test_stream_settle_rules);
     T_RUN(test_count_names);
+    T_RUN(test_dialect_text);
     return T_DONE();
 }
