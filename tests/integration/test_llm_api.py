@@ -11,7 +11,7 @@ import re
 
 import requests
 
-from conftest import Server
+from conftest import RespError, Server, as_dict
 
 SRC = os.environ.get("SLUICE_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
 FIX = os.path.join(SRC, "tests", "integration", "fixtures", "llm")
@@ -219,3 +219,29 @@ def test_dialect_headers(make_server):
     assert r.status_code == 429
     assert r.headers["anthropic-ratelimit-output-tokens-remaining"] == "0"
     assert int(r.headers["retry-after"]) > 0
+
+
+def test_resp_equivalents(make_server):
+    s = make_server(config_text=CONFIG)
+    c = s.resp()
+    body = fixture("anthropic_messages_request.json")
+    est = -(-len(body.encode()) // 4)
+    r = as_dict(c.command("SL.CHECKREQ", "METHOD", "POST", "PATH", "/v1/messages", "LLM", body))
+    assert r["allowed"] == 1, r
+    tok = r["token"]
+    assert isinstance(tok, bytes) and tok
+    r = c.command("SL.SETTLE", tok, "USAGE", json.dumps({"input_tokens": 30, "output_tokens": 12}))
+    assert not isinstance(r, RespError), r
+    peek = as_dict(c.command("SL.CHECKREQ", "METHOD", "POST", "PATH", "/v1/messages", "LLM", body, "COST", "0"))
+    assert peek["allowed"] == 1
+    # a broken body and a hostile usage: clear errors
+    e = c.command("SL.CHECKREQ", "METHOD", "POST", "PATH", "/v1/messages", "LLM", "{\"max_tokens\": -1}")
+    assert isinstance(e, RespError) and "LLM body" in e, e
+    r = as_dict(c.command("SL.CHECKREQ", "METHOD", "POST", "PATH", "/v1/messages", "LLM", body))
+    e = c.command("SL.SETTLE", r["token"], "USAGE", "{\"output_tokens\": 9223372036854775808}")
+    assert isinstance(e, RespError) and "usage" in e, e
+    c.close()
+    # what the settle left, read over HTTP: output 400 reserved then settled to 12
+    L = limits(check(s, body, path="/v1/messages", headers={}, cost=0))
+    assert L["an-out"]["remaining"] == 2000 - 12 - 400  # the second reservation still stands
+    assert L["an-in"]["remaining"] == 100000 - 30 - est
