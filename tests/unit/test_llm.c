@@ -439,6 +439,59 @@ static void test_stream_settle_rules(void) {
     sl_llm_buf_free(&out);
 }
 
+/* 10,000 streams at once, their chunks interleaved (each cut at a different size, so every
+ * stream holds a partial event between rounds): each settles exactly once to its own
+ * fixture's usage, and what is held stays bounded by one event per stream. */
+static void test_stream_many(void) {
+    size_t n1 = 0, n2 = 0;
+    char *f1 = slurp("openai_chat_stream.sse", &n1), *f2 = slurp("anthropic_messages_stream.sse", &n2);
+    if (!f1 || !f2) return;
+    enum { N = 10000 };
+    sl_llm_stream *st = calloc(N, sizeof(*st));
+    size_t *off = calloc(N, sizeof(size_t));
+    sl_llm_params p = P(0);
+    sl_llm_counts res = {.requests = 1, .input = 1, .output = 100, .total = 101};
+    for (int i = 0; i < N; i++)
+        sl_llm_stream_init(&st[i], i % 2 ? SL_LLM_ANTHROPIC_MESSAGES : SL_LLM_OPENAI_CHAT, &p,
+                           SL_LLM_NO_BUDGET, &res, "many");
+    sl_llm_buf out = {0};
+    int open = N;
+    size_t held_max = 0;
+    while (open > 0) {
+        size_t held = 0;
+        for (int i = 0; i < N; i++) {
+            const char *f = i % 2 ? f2 : f1;
+            size_t n = i % 2 ? n2 : n1;
+            if (off[i] >= n) continue;
+            size_t k = (size_t)(i % 97) + 13;
+            if (k > n - off[i]) k = n - off[i];
+            out.len = 0;
+            T_EQ_I(sl_llm_stream_feed(&st[i], f + off[i], k, off[i] + k == n, &out), 0);
+            off[i] += k;
+            if (off[i] == n) open--;
+            held += st[i].pend.cap;
+        }
+        if (held > held_max) held_max = held;
+    }
+    T_CHECK(held_max <= (size_t)N * 4096); /* a held event, not a stream */
+    for (int i = 0; i < N; i++) {
+        sl_llm_counts c;
+        T_EQ_I(sl_llm_stream_settle(&st[i], 1, &c), SL_LLM_SETTLE_USAGE);
+        if (i % 2) {
+            if (c.output != 55 || c.input != 610) T_FAIL("stream %d: %llu/%llu", i, (unsigned long long)c.input, (unsigned long long)c.output);
+        } else if (c.output != 52 || c.input != 176) {
+            T_FAIL("stream %d: %llu/%llu", i, (unsigned long long)c.input, (unsigned long long)c.output);
+        }
+        T_EQ_U(st[i].bytes_out, i % 2 ? n2 : n1);
+        sl_llm_stream_free(&st[i]);
+    }
+    sl_llm_buf_free(&out);
+    free(st);
+    free(off);
+    free(f1);
+    free(f2);
+}
+
 static void test_count_names(void) {
     sl_llm_count c;
     T_EQ_I(sl_llm_count_parse("input_tokens", &c), 0);
@@ -475,6 +528,7 @@ int main(void) {
     T_RUN(test_stream_openai);
     T_RUN(test_stream_anthropic);
     T_RUN(test_stream_settle_rules);
+    T_RUN(test_stream_many);
     T_RUN(test_count_names);
     T_RUN(test_dialect_text);
     return T_DONE();
