@@ -4,6 +4,9 @@
 #                 (also CONFIG=FILE, STORE=redis://HOST:PORT, WORKERS=N)
 #   make test     build and run every test (ctest), then again under ASan+UBSan; both
 #                 passes always run and are reported; the status fails if either failed
+#   make test-fast  the edit-compile-test loop: unit tests, the instruction-count guard and
+#                 the integration tests not labelled slow (ctest -LE 'slow|fuzz'), plain build
+#   make test-plain / test-asan   one pass of make test each; TESTS=REGEX narrows any of them
 #   make          build everything (library, program, man pages)
 #   make install  PREFIX=/usr/local (DESTDIR= for staging); never overwrites an existing
 #                 sysconfdir/sluice/sluice.yaml (GNUInstallDirs: /etc when PREFIX=/usr,
@@ -35,7 +38,7 @@ MAKEFLAGS += --no-print-directory
 
 CONFIGURE = cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
-.PHONY: all deps build run test test-fast test-asan bench fuzz install deb clean
+.PHONY: all deps build run test test-plain test-fast test-asan bench fuzz install deb clean
 
 all: build
 
@@ -57,24 +60,34 @@ run:
 	@HTTP="$(HTTP)" RESP="$(RESP)" GRPC="$(GRPC)" ADMIN="$(ADMIN)" STORE="$(STORE)" \
 	  WORKERS="$(WORKERS)" bash scripts/run.sh $(BUILD)/sluice $(CONFIG)
 
+# ctest -j: tests pick free ports and run side by side, except those RUN_SERIAL in
+# tests/test_classes.cmake; TESTS narrows a run (ctest -R).
+CTEST_R = $(if $(TESTS),-R '$(TESTS)')
+
+test-plain:
+	@bash scripts/deps.sh --for test
+	@$(CONFIGURE) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) $(CTEST_R)
+
 test-fast:
 	@bash scripts/deps.sh --for test
 	@$(CONFIGURE) >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
-	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE 'slow|fuzz' $(CTEST_R)
 
 test-asan:
 	@bash scripts/deps.sh --for test
 	@cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON >/dev/null
 	@cmake --build $(BUILD_ASAN) -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --test-dir $(BUILD_ASAN) --output-on-failure -j$(JOBS)
+	  ctest --test-dir $(BUILD_ASAN) --output-on-failure -j$(JOBS) $(CTEST_R)
 
 # Both passes run even when the first fails (a plain failure must not hide what the
 # sanitizers would say); the summary names each, and the status is a failure if either is.
 test:
 	@plain=ok; asan=ok; \
-	$(MAKE) test-fast || plain=FAILED; \
+	$(MAKE) test-plain || plain=FAILED; \
 	$(MAKE) test-asan || asan=FAILED; \
 	echo "make test: plain pass $$plain, ASan+UBSan pass $$asan"; \
 	[ $$plain = ok ] && [ $$asan = ok ]

@@ -214,7 +214,7 @@ bool sl_cap_release(const sl_limit *lim, const void *state, void *next, sluice_t
                     uint64_t lease, bool has_sample, int64_t latency_ns, unsigned outcome,
                     sl_cap_info *x);
 
-/* Capacity parameters in a snapshot (store/snapshot.c): whether a limit has any, and
+/* Capacity parameters in a snapshot (store/memory/snapshot.c): whether a limit has any, and
  * SL_CAP_WORDS integers that rebuild them (sl_cap_init checks what decode returns). */
 #define SL_CAP_WORDS 42
 bool sl_cap_present(const sl_limit *lim);

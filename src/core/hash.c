@@ -20,10 +20,6 @@
 #include <string.h>
 #include <sys/random.h>
 
-#define rotl sl__rotl
-#define load64 sl__load64
-#define SIPROUND SL__SIPROUND
-
 void sl_sip_init(sl_sip *s, const sl_hash_key *key) {
     s->v0 = key->k0 ^ UINT64_C(0x736f6d6570736575);
     s->v1 = key->k1 ^ UINT64_C(0x646f72616e646f6d) ^ 0xee;
@@ -36,21 +32,19 @@ void sl_sip_blocks(sl_sip *s, const void *p, size_t nblocks, int c) {
     const unsigned char *b = p;
     uint64_t v0 = s->v0, v1 = s->v1, v2 = s->v2, v3 = s->v3;
     for (size_t i = 0; i < nblocks; i++, b += 8) {
-        uint64_t m = load64(b);
+        uint64_t m = sl__load64(b);
         v3 ^= m;
-        for (int r = 0; r < c; r++) SIPROUND(v0, v1, v2, v3);
+        for (int r = 0; r < c; r++) SL__SIPROUND(v0, v1, v2, v3);
         v0 ^= m;
     }
     s->v0 = v0, s->v1 = v1, s->v2 = v2, s->v3 = v3;
     s->len += (uint64_t)nblocks * 8;
 }
 
-#define finish sl__sip_finish
-
 sl_hash128 sl_sip_finish(const sl_sip *s, const void *p, size_t len, int c, int d) {
-    if (c == SL_HASH_C && d == SL_HASH_D) return finish(s, p, len, SL_HASH_C, SL_HASH_D);
-    if (c == 2 && d == 4) return finish(s, p, len, 2, 4);
-    return finish(s, p, len, c, d);
+    if (c == SL_HASH_C && d == SL_HASH_D) return sl__sip_finish(s, p, len, SL_HASH_C, SL_HASH_D);
+    if (c == 2 && d == 4) return sl__sip_finish(s, p, len, 2, 4);
+    return sl__sip_finish(s, p, len, c, d);
 }
 
 sl_hash128 sl_siphash128(const sl_hash_key *key, const void *p, size_t len, int c, int d) {
@@ -62,7 +56,7 @@ sl_hash128 sl_siphash128(const sl_hash_key *key, const void *p, size_t len, int 
 sl_hash128 sl_hash128_of(const sl_hash_key *key, const void *p, size_t len) {
     sl_sip s;
     sl_sip_init(&s, key);
-    return finish(&s, p, len, SL_HASH_C, SL_HASH_D);
+    return sl__sip_finish(&s, p, len, SL_HASH_C, SL_HASH_D);
 }
 
 /* getrandom(2) blocks only until the kernel pool is initialised at boot, and never fails
@@ -85,8 +79,8 @@ int sl_hash_random_key(sl_hash_key *out) {
 
 sl_hash_key sl_hash_key_from_bytes(const uint8_t b[16]) {
     sl_hash_key k;
-    k.k0 = load64(b);
-    k.k1 = load64(b + 8);
+    k.k0 = sl__load64(b);
+    k.k1 = sl__load64(b + 8);
     return k;
 }
 

@@ -152,7 +152,7 @@ typedef struct sl_verdict_item {
     bool charge;                /* count_rejected: charged even when the request is rejected */
     bool count_only;            /* envoy compat (fixed windows): the store only counts (limit
                                    SL_COUNT_ONLY_LIMIT, group 0, never rejects); the answer
-                                   compares the count with the rule's limit (src/grpc/rls.c),
+                                   compares the count with the rule's limit (src/api/grpc/rls.c),
                                    as envoyproxy/ratelimit's INCRBY-then-compare does */
     uint8_t group;              /* shadow items: their store group (policy and key), 1.. */
     uint32_t override_limit;    /* that requests_per_unit */

@@ -36,7 +36,7 @@ typedef struct sl__epol {
     sl_cwindow *cap_cw;
     void *cap_names;     /* their labels and limiter names */
     uint64_t tok_owner;  /* hash of the policy's name: whose share its tokens count in */
-    atomic_int_fast64_t *ovr_n; /* overrides of this policy (store/override.c): 0 = no lookup */
+    atomic_int_fast64_t *ovr_n; /* overrides of this policy (store/memory/override.c): 0 = no lookup */
 } sl__epol;
 
 /* prepare.c's key composition, shared with capacity.c */

@@ -143,7 +143,7 @@ typedef struct sl_cell_cache {
 /* ---- connections ---- */
 
 /* GRPC: connections of the gRPC listener, and HTTP ones that opened with the HTTP/2
- * preface (h2c prior knowledge); their bytes go to the session in src/grpc. */
+ * preface (h2c prior knowledge); their bytes go to the session in src/api/grpc. */
 typedef enum sl_conn_kind {
     SL_KIND_HTTP = 0,
     SL_KIND_RESP = 1,
@@ -182,7 +182,7 @@ typedef struct sl_conn {
     int proto;          /* RESP protocol version: 2 or 3 */
     char peer_ip[64];
     struct sl_conn *next_all, *prev_all;
-    struct sl_h2 *h2;   /* the HTTP/2 session of a GRPC connection (src/grpc), or NULL */
+    struct sl_h2 *h2;   /* the HTTP/2 session of a GRPC connection (src/api/grpc), or NULL */
     struct sl_ovr_stream *ovr_imp; /* POST /v1/overrides/import being streamed, or NULL */
     struct sl_ovr_export *ovr_exp; /* GET /v1/overrides/export being written, or NULL */
     struct sl_tls *tls; /* TLS under the reads and writes (tls.c), or NULL */

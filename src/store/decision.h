@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * decision.h -- rules shared by every store's decisions (memory in decide.c, Redis in
- * src/redis/request.c), so both name the same deciding limit.
+ * src/store/redis/request.c), so both name the same deciding limit.
  */
 #ifndef SL_DECISION_H
 #define SL_DECISION_H

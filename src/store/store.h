@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.h -- the interface every store implements (the memory store here, the Redis
- * store in src/redis) and the engine decides through: one request per decision, answered
+ * store in src/store/redis) and the engine decides through: one request per decision, answered
  * by a completion that runs at once (memory) or later, from the lane's event loop (Redis).
  * A "lane" is the store's per-thread handle: the sluice_store itself for the memory
  * store, a worker's client for Redis. Items name limiters that outlive the call (the
@@ -51,7 +51,7 @@ typedef struct sl_sitem {
     uint8_t outcome; /* release with SL_SIC_SAMPLE: sluice_outcome */
     uint64_t share;  /* borrowing: this tier's guaranteed share (the root: its capacity) */
     int64_t latency_ns; /* release with SL_SIC_SAMPLE: the request's latency (< 0: unknown) */
-    /* per-key overrides (store/override.h; the memory store only): */
+    /* per-key overrides (store/memory/override.h; the memory store only): */
     const sl_limit *params; /* NULL: the limiter's own numbers; else an override's (same
                                algorithm and state size: the same counters, other numbers) */
     const sl_limit *carry;  /* NULL, or the numbers the stored state was written under: it
@@ -127,7 +127,7 @@ typedef struct sl_store_ops {
 /* The memory store (lane: the sluice_store). */
 extern const sl_store_ops sl_memory_ops;
 
-/* The memory store's release, with an adaptive limit's sample (store/decide.c). */
+/* The memory store's release, with an adaptive limit's sample (store/memory/decide.c). */
 int sl_mem_release(sluice_store *st, const sluice_limiter *lim, const void *key, size_t key_len,
                    uint64_t lease, bool has_sample, int64_t latency_ns, unsigned outcome,
                    sluice_time now, struct sl_cap_info *x);

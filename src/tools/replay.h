@@ -14,32 +14,17 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "histogram.h"
 #include "trace.h"
 
 #define RP_SERIES_MAX 1200 /* buckets per series; the bucket width doubles past it */
 #define RP_SERIES_POLICIES 64 /* policies with their own series; the rest are "other" */
 #define RP_TOPK 32
 #define RP_SUB 8           /* a key's peak is counted over RP_SUB sub-windows of w */
-#define RP_HIST 1920       /* log-linear buckets: exact below 64, then 32 per power of 2 */
 
 /* Series per bucket: admitted, rejected (by this policy), admitted after a delay, shadow
  * "would have rejected", rejected by another policy (a policy's panel shows all it saw). */
 enum { RP_ADMITTED = 0, RP_REJECTED = 1, RP_DELAYED = 2, RP_SHADOW = 3, RP_OTHER = 4, RP_NSERIES = 5 };
-
-typedef struct rp_hist {
-    uint64_t n;
-    uint64_t max;
-    uint64_t c[RP_HIST];
-} rp_hist;
-
-void rp_hist_add(rp_hist *h, uint64_t v);
-/* The q-quantile (q in 0..1): the least v with at least ceil(q*n) entries <= v, exact
- * below 64 and to a bucket's upper bound (3 %) above, never above the maximum. */
-uint64_t rp_hist_quantile(const rp_hist *h, double q);
-/* Entries strictly above v (exact below 64, bucket-resolution above). */
-uint64_t rp_hist_above(const rp_hist *h, uint64_t v);
-/* The least limit L with at most floor(share*n) entries above it. */
-uint64_t rp_hist_suggest(const rp_hist *h, double share);
 
 typedef struct rp_top {
     uint64_t h;

@@ -541,7 +541,7 @@ static size_t ccdf(const rp_hist *h, double *x, double *y) {
     uint64_t above = h->n;
     for (unsigned i = 0; i < RP_HIST && h->n > 0; i++) {
         if (h->c[i] == 0) continue;
-        uint64_t u = i < 64 ? i : ((uint64_t)(32 + (i - 64) % 32) << ((i - 64) / 32 + 1));
+        uint64_t u = rp_hist_lower(i);
         x[n] = (double)(u > h->max ? h->max : u);
         if (x[n] < 1) x[n] = 1;
         y[n] = 100.0 * (double)above / (double)h->n;

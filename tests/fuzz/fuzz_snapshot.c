@@ -2,7 +2,7 @@
 /*
  * fuzz_snapshot.c -- restore from arbitrary bytes must never crash, leak or load half a
  * file (inputs of odd length are re-sealed with a valid checksum to reach the parser): each input goes to sl_store_restore_buf on a fresh small store with the limiters
- * of tests/unit/test_snapshot.c registered (so valid seeds reach the entry-loading
+ * of tests/unit/store/memory/test_snapshot.c registered (so valid seeds reach the entry-loading
  * path), and a refused input must leave the store empty. A loaded store is then used
  * and snapshotted once, so whatever was loaded is also exercised.
  */

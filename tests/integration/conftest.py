@@ -166,7 +166,11 @@ def await_ports(proc, ports, timeout=10.0):
 
 class Resp:
     """A minimal RESP2 client over one socket: enough to send exact bytes and read
-    exact replies (redis-py hides both)."""
+    exact replies (redis-py hides both). Errors come back as `error_type` values, bulk
+    strings as bytes (as text when `bulk_text`): redis_procs.Client, the same client over
+    TLS and AUTH for redis-server, sets both."""
+    error_type = None  # RespError (defined below)
+    bulk_text = False
 
     def __init__(self, port):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -211,12 +215,15 @@ class Resp:
         if t in (b"+",):
             return rest.decode()
         if t == b"-":
-            return RespError(rest.decode())
+            return (self.error_type or RespError)(rest.decode())
         if t == b":":
             return int(rest)
         if t == b"$":
             n = int(rest)
-            return None if n < 0 else self._exact(n)
+            if n < 0:
+                return None
+            data = self._exact(n)
+            return data.decode(errors="replace") if self.bulk_text else data
         if t in (b"*", b"%", b"~"):
             n = int(rest)
             if n < 0:
@@ -261,7 +268,37 @@ def as_dict(reply):
     return {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
 
 
-class Server:
+class ServerProcess:
+    """What every `sluice serve` a test starts shares, whatever starts it (Server below,
+    test_envoy_compat's Compat): self.proc writing to self.log (at self.log_path); its
+    output, a bounded stop, and the check that it ended cleanly."""
+
+    def output(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self, timeout=15):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+        return self.proc.returncode
+
+    def assert_clean(self):
+        """After stop(): exit status 0 and no sanitizer report (ASan/UBSan builds)."""
+        with open(self.log_path) as f:
+            out = f.read()
+        assert "Sanitizer" not in out and "runtime error:" not in out, out[-4000:]
+        assert self.proc.returncode == 0, "exit status %s\n%s" % (self.proc.returncode, out[-2000:])
+
+
+class Server(ServerProcess):
     def __init__(self, config_text=None, config_path=None, test_clock=True, extra=(), workers=2,
                  preexec_fn=None, wrapper=(), start_timeout=10.0):
         self.dir = tempfile.mkdtemp(prefix="sluice-it-")
@@ -307,12 +344,6 @@ class Server:
         return await_ports(self.proc, (self.http_port, self.resp_port, self.admin_port, self.grpc_port),
                            timeout)
 
-    def output(self):
-        if not self.log.closed:
-            self.log.flush()
-        with open(self.log_path) as f:
-            return f.read()
-
     def resp(self):
         return Resp(self.resp_port)
 
@@ -332,25 +363,6 @@ class Server:
 
     def signal(self, sig):
         self.proc.send_signal(sig)
-
-    def stop(self, timeout=15):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
-        return self.proc.returncode
-
-    def assert_clean(self):
-        """After stop(): exit status 0 and no sanitizer report (ASan/UBSan builds)."""
-        with open(self.log_path) as f:
-            out = f.read()
-        assert "Sanitizer" not in out and "runtime error:" not in out, out[-4000:]
-        assert self.proc.returncode == 0, "exit status %s\n%s" % (self.proc.returncode, out[-2000:])
-
 
 @pytest.fixture
 def server():

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import time
 
-from conftest import free_port
+from conftest import Resp, free_port
 
 
 def free_port_pair():
@@ -125,8 +125,11 @@ openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out c
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Client:
-    """One RESP2 connection (TLS when certs are given), AUTH on connect."""
+class Client(Resp):
+    """One RESP2 connection (TLS when certs are given), AUTH on connect: conftest's Resp,
+    with errors as Exception values and bulk strings as text."""
+    error_type = Exception
+    bulk_text = True
 
     def __init__(self, port, password=None, user=None, certs=None, timeout=5):
         sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
@@ -139,51 +142,6 @@ class Client:
         if password is not None:
             r = self.command(*(["AUTH", user, password] if user else ["AUTH", password]))
             assert r == "OK", r
-
-    def close(self):
-        self.sock.close()
-
-    def command(self, *args):
-        out = b"*%d\r\n" % len(args)
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            out += b"$%d\r\n%s\r\n" % (len(a), a)
-        self.sock.sendall(out)
-        return self.read()
-
-    def _line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("closed")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def read(self):
-        line = self._line()
-        t, rest = line[:1], line[1:]
-        if t == b"+":
-            return rest.decode()
-        if t == b"-":
-            return Exception(rest.decode())
-        if t == b":":
-            return int(rest)
-        if t == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            while len(self.buf) < n + 2:
-                chunk = self.sock.recv(65536)
-                if not chunk:
-                    raise ConnectionError("closed")
-                self.buf += chunk
-            data, self.buf = self.buf[:n], self.buf[n + 2:]
-            return data.decode(errors="replace")
-        if t == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.read() for _ in range(n)]
-        raise ValueError(line)
 
 
 def metric(text, name, **labels):

@@ -20,7 +20,6 @@ Redis, watching, TLS and unix sockets: test_envoy_compat_store.py.
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import tempfile
@@ -29,7 +28,7 @@ import time
 import pytest
 import requests
 
-from conftest import BIN, Client, await_ports, free_port
+from conftest import BIN, Client, ServerProcess, await_ports, free_port
 
 OK, OVER = 1, 2
 SECOND, MINUTE, HOUR = 1, 2, 3
@@ -40,7 +39,7 @@ KEEP_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZDIR", "TMPDIR", "ASAN_OPTIONS",
             "LSAN_OPTIONS", "LD_LIBRARY_PATH")
 
 
-class Compat:
+class Compat(ServerProcess):
     """A `sluice serve --compat envoy-ratelimit` on free loopback ports, configured by
     environment variables only; its rules in RUNTIME_ROOT/config/*.yaml."""
 
@@ -85,34 +84,12 @@ class Compat:
             ports.append(self.grpc_port)
         return await_ports(self.proc, ports, timeout)
 
-    def output(self):
-        if not self.log.closed:
-            self.log.flush()
-        with open(self.log_path) as f:
-            return f.read()
-
     def metrics(self, path="/metrics", base=None):
         return requests.get((base or self.debug) + path, timeout=5).text
 
     def json(self, body):
         r = requests.post(self.http + "/json", data=json.dumps(body), timeout=5)
         return r.status_code, r.json()
-
-    def stop(self, timeout=15):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
-        return self.proc.returncode
-
-    def assert_clean(self):
-        out = self.output()
-        assert "Sanitizer" not in out and "runtime error:" not in out, out[-4000:]
-        assert self.proc.returncode == 0, "exit status %s\n%s" % (self.proc.returncode, out[-2000:])
 
 
 @pytest.fixture

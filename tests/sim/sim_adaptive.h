@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sim_adaptive.h -- a simulated backend for the adaptive concurrency controllers, shared by
- * tests/unit/test_adaptive_sim.c (which asserts) and tests/sim/capacity_sim.c (which prints
+ * tests/unit/algo/test_adaptive_sim.c (which asserts) and tests/sim/capacity_sim.c (which prints
  * the figures and draws the plots). Event-driven on a fake clock, integer nanoseconds,
  * deterministic for a given seed (SLUICE_SEED varies it).
  *

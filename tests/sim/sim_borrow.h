@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sim_borrow.h -- a tier idle then busy, shared by tests/unit/test_borrow.c (asserts) and
+ * sim_borrow.h -- a tier idle then busy, shared by tests/unit/algo/test_borrow.c (asserts) and
  * tests/sim/capacity_sim.c (figures, plot). Fake clock, no randomness.
  *
  * Rate budget, 1 s windows: a platform of 100/s; products A and B with shares of 50 and caps

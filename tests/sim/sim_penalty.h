@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sim_penalty.h -- the attack progressive penalties are designed against, shared by
- * tests/unit/test_penalty.c (asserts) and tests/sim/capacity_sim.c (figures). Fake clock.
+ * tests/unit/algo/test_penalty.c (asserts) and tests/sim/capacity_sim.c (figures). Fake clock.
  *
  * One account; an attacker sends wrong passwords from 1000 rotating addresses, one attempt
  * every 6 s, 6 from each address, for 10 hours; the owner logs in from her own address

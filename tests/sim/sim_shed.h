@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sim_shed.h -- priority shedding under overload, shared by tests/unit/test_shed_sim.c
+ * sim_shed.h -- priority shedding under overload, shared by tests/unit/algo/test_shed_sim.c
  * (asserts) and tests/sim/capacity_sim.c (figures, plots). Event-driven on a fake clock,
  * deterministic per seed. Traffic arrives open-loop in classes (index 0 = critical) with
  * fixed weights; one budget is shared:

@@ -39,7 +39,6 @@ typedef struct http_ctx {
     int is_head;
 } http_ctx;
 
-#define reply sl_http_reply
 
 static int sl_hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -47,7 +46,6 @@ static int sl_hexval(char c) {
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
 }
-#define problem sl_http_problem
 
 static int path_is(const http_ctx *x, const char *p) {
     return strlen(p) == x->path_len && memcmp(x->path, p, x->path_len) == 0;
@@ -58,7 +56,7 @@ static int method_is(const http_ctx *x, const char *m) {
 }
 
 static void reply_json(http_ctx *x, int status, const char *hdrs, const char *body, size_t n) {
-    reply(x->c, x->req->minor, status, hdrs, "application/json", body, n, !x->is_head);
+    sl_http_reply(x->c, x->req->minor, status, hdrs, "application/json", body, n, !x->is_head);
 }
 
 static json_t *parse_body(http_ctx *x) {
@@ -163,11 +161,11 @@ static void handle_ui(http_ctx *x) {
     if (nl == 0) name = "index.html", nl = 10;
     for (const sl_ui_file *f = sl_ui_files; f->name != NULL; f++) {
         if (strlen(f->name) != nl || memcmp(f->name, name, nl) != 0) continue;
-        reply(x->c, x->req->minor, 200, "Cache-Control: no-cache\r\n", ui_type(f->name),
+        sl_http_reply(x->c, x->req->minor, 200, "Cache-Control: no-cache\r\n", ui_type(f->name),
               (const char *)f->data, f->len, !x->is_head);
         return;
     }
-    problem(x->c, x->req->minor, 404, "no such file in the console", !x->is_head);
+    sl_http_problem(x->c, x->req->minor, 404, "no such file in the console", !x->is_head);
 }
 
 /* ---- POST /v1/state/reset -------------------------------------------------------------- */
@@ -180,7 +178,7 @@ static void finish_state_reset(sl_pending *p, int rc, bool later) {
     if (caller) *caller++ = '\0', reason = strchr(caller, '\x1f');
     if (reason) *reason++ = '\0';
     if (rc == SLUICE_ENOTFOUND && p->v.action == SL_ERROR) {
-        if (c) problem(c, p->minor, 404, "no such policy", 1);
+        if (c) sl_http_problem(c, p->minor, 404, "no such policy", 1);
         if (later && c) sl_conn_resume(c);
         return;
     }
@@ -207,7 +205,7 @@ static void finish_state_reset(sl_pending *p, int rc, bool later) {
     sl_audit_record(s->obs->audit, &ev);
     if (c) {
         if (rc != SLUICE_OK) {
-            problem(c, p->minor, rc == SLUICE_ESTORE ? 503 : 500,
+            sl_http_problem(c, p->minor, rc == SLUICE_ESTORE ? 503 : 500,
                     rc == SLUICE_ESTORE ? "the shared store is unreachable: nothing was reset" : "reset failed", 1);
         } else {
             json_t *o = json_object();
@@ -216,8 +214,8 @@ static void finish_state_reset(sl_pending *p, int rc, bool later) {
             json_object_set_new(o, "windows", json_integer((json_int_t)p->v.n));
             char *out = json_dumps(o, JSON_COMPACT);
             json_decref(o);
-            if (out) reply(c, p->minor, 200, NULL, "application/json", out, strlen(out), 1);
-            else problem(c, p->minor, 500, "out of memory", 1);
+            if (out) sl_http_reply(c, p->minor, 200, NULL, "application/json", out, strlen(out), 1);
+            else sl_http_problem(c, p->minor, 500, "out of memory", 1);
             free(out);
         }
         if (later) sl_conn_resume(c);
@@ -238,19 +236,19 @@ static void handle_state_reset(http_ctx *x, const char *caller) {
                                                                              : NULL;
     if (bad != NULL) {
         if (j) json_decref(j);
-        problem(c, x->req->minor, 400, bad, 1);
+        sl_http_problem(c, x->req->minor, 400, bad, 1);
         return;
     }
     const char *pol = json_string_value(jp);
     if (strlen(pol) != json_string_length(jp)) {
         json_decref(j);
-        problem(c, x->req->minor, 400, "\"policy\" must not hold a NUL byte", 1);
+        sl_http_problem(c, x->req->minor, 400, "\"policy\" must not hold a NUL byte", 1);
         return;
     }
     sl_pending *p = sl_pending_get(w, c, finish_state_reset);
     if (p == NULL) {
         json_decref(j);
-        problem(c, x->req->minor, 503, "too many requests are waiting for the store on this worker", 1);
+        sl_http_problem(c, x->req->minor, 503, "too many requests are waiting for the store on this worker", 1);
         return;
     }
     p->minor = x->req->minor;
@@ -274,7 +272,7 @@ static void handle_config_check(http_ctx *x) {
     json_t *jy = j ? json_object_get(j, "yaml") : NULL;
     if (!json_is_string(jy)) {
         if (j) json_decref(j);
-        problem(x->c, x->req->minor, 400, "expected {\"yaml\": \"...the config file's text...\"}", 1);
+        sl_http_problem(x->c, x->req->minor, 400, "expected {\"yaml\": \"...the config file's text...\"}", 1);
         return;
     }
     static _Thread_local sl_diag_list dl;
@@ -339,7 +337,7 @@ static void handle_config_check(http_ctx *x) {
     char *out = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (out) reply_json(x, 200, NULL, out, strlen(out));
-    else problem(x->c, x->req->minor, 500, "out of memory", 1);
+    else sl_http_problem(x->c, x->req->minor, 500, "out of memory", 1);
     free(out);
 }
 
@@ -352,7 +350,7 @@ static void handle_policies(http_ctx *x) {
     json_t *a = pols ? json_loadb(pols, plen, 0, &jerr) : NULL;
     free(pols);
     if (a == NULL) {
-        problem(x->c, x->req->minor, 500, "out of memory", 1);
+        sl_http_problem(x->c, x->req->minor, 500, "out of memory", 1);
         return;
     }
     json_t *o = json_object();
@@ -400,7 +398,7 @@ static int query_get(const sl_http_req *req, const char *name, char *out, size_t
 static void handle_top(http_ctx *x) {
     char policy[256], nbuf[16];
     if (query_get(x->req, "policy", policy, sizeof(policy)) <= 0) {
-        problem(x->c, x->req->minor, 400, "expected /v1/top?policy=NAME[&n=10]", 1);
+        sl_http_problem(x->c, x->req->minor, 400, "expected /v1/top?policy=NAME[&n=10]", 1);
         return;
     }
     size_t n = 10;
@@ -409,7 +407,7 @@ static void handle_top(http_ctx *x) {
     size_t len = 0;
     char *out = sl_obs_top_json(x->c->w->srv, policy, n, &status, &len);
     if (out == NULL) {
-        problem(x->c, x->req->minor, status,
+        sl_http_problem(x->c, x->req->minor, status,
                 status == 404   ? "no such policy"
                 : status == 409 ? "hot keys are off (observe.hot_keys.counters: 0)"
                                 : "out of memory",
@@ -427,7 +425,7 @@ static void handle_audit(http_ctx *x) {
     size_t len = 0;
     char *out = sl_audit_render(x->c->w->srv->obs->audit, n ? n : 64, &len);
     if (out == NULL) {
-        problem(x->c, x->req->minor, 500, "out of memory", 1);
+        sl_http_problem(x->c, x->req->minor, 500, "out of memory", 1);
         return;
     }
     reply_json(x, 200, NULL, out, len);
@@ -437,7 +435,7 @@ static void handle_audit(http_ctx *x) {
 static void handle_clock(http_ctx *x) {
     sl_server *s = x->c->w->srv;
     if (!s->opt.test_clock) {
-        problem(x->c, x->req->minor, 403, "the clock can only be moved with --test-clock", 1);
+        sl_http_problem(x->c, x->req->minor, 403, "the clock can only be moved with --test-clock", 1);
         return;
     }
     json_t *j = parse_body(x);
@@ -456,13 +454,13 @@ static void handle_clock(http_ctx *x) {
         rc = SLUICE_EINVAL;
     }
     if (rc == SLUICE_ERANGE) {
-        problem(x->c, x->req->minor, 400,
+        sl_http_problem(x->c, x->req->minor, 400,
                 "the clock accepts 1970-01-01 to 2200-01-01 UTC (set_ms 0 to 7258118400000); the "
                 "clock did not move", 1);
         return;
     }
     if (rc != 0) {
-        problem(x->c, x->req->minor, 400, "expected {\"set_ms\": UNIX_MS} or {\"advance_ms\": MS >= 0}", 1);
+        sl_http_problem(x->c, x->req->minor, 400, "expected {\"set_ms\": UNIX_MS} or {\"advance_ms\": MS >= 0}", 1);
         return;
     }
     x->c->w->have_batch_now = false;
@@ -512,7 +510,7 @@ static void handle_reload(http_ctx *x, const char *caller) {
     char *out = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (out) {
-        reply(x->c, x->req->minor, 422, NULL, "application/problem+json", out, strlen(out), 1);
+        sl_http_reply(x->c, x->req->minor, 422, NULL, "application/problem+json", out, strlen(out), 1);
         free(out);
     }
 }
@@ -524,23 +522,23 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
     sl_server *s = c->w->srv;
     int get = method_is(x, "GET") || x->is_head;
     if (path_is(x, "/healthz")) {
-        reply(c, x->req->minor, 200, NULL, "text/plain", "ok\n", 3, !x->is_head);
+        sl_http_reply(c, x->req->minor, 200, NULL, "text/plain", "ok\n", 3, !x->is_head);
         return;
     }
     if (path_is(x, "/readyz")) {
         char body[4096];
         int status = sl_server_readiness(s, c->w->gen, body, sizeof(body));
-        reply(c, x->req->minor, status, NULL, "text/plain", body, strlen(body), !x->is_head);
+        sl_http_reply(c, x->req->minor, status, NULL, "text/plain", body, strlen(body), !x->is_head);
         return;
     }
     if (x->path_len >= 3 && memcmp(x->path, "/ui", 3) == 0 && (x->path_len == 3 || x->path[3] == '/')) {
         if (!sl_config_settings(c->w->gen->cfg)->admin_ui) {
-            problem(c, x->req->minor, 404, "the console is off (admin.ui: false)", !x->is_head);
+            sl_http_problem(c, x->req->minor, 404, "the console is off (admin.ui: false)", !x->is_head);
         } else if (!get) {
-            reply(c, x->req->minor, 405, "Allow: GET, HEAD\r\n", "application/problem+json",
+            sl_http_reply(c, x->req->minor, 405, "Allow: GET, HEAD\r\n", "application/problem+json",
                   "{\"type\":\"about:blank\",\"title\":\"Method Not Allowed\",\"status\":405}", 64, 1);
         } else if (x->path_len == 3) {
-            reply(c, x->req->minor, 308, "Location: /ui/\r\n", "text/plain", "", 0, 0);
+            sl_http_reply(c, x->req->minor, 308, "Location: /ui/\r\n", "text/plain", "", 0, 0);
         } else {
             handle_ui(x);
         }
@@ -565,24 +563,24 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
         return;
     }
     if (caller == NULL) {
-        problem(c, x->req->minor, 401, "a valid bearer token is required", !x->is_head);
+        sl_http_problem(c, x->req->minor, 401, "a valid bearer token is required", !x->is_head);
         return;
     }
     if (!get) {
         /* a browser page of another site must not act with a token the operator's browser
          * holds (it cannot read one, but a page of ours could be made to send it) */
         if (sl_admin_cross_site(x->req)) {
-            problem(c, x->req->minor, 403, "cross-site request refused (Origin is not this listener)", 1);
+            sl_http_problem(c, x->req->minor, 403, "cross-site request refused (Origin is not this listener)", 1);
             return;
         }
         if (not_json(x->req)) {
-            problem(c, x->req->minor, 415, "the body must be application/json", 1);
+            sl_http_problem(c, x->req->minor, 415, "the body must be application/json", 1);
             return;
         }
         /* reads that need a body: explain and the config check change nothing */
         bool reads = path_is(x, "/v1/explain") || path_is(x, "/v1/config/check");
         if (read_only && !reads) {
-            problem(c, x->req->minor, 403, "this token may only read (role: read)", 1);
+            sl_http_problem(c, x->req->minor, 403, "this token may only read (role: read)", 1);
             return;
         }
     }
@@ -590,20 +588,20 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
         size_t n = 0;
         char *m = sl_metrics_render(s, &n);
         if (m == NULL) {
-            problem(c, x->req->minor, 500, "out of memory", 1);
+            sl_http_problem(c, x->req->minor, 500, "out of memory", 1);
             return;
         }
-        reply(c, x->req->minor, 200, NULL, "text/plain; version=0.0.4", m, n, !x->is_head);
+        sl_http_reply(c, x->req->minor, 200, NULL, "text/plain; version=0.0.4", m, n, !x->is_head);
         free(m);
     } else if (path_is(x, "/rlconfig") && get) {
         /* envoyproxy/ratelimit's debug endpoint: the loaded rules, one line each */
         size_t n = 0;
         char *t = sl_config_envoy_dump(c->w->gen->cfg, &n);
         if (t == NULL) {
-            problem(c, x->req->minor, 500, "out of memory", 1);
+            sl_http_problem(c, x->req->minor, 500, "out of memory", 1);
             return;
         }
-        reply(c, x->req->minor, 200, NULL, "text/plain; charset=utf-8", t, n, !x->is_head);
+        sl_http_reply(c, x->req->minor, 200, NULL, "text/plain; charset=utf-8", t, n, !x->is_head);
         free(t);
     } else if (path_is(x, "/v1/policies") && get) {
         handle_policies(x);
@@ -629,7 +627,7 @@ void sl_admin_handle(sl_conn *c, const sl_http_req *req, const char *path, size_
                (x->path_len == 13 || x->path[13] == '/')) {
         sl_overrides_http(c, req, path, path_len, is_head, caller); /* overrides_api.c */
     } else {
-        problem(c, x->req->minor, 404, "no such endpoint on the admin listener", !x->is_head);
+        sl_http_problem(c, x->req->minor, 404, "no such endpoint on the admin listener", !x->is_head);
     }
 }
 

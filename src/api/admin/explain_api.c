@@ -75,7 +75,6 @@ char *sl_obs_explain_finish(sl_pending *p, int rc, size_t *len) {
 
 /* ---- POST /v1/explain -------------------------------------------------------------------- */
 
-#define jstr sl_http_json_str
 
 static void finish_http(sl_pending *p, int rc, bool later) {
     sl_conn *c = p->c;
@@ -110,9 +109,9 @@ void sl_explain_http(sl_conn *c, const sl_http_req *req) {
     }
     const sl_engine *e = w->gen->engine;
     sl_explain *x;
-    sl_str pol = jstr(j, "policy");
+    sl_str pol = sl_http_json_str(j, "policy");
     if (pol.p != NULL) {
-        sl_str key = jstr(j, "key");
+        sl_str key = sl_http_json_str(j, "key");
         if (key.p == NULL || strlen(pol.p) != pol.len) {
             json_decref(j);
             sl_http_problem(c, req->minor, 400, "\"key\" (a string) is required with \"policy\"", 1);

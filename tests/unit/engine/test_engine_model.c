@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_policy_model.c -- the engine against an obviously-correct model over random
+ * test_engine_model.c -- the engine against an obviously-correct model over random
  * traffic: three rules (global, per tenant, per tenant+user) with per-operation costs,
  * counted in hour-long fixed windows at one instant, so each window is a plain counter.
  * The model admits a request iff every counter has room for its cost and only then adds

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../src/cli/config_cmd.c"
-#include "../../src/cli/opts.c"
+#include "cli/config_cmd.c"
+#include "cli/opts.c"
 #include "config/compiled.h"
 #include "t.h"
 

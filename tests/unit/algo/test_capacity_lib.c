@@ -8,7 +8,7 @@
  * 20 % of it, track the halving and recover; an unreleased lease counts as a drop; the
  * learned limit survives a snapshot and a reload. Fake clock; SLUICE_SEED varies traffic.
  */
-#include "../sim/sim_adaptive.h"
+#include "sim/sim_adaptive.h"
 #include "t.h"
 
 #include <unistd.h>

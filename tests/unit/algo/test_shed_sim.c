@@ -6,7 +6,7 @@
  * with a 30 % reserve, critical gets its reserve even though sheddable filled the budget
  * first (without the reserve it does not). Deterministic; SLUICE_SEED varies the traffic.
  */
-#include "../sim/sim_shed.h"
+#include "sim/sim_shed.h"
 #include "t.h"
 
 static sim_shed_run run;

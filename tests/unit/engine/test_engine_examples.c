@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_policy_examples.c -- the shipped examples load and behave as their comments say:
+ * test_engine_examples.c -- the shipped examples load and behave as their comments say:
  * examples/sluice.yaml (the validation plan's `api` policy), bank.yaml, open-finance.yaml
  * and ai-platform.yaml, driven through the engine on a manual clock.
  */

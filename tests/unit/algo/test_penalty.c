@@ -9,7 +9,7 @@
  */
 #include <math.h>
 
-#include "../sim/sim_penalty.h"
+#include "sim/sim_penalty.h"
 #include "t.h"
 
 #define S SLUICE_NS_PER_S

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_policy_envoy.c -- the envoyproxy/ratelimit README configurations (examples/envoy/)
+ * test_engine_envoy.c -- the envoyproxy/ratelimit README configurations (examples/envoy/)
  * load unchanged and match as that README documents: depth, exact over wildcard over
  * bare key, unlimited, shadow_mode, replaces, wildcards, and a logical OR over the
  * descriptors of one request. Plus sluice's extensions to the format.

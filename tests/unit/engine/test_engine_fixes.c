@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_policy_fixes.c -- regressions for the review of the policy layer: load-time
+ * test_engine_fixes.c -- regressions for the review of the policy layer: load-time
  * refusals of configs the engine could not honour (sliding-log state, limiter count,
  * zero costs and delays, contradictory modes), long paths and hosts still matched,
  * engine errors answered as errors (never fail-open), empty descriptor values.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_policy_keys.c -- key composition as a property: over random part values (drawn
+ * test_engine_keys.c -- key composition as a property: over random part values (drawn
  * from a tiny alphabet full of separators, so collisions would show), two requests get
  * the same key exactly when their part tuples are equal -- the reference model is the
  * tuple itself. Also: IPv6 grouping against a bit-level reference, and many threads

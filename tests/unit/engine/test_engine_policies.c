@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_policy_engine.c -- policies end to end: YAML -> engine -> memory store on a
+ * test_engine_policies.c -- policies end to end: YAML -> engine -> memory store on a
  * manual clock. Each case is something a user relies on: the validation plan's token
  * bucket, fallback keys, all-or-nothing across windows and across rules, plans,
  * per-operation and settled costs, shadow and rollout, delay, reload, failure modes.

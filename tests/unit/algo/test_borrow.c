@@ -8,7 +8,7 @@
  * (borrowed slots flow back as they are released); reclaim expiry; all-or-nothing.
  * SLUICE_SEED varies the traffic.
  */
-#include "../sim/sim_borrow.h"
+#include "sim/sim_borrow.h"
 #include "t.h"
 
 #define S SLUICE_NS_PER_S

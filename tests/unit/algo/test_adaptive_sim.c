@@ -8,7 +8,7 @@
  * checks (the harness can tell). Deterministic; SLUICE_SEED varies the traffic.
  * tests/sim/capacity_sim.c prints the same figures and draws them.
  */
-#include "../sim/sim_adaptive.h"
+#include "sim/sim_adaptive.h"
 #include "t.h"
 
 static sim_adapt_run run;
