@@ -209,8 +209,9 @@ void sl_answer_build(sl_answer *a, const sl_verdict *v, unsigned flags) {
             /* a per-key override's numbers are the effective quota (its window: w= below) */
             const sl_limit *ol = it->ovr_g && it->ovr_p >= 0
                                      ? &v->ovr[it->ovr_g - 1].lim[it->ovr_p] : NULL;
-            tputs(a, ";q=");
-            tint(a, sfint(it->override ? it->override_limit : ol ? ol->capacity : in->quota));
+            tputs(a, ";q="); /* decided locally (on_store_error: local): this instance's share */
+            tint(a, sfint(v->store_local ? it->result.limit
+                          : it->override ? it->override_limit : ol ? ol->capacity : in->quota));
             switch (in->qu) {
             case SL_QU_CONTENT_BYTES: tputs(a, ";qu=\"content-bytes\""); break;
             case SL_QU_CONCURRENT: tputs(a, ";qu=\"concurrent-requests\""); break;
@@ -227,6 +228,7 @@ void sl_answer_build(sl_answer *a, const sl_verdict *v, unsigned flags) {
                 tputs(a, ";w=");
                 tint(a, sfint((uint64_t)in->window_s));
             }
+            if (v->store_local) tputs(a, ";fallback=\"local\""); /* the shared store is down */
         }
         pair_end(&p);
     }
@@ -280,7 +282,7 @@ void sl_answer_build(sl_answer *a, const sl_verdict *v, unsigned flags) {
             }
         a->has_window = true;
         a->deciding = idx;
-        a->limit = it->override ? it->override_limit : it->info->quota;
+        a->limit = v->store_local ? it->result.limit : it->override ? it->override_limit : it->info->quota;
         a->remaining = it->result.allowed ? it->result.remaining : 0;
         a->reset_s = item_t(it);
         if (flags & SL_RENDER_LEGACY) {

@@ -127,6 +127,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
     bool allowed = true;
     if (res != NULL) {
         allowed = res->allowed != 0;
+        v->store_local = res->local;
         for (size_t s = 0; s < v->run.nsi && s < res->n; s++) {
             sl_verdict_item *it = &v->items[v->run.sidx[s]];
             it->result = res->r[s];
@@ -423,6 +424,7 @@ void sl_engine_decide_batch(const sl_engine *e, void *lane, sl_verdict *const *v
             sl_sresult res; /* only what on_decided reads (a zeroed one is ~3 KiB) */
             res.allowed = out[j].allowed;
             res.groups_ok = 0;
+            res.local = false;
             res.n = 1;
             res.r[0] = out[j];
             res.x[0].kind = 0;

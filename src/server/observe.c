@@ -31,7 +31,7 @@
 
 const char *const sl_obs_result_names[SL_MET_RESULTS] = {
     "allowed", "limited", "shadow_limited", "fail_open", "error",
-    "rollout_limited", "fail_closed", "delayed", "recheck"};
+    "rollout_limited", "fail_closed", "delayed", "recheck", "local", "local_limited"};
 const char *const sl_obs_op_names[SL_OBS_OPS] = {"decide", "settle", "release", "reset", "claim"};
 const char *const sl_obs_store_err_names[SL_OBS_STORE_ERRS] = {"unavailable", "full", "memory",
                                                                "io", "other"};
@@ -522,6 +522,8 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     if (v->store_error) {
         r = (pe->flags & SL_OBSF_CLOSED) && !shadow ? SL_MET_FAIL_CLOSED : SL_MET_FAIL_OPEN;
         wslot = pslot;
+    } else if (v->store_local && !shadow) { /* the store was down: decided at the share */
+        r = lim ? SL_MET_LOCAL_LIMITED : SL_MET_LOCAL;
     } else if (lim) {
         if (shadow) r = (pe->flags & SL_OBSF_SHADOW) ? SL_MET_SHADOW : SL_MET_ROLLOUT;
         else if (v->action == SL_DELAY && v->recheck) r = SL_MET_RECHECK;
@@ -547,7 +549,8 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     bool rejected = lim || r == SL_MET_FAIL_CLOSED;
     sl_series_note(w, v, i, dec, wslot, r, rejected); /* the console's ring (series.c) */
     sl_topk **sk = atomic_load_explicit(&o->topk[pslot], memory_order_acquire);
-    bool refused = (r == SL_MET_LIMITED || r == SL_MET_FAIL_CLOSED) && sl_rej_enabled();
+    bool refused = (r == SL_MET_LIMITED || r == SL_MET_FAIL_CLOSED || r == SL_MET_LOCAL_LIMITED) &&
+                   sl_rej_enabled();
     uint64_t kh = (sk != NULL || refused) ? sl_topk_key_hash(&o->hkey, key, klen) : 0;
     if (sk != NULL && w->id < o->nworkers)
         sl_topk_add(sk[w->id], v->decided_at.mono_ns, kh, key, klen, cost ? cost : 1, rejected);

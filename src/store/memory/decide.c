@@ -513,6 +513,7 @@ int sl_mem_decide(sluice_store *st, const sl_sitem *items, size_t n, unsigned fl
     out->n = n;
     out->allowed = 1;
     out->groups_ok = 0;
+    out->local = false; /* (the Redis store's fallback sets it: store/redis/local.c) */
     if (n == 0) return SLUICE_OK;
     out->x[0].kind = 0;
     if (n == 1 && flags == 0 && items[0].group == 0 && items[0].limit == 0 && items[0].cls == 0 &&
