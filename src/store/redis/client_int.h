@@ -92,6 +92,10 @@ typedef struct rq_item {
     const sluice_limiter *lim;
     int64_t cost;
     uint64_t limit;      /* a limit override (fixed windows), 0 = the limiter's */
+    bool par;            /* a per-key override's numbers (sl_sitem.params) replace the limiter's */
+    uint32_t par_qp;
+    uint64_t par_limit, par_capacity;
+    int64_t par_period, par_delay, par_lease, par_emission;
     uint8_t sgroup;      /* store group: 0 enforced, g > 0 shadow group g */
     uint8_t sflags;      /* SL_SI_* */
     sl_redis_capx cx;    /* capacity protection (its x argument) */
