@@ -17,6 +17,7 @@
 #include "core/json.h"
 #include "engine/answer.h"
 #include "server/grpc_conn.h"
+#include "api/http/llm_http.h"
 #include "server/observe.h"
 #include "server/pending.h"
 #include "server/rejections.h"
@@ -620,6 +621,14 @@ static void handle_check(http_ctx *x, check_kind kind) {
         problem(c, x->req->minor, 400, "\"policy\" and \"key\" are required", 1);
         return;
     }
+    sl_llm_request lrq; /* issue 24: an LLM request body (server/llm_http.c) */
+    char lerr[200];
+    int has_llm = named ? 0 : sl_http_llm_request(j, &lrq, lerr, sizeof(lerr));
+    if (has_llm < 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, lerr, 1);
+        return;
+    }
     sl_pending *p = sl_pending_get(w, c, finish_check);
     if (p == NULL) {
         json_decref(j);
@@ -638,6 +647,7 @@ static void handle_check(http_ctx *x, check_kind kind) {
         sl_request r;
         sl_header hdrs[SL_HTTP_MAX_HEADERS];
         sl_http_json_request(j, &r, hdrs);
+        if (has_llm) r.llm = &lrq;
         if (has_cost) { /* the request's cost (an Envoy request's hits_addend too) */
             r.has_cost = true;
             r.cost = r.hits_addend = cost;
@@ -709,6 +719,15 @@ static void handle_token(http_ctx *x, token_kind settle) {
         tl = th->value_len;
         has_actual = header_u64(x->req, "x-sluice-actual", &actual);
     }
+    sl_llm_usage usage; /* issue 24: the provider's usage object as is (api/http/llm_http.c) */
+    char uerr[200];
+    int has_usage = j != NULL && settle != 0 ? sl_http_llm_usage(j, &usage, uerr, sizeof(uerr)) : 0;
+    if (has_usage < 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, uerr, 1);
+        return;
+    }
+    if (has_usage) has_actual = 1;
     if (j == NULL || (tok == NULL && json_str(j, "token", &tok, &tl) != 0) ||
         (!has_actual && json_u64(j, "actual", &actual, &has_actual) != 0) || (settle == TOKEN_SETTLE && !has_actual)) {
         if (j) json_decref(j);
@@ -755,8 +774,12 @@ static void handle_token(http_ctx *x, token_kind settle) {
           : settle == TOKEN_FINISH ? (has_actual ? SL_TOKEN_SETTLE | SL_TOKEN_RELEASE : SL_TOKEN_RELEASE)
                         : SL_TOKEN_RELEASE;
     sl_pending_submit(p);
-    sl_engine_token_sample(w->gen->engine, w->lane, tok, tl, p->op, actual, has_lat, lat_ns, outcome,
-                           sl_worker_now(w), &p->v, sl_pending_done, p);
+    if (has_usage)
+        sl_engine_token_usage(w->gen->engine, w->lane, tok, tl, p->op, &usage, sl_worker_now(w), &p->v,
+                              sl_pending_done, p);
+    else
+        sl_engine_token_sample(w->gen->engine, w->lane, tok, tl, p->op, actual, has_lat, lat_ns, outcome,
+                               sl_worker_now(w), &p->v, sl_pending_done, p);
     json_decref(j); /* the token was read into the verdict before anything went out */
     if (sl_pending_park(p)) c->suspended = true;
 }
