@@ -12,8 +12,8 @@ src=$(cd "$here/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 gcc -O2 -std=c11 -D_GNU_SOURCE -I "$src/include" -I "$src/src" -I "$src/src/core" -I "$src/src/algo" \
-  -I "$build/include" -o "$work/ob" "$here/overrides_bench.c" "$build/libsluice_policy.a" \
-  "$build/libsluice.a" -lyaml -lpthread -lm
+  -I "$build/include" -o "$work/ob" "$here/overrides_bench.c" \
+  "$build/libsluice.a" -lyaml -lcrypto -lpthread -lm
 n=${OVERRIDES_N:-1000000}
 "$work/ob" load "$n"
 for loaded in 0 "$n"; do "$work/ob" decide "$loaded" 2000000 1000; done

@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
 }
 EOF
 "$cc" -O2 -std=c11 -D_GNU_SOURCE -I "$root/include" -I "$root/src" -I "$root/src/core" \
-  -o "$work/engine_bench" "$work/engine_bench.c" "$build/libsluice_policy.a" "$lib" -lyaml -lpthread -lm
+  -o "$work/engine_bench" "$work/engine_bench.c" "$lib" -lyaml -lcrypto -lpthread -lm
 
 echo "-- library: sluice_decide, one thread, $keys keys (lib_bench)"
 "$work/lib_bench" -T 1 -a gcra -s 1.5 "$keys" | tee "$work/lib.txt"

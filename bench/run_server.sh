@@ -3,12 +3,17 @@
 # run_server.sh BUILD_DIR -- `sluice serve` against its peers, in one run, same tools:
 #   RESP: redis-benchmark -c 50 -r 100000 at -P 1 and -P 32: SL.CHECK and CL.THROTTLE on
 #         sluice vs INCR and the Lua token bucket (peers/tb.lua, EVALSHA) on redis-server;
-#   HTTP: wrk -t2 -c64 --latency against sluice /v1/auth vs nginx limit_req and HAProxy
-#         stick tables (100k keys in X-Api-Key), with the server's CPU per request taken
-#         from /proc/PID/stat (utime+stime of all threads) over the run.
+#         and SL.CHECK ... COMPACT (the opt-in five-integer reply);
+#   HTTP: wrk -t2 -c64 --latency against sluice /v1/auth and /v1/check vs nginx limit_req
+#         and HAProxy stick tables (100k keys in X-Api-Key), with the server's CPU per
+#         request taken from /proc/PID/stat (utime+stime of all threads) over the run.
+#   Before/after: with BEFORE_BIN=path/to/an/older/sluice, that binary is started too
+#         (same config, its own ports) and measured in the same run on every sluice case
+#         (RESP -P 32 SL.CHECK, /v1/auth, /v1/check): "BEFORE" lines and before/after ratios.
 # Each case runs once for SECS (default 5) seconds; the 2 cores are shared with the load
 # generator (and possibly other work), so every figure is noisy: compare ratios of one run.
-# Env: SECS, SLUICE_WORKERS (default 1, like the peers' 1 worker/thread rows), BASE_PORT.
+# Env: SECS, SLUICE_WORKERS (default 1, like the peers' 1 worker/thread rows), BASE_PORT,
+#      BEFORE_BIN.
 set -uo pipefail
 build=${1:?usage: bench/run_server.sh BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,10 +47,12 @@ ticks() {
 hz=$(getconf CLK_TCK)
 
 [ -x "$bin" ] || { echo "run_server: $bin not built" >&2; exit 1; }
-for p in $((BASE)) $((BASE + 1)) $((BASE + 2)) $((BASE + 3)) $((BASE + 4)) $((BASE + 5)); do
+BEFORE_BIN=${BEFORE_BIN:-}
+for p in $(seq $BASE $((BASE + 8))); do
   port_open $p && { echo "run_server: port $p is in use (set BASE_PORT)" >&2; exit 1; }
 done
 SL_HTTP=$BASE SL_RESP=$((BASE + 1)) SL_ADMIN=$((BASE + 2)) RD=$((BASE + 3)) NG=$((BASE + 4)) HA=$((BASE + 5))
+B_HTTP=$((BASE + 6)) B_RESP=$((BASE + 7)) B_ADMIN=$((BASE + 8))
 
 # ---- servers ----
 cat > "$run/sluice.yaml" <<CONF
@@ -63,6 +70,15 @@ CONF
 (cd "$run" && exec "$bin" serve -c "$run/sluice.yaml" --http $H:$SL_HTTP --resp $H:$SL_RESP \
   --admin $H:$SL_ADMIN --grpc off --workers "$SW" 2> "$run/sluice.log") &
 SPID=$!; pids+=($SPID)
+BPID=
+if [ -n "$BEFORE_BIN" ]; then
+  [ -x "$BEFORE_BIN" ] || { echo "run_server: BEFORE_BIN=$BEFORE_BIN is not an executable" >&2; exit 1; }
+  mkdir -p "$run/before"
+  (cd "$run/before" && exec "$BEFORE_BIN" serve -c "$run/sluice.yaml" --http $H:$B_HTTP --resp $H:$B_RESP \
+    --admin $H:$B_ADMIN --grpc off --workers "$SW" 2> "$run/before/sluice.log") &
+  BPID=$!; pids+=($BPID)
+  await_port $B_RESP && await_port $B_HTTP || exit 1
+fi
 redis-server --bind $H --port $RD --save '' --appendonly no --daemonize no --dir "$run" \
   --logfile "$run/redis.log" &
 RPID=$!; pids+=($RPID)
@@ -97,6 +113,8 @@ resp_case() {
 
 for P in 1 32; do
   resp_case "sluice SL.CHECK" $SPID $SL_RESP $P SL.CHECK bench 'k:__rand_int__'
+  resp_case "sluice SL.CHECK COMPACT" $SPID $SL_RESP $P SL.CHECK bench 'k:__rand_int__' COMPACT
+  [ -n "$BPID" ] && [ "$P" = 32 ] && resp_case "BEFORE sluice SL.CHECK" $BPID $B_RESP $P SL.CHECK bench 'k:__rand_int__'
   resp_case "sluice CL.THROTTLE" $SPID $SL_RESP $P CL.THROTTLE 'k:__rand_int__' 1000000 100000 1
   resp_case "redis INCR" $RPID $RD $P INCR 'fw:__rand_int__'
   resp_case "redis EVALSHA tb.lua" $RPID $RD $P EVALSHA "$SHA" 2 'rl:__rand_int__:t' 'rl:__rand_int__:ts' 100 1000000000 1700000000
@@ -156,10 +174,10 @@ HPID=$!; pids+=($HPID)
 await_port $NG && await_port $HA || exit 1
 
 declare -A HUS
-http_case() {  # LABEL PID URL
-  local label=$1 pid=$2 url=$3 t0 t1 w0 w1
+http_case() {  # LABEL PID URL [WRK_SCRIPT]
+  local label=$1 pid=$2 url=$3 script=${4:-keys.lua} t0 t1 w0 w1
   t0=$(ticks "$pid"); w0=$(date +%s.%N)
-  wrk -t2 -c64 -d"${SECS}s" --latency -s "$here/peers/keys.lua" "$url" -- 100000 > "$run/wrk.txt" 2>&1
+  wrk -t2 -c64 -d"${SECS}s" --latency -s "$here/peers/$script" "$url" -- 100000 > "$run/wrk.txt" 2>&1
   t1=$(ticks "$pid"); w1=$(date +%s.%N)
   local total rps p50 p99 non2xx
   total=$(awk '/requests in/ {print $1}' "$run/wrk.txt")
@@ -175,6 +193,11 @@ http_case() {  # LABEL PID URL
 }
 echo "== HTTP: wrk -t2 -c64 -d${SECS}s, 100k keys; $(nginx -v 2>&1 | cut -d' ' -f3), $(haproxy -v | head -1 | cut -d' ' -f1-3)"
 http_case "sluice /v1/auth ($SW worker)" $SPID "http://$H:$SL_HTTP/v1/auth"
+http_case "sluice /v1/check ($SW worker)" $SPID "http://$H:$SL_HTTP/v1/check" check_keys.lua
+if [ -n "$BPID" ]; then
+  http_case "BEFORE sluice /v1/auth" $BPID "http://$H:$B_HTTP/v1/auth"
+  http_case "BEFORE sluice /v1/check" $BPID "http://$H:$B_HTTP/v1/check" check_keys.lua
+fi
 http_case "nginx limit_req /hi (1 worker)" $NPID "http://$H:$NG/hi"
 http_case "haproxy stick table (nbthread 1)" $HPID "http://$H:$HA/hi"
 
@@ -186,5 +209,16 @@ for P in 1 32; do
   echo "RATIO | SL.CHECK / redis tb.lua    -P $P: $(ratio "${RPS["sluice SL.CHECK/$P"]:-0}" "${RPS["redis EVALSHA tb.lua/$P"]:-0}")"
   echo "RATIO | server CPU per op, SL.CHECK / INCR -P $P: $(ratio "${US["sluice SL.CHECK/$P"]:-0}" "${US["redis INCR/$P"]:-0}") (<= 1: cheaper than INCR; fairer than ops/s when the cores are contended)"
 done
+NGX=${HUS["nginx limit_req /hi (1 worker)"]:-0}
+echo "RATIO | server CPU per op, SL.CHECK / INCR -P 32: $(ratio "${US["sluice SL.CHECK/32"]:-0}" "${US["redis INCR/32"]:-0}") (issue 28 target <= 0.5)"
+echo "RATIO | ops/s, SL.CHECK COMPACT / INCR -P 32:    $(ratio "${RPS["sluice SL.CHECK COMPACT/32"]:-0}" "${RPS["redis INCR/32"]:-0}") (issue 28 target >= 1)"
+echo "RATIO | ops/s, SL.CHECK COMPACT / INCR -P 1:     $(ratio "${RPS["sluice SL.CHECK COMPACT/1"]:-0}" "${RPS["redis INCR/1"]:-0}")"
+echo "RATIO | server CPU per request, /v1/check / nginx limit_req: $(ratio "${HUS["sluice /v1/check ($SW worker)"]:-0}" "$NGX") (issue 28 target <= 0.75)"
+echo "RATIO | server CPU per request, /v1/auth / nginx limit_req:  $(ratio "${HUS["sluice /v1/auth ($SW worker)"]:-0}" "$NGX") (issue 28 target <= 0.5)"
+if [ -n "$BPID" ]; then
+  echo "RATIO | after/before server CPU per op, SL.CHECK -P 32: $(ratio "${US["sluice SL.CHECK/32"]:-0}" "${US["BEFORE sluice SL.CHECK/32"]:-0}") (< 1: cheaper)"
+  echo "RATIO | after/before server CPU per request, /v1/auth:  $(ratio "${HUS["sluice /v1/auth ($SW worker)"]:-0}" "${HUS["BEFORE sluice /v1/auth"]:-0}")"
+  echo "RATIO | after/before server CPU per request, /v1/check: $(ratio "${HUS["sluice /v1/check ($SW worker)"]:-0}" "${HUS["BEFORE sluice /v1/check"]:-0}")"
+fi
 echo "RATIO | sluice us/req / nginx limit_req us/req: $(ratio "${HUS["sluice /v1/auth ($SW worker)"]}" "${HUS["nginx limit_req /hi (1 worker)"]}") (target <= 0.6)"
 echo "RATIO | sluice us/req / haproxy us/req:         $(ratio "${HUS["sluice /v1/auth ($SW worker)"]}" "${HUS["haproxy stick table (nbthread 1)"]}")"

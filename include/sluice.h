@@ -368,6 +368,222 @@ typedef struct sluice_adaptive_state {
 int sluice_adaptive_get(sluice_store *st, const sluice_limiter *lim, const void *key,
                         size_t key_len, sluice_time now, sluice_adaptive_state *out);
 
+
+/* ---- additions (issues 25, 21): the policy engine ---------------------------------- */
+
+/*
+ * A sluice configuration (the YAML of `sluice serve -c`, docs/config.md) loaded into an
+ * engine that decides requests against its own memory store, as the server does: match
+ * the request's attributes, compose keys, decide every window all-or-nothing, and answer
+ * with the status, the header pairs and the numbers the server sends.
+ *
+ * Threads: every function taking a sluice_engine is thread-safe and may run concurrently
+ * with a reload; a decision takes only the store's shard locks of its keys. A
+ * sluice_verdict is one thread's at a time (one per request in flight, or one per thread
+ * reused for every decision: deciding into it again forgets the previous answer).
+ * Ownership: the engine owns its configuration, generations and store; the caller owns
+ * each verdict (sluice_verdict_create/_destroy) and what it passes in (borrowed for the
+ * call). An answer, its headers and body belong to the verdict and stay valid until the
+ * verdict decides again or is destroyed. Override records returned by
+ * sluice_override_get are the caller's (sluice_override_info_free); those passed to an
+ * iteration callback are valid during the call only.
+ * Nothing on the decision path allocates. Errors are SLUICE_E* codes as above.
+ */
+typedef struct sluice_engine sluice_engine;
+typedef struct sluice_verdict sluice_verdict;
+
+/* Loads a configuration file (a file, or a directory of *.yaml as `serve -c` reads) or
+ * a configuration given as text (`name` is what messages call it; NULL: "config"). On
+ * error NULL, *err set and errbuf holds the same "file:line:col: message" lines as
+ * `sluice config check` prints (one per line, as many as fit). The configuration must
+ * use the memory store (`store: memory:`, the default): SLUICE_EINVAL otherwise. */
+sluice_engine *sluice_engine_load_file(const char *path, int *err, char *errbuf,
+                                       size_t errbuf_len);
+sluice_engine *sluice_engine_load_string(const char *text, size_t len, const char *name,
+                                         int *err, char *errbuf, size_t errbuf_len);
+/* Replaces the configuration, keeping every counter whose window keeps its identity
+ * (policy, plan and window index: as the server's reload). All or nothing: on error the
+ * configuration in force stays and errbuf says why as above. Decisions running meanwhile
+ * finish on the configuration they started with. The store's own settings (max_keys,
+ * shards, on_full) are the first configuration's. */
+int sluice_engine_reload_file(sluice_engine *e, const char *path, char *errbuf,
+                              size_t errbuf_len);
+int sluice_engine_reload_string(sluice_engine *e, const char *text, size_t len,
+                                const char *name, char *errbuf, size_t errbuf_len);
+/* Destroys the engine, its store and every configuration it held. No call on it, and no
+ * settle/release of its verdicts, may run or follow. */
+void sluice_engine_destroy(sluice_engine *e);
+/* The memory store the engine decides on (borrowed: stats, snapshots, sluice_reset). */
+sluice_store *sluice_engine_store(sluice_engine *e);
+/* Reloads applied so far (0 after loading). */
+uint64_t sluice_engine_generation(const sluice_engine *e);
+
+/* A string that need not be NUL-terminated; p NULL = absent. */
+typedef struct sluice_str {
+    const char *p;
+    size_t len;
+} sluice_str;
+
+/* A header of a request (names compared case-insensitively) or of an answer (there both
+ * point into the verdict's answer and are not NUL-terminated: use len). */
+typedef struct sluice_header {
+    sluice_str name;
+    sluice_str value;
+} sluice_header;
+
+/* The attributes of one request (every field optional; borrowed for the call). */
+typedef struct sluice_request {
+    sluice_str method, path, host;
+    sluice_str client_ip;      /* textual IPv4 or IPv6 (the peer, or from client_ip rules) */
+    sluice_str route;          /* a route name the caller resolved (docs/config.md) */
+    const sluice_header *headers;
+    size_t n_headers;
+    int has_body_bytes;        /* 1: body_bytes is the request's Content-Length */
+    uint64_t body_bytes;
+    int has_cost;              /* 1: `cost` replaces what the policies compute (0 = peek) */
+    uint64_t cost;
+} sluice_request;
+
+/* What to do with the request. */
+typedef enum sluice_action {
+    SLUICE_ACTION_ALLOW = 0,  /* forward it */
+    SLUICE_ACTION_DELAY = 1,  /* hold it delay_ns, then forward (a shaping policy) */
+    SLUICE_ACTION_REJECT = 2, /* answer `status` (429, or 400 for a missing key) */
+    SLUICE_ACTION_FAIL = 3,   /* the store failed and the policy fails closed: 503 */
+    SLUICE_ACTION_ERROR = 4   /* the request could not be decided (too many windows, keys
+                                 too long): 500, never admitted */
+} sluice_action;
+
+#define SLUICE_ANSWER_HEADERS 24
+
+/* The answer of one decision, built once when it is decided (no allocation): what the
+ * server's /v1/check and /v1/auth answer. limit/remaining/reset/retry-after/window are
+ * those of the deciding window (the rejecting one with the longest retry-after, else the
+ * one with the least remaining share); `window` NULL (and the numbers 0) when no enforced
+ * window matched the request. */
+typedef struct sluice_answer {
+    sluice_action action;
+    int status;               /* HTTP status: 200, 429, 400, 503, 500 */
+    int error;                /* SLUICE_E* behind FAIL/ERROR (or a store error), else 0 */
+    uint64_t limit;           /* the deciding window's quota (what RateLimit-Policy says) */
+    uint64_t remaining;
+    int64_t reset_ns;         /* until its state is fresh again */
+    int64_t retry_after_ns;   /* REJECT: earliest retry (SLUICE_NEVER: never), else 0 */
+    int64_t delay_ns;         /* DELAY */
+    int recheck;              /* DELAY without consuming: wait delay_ns, then decide again */
+    const char *policy;       /* the deciding window's policy (engine-owned, NUL-terminated) */
+    const char *window;       /* its RateLimit-Policy item name */
+    uint32_t window_index;    /* its index inside the policy */
+    const char *plan;         /* the plan whose limits decided, or NULL */
+    int overridden;           /* 1: a per-key override decided (sluice_override_set) */
+    int shadow_limited;       /* 1: a shadow window would have limited */
+    size_t n_windows;         /* windows the request was decided on */
+    /* Response headers as pairs (RateLimit-Policy, RateLimit, Retry-After, X-Sluice-Shed,
+     * a challenge's header): the engine's one answer, the pairs the server sends. */
+    size_t n_headers;
+    const sluice_header *headers;
+    /* REJECT/FAIL/ERROR: an RFC 9457 body (application/problem+json); else len 0. */
+    sluice_str body;
+    const char *content_type; /* "application/problem+json", or NULL without a body */
+} sluice_answer;
+
+/* A verdict: room for one decision (its keys, windows, answer; about 20 KiB). Create it
+ * once and reuse it: deciding allocates nothing. NULL when out of memory. */
+sluice_verdict *sluice_verdict_create(void);
+void sluice_verdict_destroy(sluice_verdict *v);
+
+/* Decides a request from its attributes (the server's /v1/auth and /v1/check request
+ * form): returns SLUICE_OK with the answer in v (sluice_verdict_answer), or an error with
+ * an answer of action ERROR (status 500). A store failure is not an error: see the
+ * answer's action (the policies' on_store_error). */
+int sluice_engine_decide(sluice_engine *e, const sluice_request *req, sluice_time now,
+                         sluice_verdict *v);
+/* The policy/key form (SL.CHECK, /v1/check {"policy","key"}): policy `policy`'s windows on
+ * `key` (any bytes, as the policy's composed key), `cost` units when has_cost (else the
+ * policy's default cost). SLUICE_ENOTFOUND (status 404) for an unknown policy. */
+int sluice_engine_decide_key(sluice_engine *e, const char *policy, const void *key,
+                             size_t key_len, int has_cost, uint64_t cost, sluice_time now,
+                             sluice_verdict *v);
+/* The answer of the verdict's last decision (never NULL; before any, an ERROR answer). */
+const sluice_answer *sluice_verdict_answer(const sluice_verdict *v);
+
+/* Reserve-then-settle: windows with `settle` reserved their cost; settle the admitted
+ * verdict to what the request really cost (refunds only into the window that counted the
+ * reservation). SLUICE_EINVAL when it reserved nothing, SLUICE_ENOTFOUND when already
+ * settled. Releases every concurrency lease the admitted verdict holds
+ * (SLUICE_ENOTFOUND: expired, or released already). Each is single use. */
+int sluice_engine_settle(sluice_engine *e, sluice_verdict *v, uint64_t actual, sluice_time now);
+int sluice_engine_release(sluice_engine *e, sluice_verdict *v, sluice_time now);
+/* A verdict as a printable token (URL-safe base64, at most SLUICE_TOKEN_MAX bytes, sealed:
+ * it shows no key), for a settle or release from elsewhere (another thread, a later
+ * callback): bytes written (NUL-terminated), 0 when the verdict holds nothing to settle
+ * or release, or SLUICE_ERANGE. Valid across reloads, not across engines. */
+#define SLUICE_TOKEN_MAX 2048
+int sluice_verdict_token(const sluice_verdict *v, char *buf, size_t len);
+int sluice_engine_settle_token(sluice_engine *e, const char *token, size_t len,
+                               uint64_t actual, sluice_time now);
+int sluice_engine_release_token(sluice_engine *e, const char *token, size_t len,
+                                sluice_time now);
+
+/* ---- per-key overrides (issue 21, docs/overrides.md) -------------------------------- */
+
+typedef enum sluice_override_kind {
+    SLUICE_OVERRIDE_PLAN = 1,   /* one of the policy's plans */
+    SLUICE_OVERRIDE_LIMITS = 2, /* its own numbers (same algorithm as the policy) */
+    SLUICE_OVERRIDE_BLOCK = 3,  /* always the policy's deny answer */
+    SLUICE_OVERRIDE_EXEMPT = 4  /* never limited */
+} sluice_override_kind;
+
+/* An override to set (borrowed). Zero-initialise it and set kind and what it uses. */
+typedef struct sluice_override {
+    sluice_override_kind kind;
+    const char *plan;           /* PLAN: the plan's name */
+    const char *const *limits;  /* LIMITS: 1..4 windows, each a JSON object in the config's
+                                   syntax: "{\"rate\": \"3000/min\"}", "{\"quota\": \"1M/month\"}" */
+    size_t n_limits;
+    int64_t expires_wall_ns;    /* 0: never; else UTC ns, after `now` */
+    const char *reason;         /* optional, at most 1024 bytes */
+    const char *label;          /* optional: what lists show for the key (at most 256) */
+} sluice_override;
+
+/* A stored override (read-only; from sluice_override_get or an iteration). */
+typedef struct sluice_override_info {
+    const char *policy;
+    const char *key;            /* the key as set (path form), or NULL when raw keys are not
+                                   kept (the default: keys are personal data, log.raw_keys) */
+    size_t key_len;
+    char key_hash[33];          /* the keyed hash naming it: 32 hex digits */
+    sluice_override_kind kind;
+    const char *plan;           /* PLAN, else NULL */
+    const char *limits;         /* LIMITS: the windows as a JSON list, else NULL */
+    int64_t expires_wall_ns;    /* 0: never */
+    int64_t set_wall_ns;
+    const char *reason, *label; /* NULL when not given */
+} sluice_override_info;
+
+/* Sets the override of (policy, key): `key` is the key as the policy composes it, a
+ * composite key's parts in the policy's order, each percent-encoded, joined by '|' (the
+ * admin API's path form). Counters carry over as on a reload. *created (may be NULL) is
+ * 1 when there was none. SLUICE_ENOTFOUND: no such policy; SLUICE_EINVAL: a bad plan,
+ * window, expiry or key, or a policy that cannot take overrides (errbuf says which);
+ * SLUICE_EFULL: overrides.max are set. */
+int sluice_override_set(sluice_engine *e, const char *policy, const char *key, size_t key_len,
+                        const sluice_override *o, sluice_time now, int *created, char *errbuf,
+                        size_t errbuf_len);
+/* The live override, copied into one allocation the caller frees with
+ * sluice_override_info_free; SLUICE_ENOTFOUND (and *out NULL) when none or expired. */
+int sluice_override_get(sluice_engine *e, const char *policy, const char *key, size_t key_len,
+                        sluice_time now, sluice_override_info **out);
+void sluice_override_info_free(sluice_override_info *info);
+/* Removes it: SLUICE_OK, SLUICE_ENOTFOUND. */
+int sluice_override_remove(sluice_engine *e, const char *policy, const char *key,
+                           size_t key_len, sluice_time now);
+/* Calls fn for each live override (of `policy` only, unless NULL) in a stable order;
+ * fn returns 0 to go on, anything else to stop. Not a snapshot: overrides set or removed
+ * meanwhile may be seen or not. Returns how many fn saw (or SLUICE_EINVAL). */
+int sluice_override_each(sluice_engine *e, const char *policy, sluice_time now,
+                         int (*fn)(void *ud, const sluice_override_info *info), void *ud);
+
 #ifdef __cplusplus
 }
 #endif

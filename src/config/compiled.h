@@ -243,6 +243,7 @@ typedef struct sl_cpolicy {
     int64_t max_delay_ns;
     unsigned rollout_pct;       /* 100 = enforce, 0 = shadow */
     bool fail_closed;
+    bool fail_local;            /* on_store_error: local (fail_closed too: when it cannot) */
     uint32_t lease_slice;       /* leasing (shared store, hot keys): units per slice; 0 = off */
     int64_t lease_hold_ns;      /* how long a slice is spent locally before its rest goes back */
     bool headers;               /* render RateLimit fields for this policy */

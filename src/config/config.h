@@ -168,6 +168,11 @@ typedef struct sl_settings {
                                        a policy fails closed (default: degraded, still 200) */
         uint64_t max_tokens;        /* outstanding settle/release tokens; 0 = SL_TOKENS_DEFAULT */
         sl_redis_conn_cfg redis;    /* redis: credentials, TLS, sentinel */
+        struct {                    /* redis: store.local (on_store_error: local) */
+            unsigned instances;     /* instances when no heartbeat view was read; 0 = none */
+            uint32_t floor_ppm;     /* an instance's least share; 0 = 1/(2N) */
+            int64_t heartbeat_ns;   /* heartbeat period (default 1 s; TTL 3 periods) */
+        } local;
     } store;
     uint64_t overrides_max;         /* overrides.max: per-key overrides kept; 0 = 1,000,000 */
     sl_envoy_settings envoy;        /* process-wide (sl_config_set_envoy), not from the file */

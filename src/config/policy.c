@@ -648,8 +648,10 @@ static bool parse_options(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, bool ok
     if ((x = sl__get(n, "on_store_error")) != NULL) {
         if (sl__is_scalar(x) && strcmp(x->s, "open") == 0) p->fail_closed = false;
         else if (sl__is_scalar(x) && strcmp(x->s, "closed") == 0) p->fail_closed = true;
+        else if (sl__is_scalar(x) && strcmp(x->s, "local") == 0) /* closed when it cannot */
+            p->fail_closed = p->fail_local = true;
         else {
-            sl__err(cx, x, "bad on_store_error '%.40s' (expected open or closed)",
+            sl__err(cx, x, "bad on_store_error '%.40s' (expected open, closed or local)",
                     sl__is_scalar(x) ? x->s : "");
             ok = false;
         }

@@ -52,10 +52,60 @@ static void copy_str(sl__ctx *cx, const sl_ynode *n, const char *what, char *out
     memcpy(out, s, strlen(s) + 1);
 }
 
+/* store.local: what on_store_error: local needs (src/redis/local.c). floor is a fraction
+ * written as a decimal (0.1) or a ratio (1/6), kept in parts per million. */
+static void parse_store_local(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
+    static const char *const f[] = {"instances", "floor", "heartbeat", NULL};
+    if (!sl__check_fields(cx, n, "store.local", f) && n->kind != SL_YMAP) return;
+    const sl_ynode *x;
+    uint64_t v = 0;
+    if ((x = sl__get(n, "instances")) != NULL && sl__get_count(cx, x, "instances", 1024, &v)) {
+        if (v == 0)
+            sl__err(cx, x, "store.local.instances 0 shares nothing (expected at least 1, or omit "
+                    "it: then, with no heartbeat view, a local policy fails closed)");
+        else
+            st->store.local.instances = (unsigned)v;
+    }
+    if ((x = sl__get(n, "floor")) != NULL) {
+        bool ok = sl__is_scalar(x);
+        uint64_t ppm = 0;
+        if (ok) {
+            const char *s = x->s, *slash = strchr(s, '/');
+            char *end = NULL;
+            if (slash != NULL) {
+                unsigned long a = strtoul(s, &end, 10), b = 0;
+                ok = end == slash && a > 0;
+                if (ok) b = strtoul(slash + 1, &end, 10);
+                ok = ok && *end == 0 && b >= a && b > 0;
+                if (ok) ppm = (uint64_t)a * 1000000u / b;
+            } else {
+                double d = strtod(s, &end);
+                ok = end != s && *end == 0 && d > 0 && d <= 1;
+                if (ok) ppm = (uint64_t)(d * 1000000.0 + 0.5);
+            }
+        }
+        if (!ok || ppm == 0 || ppm > 1000000)
+            sl__err(cx, x, "bad store.local.floor '%.40s' (expected a fraction above 0 and at "
+                    "most 1: 0.1 or 1/6; omit it for 1/(2N))", sl__is_scalar(x) ? x->s : "");
+        else
+            st->store.local.floor_ppm = (uint32_t)ppm;
+    }
+    if ((x = sl__get(n, "heartbeat")) != NULL) {
+        int64_t ns = 0;
+        if (sl__get_duration(cx, x, &ns)) {
+            if (ns < 100 * SLUICE_NS_PER_MS || ns > 60 * SLUICE_NS_PER_S)
+                sl__err(cx, x, "store.local.heartbeat must be between 100ms and 60s (expected "
+                        "e.g. 1s)");
+            else
+                st->store.local.heartbeat_ns = ns;
+        }
+    }
+}
+
 static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     static const char *const f[] = {"type", "max_keys", "on_full", "shards", "snapshot",
                                     "addr", "timeout", "key_secret", "time", "max_tokens",
-                                    "unready_when_down", SL_STORE_REDIS_FIELDS, NULL};
+                                    "unready_when_down", "local", SL_STORE_REDIS_FIELDS, NULL};
     if (!sl__check_fields(cx, n, "store", f) && n->kind != SL_YMAP) return;
     const sl_ynode *x = sl__get(n, "type");
     if (x != NULL) {
@@ -72,7 +122,7 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     bool mem = st->store.type == SL_STORE_MEMORY;
     static const char *const memf[] = {"max_keys", "on_full", "shards", "snapshot", NULL};
     static const char *const redf[] = {"addr", "timeout", "key_secret", "time", "unready_when_down",
-                                       SL_STORE_REDIS_FIELDS, NULL};
+                                       "local", SL_STORE_REDIS_FIELDS, NULL};
     const char *const *wrong = mem ? redf : memf;
     for (size_t i = 0; wrong[i]; i++)
         if ((x = sl__get(n, wrong[i])) != NULL)
@@ -146,6 +196,7 @@ static void parse_store(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
                      sizeof(st->store.redis_key_secret));
         if ((x = sl__get(n, "unready_when_down")) != NULL)
             sl__get_bool(cx, x, &st->store.unready_when_down);
+        if ((x = sl__get(n, "local")) != NULL) parse_store_local(cx, x, st);
         if ((x = sl__get(n, "time")) != NULL) {
             if (sl__is_scalar(x) && !strcmp(x->s, "local")) st->store.redis_time_local = true;
             else if (sl__is_scalar(x) && !strcmp(x->s, "redis")) st->store.redis_time_local = false;
@@ -172,6 +223,7 @@ void sl__settings_defaults(sl_settings *st) {
     snprintf(st->auth_route_header, sizeof(st->auth_route_header), "x-sluice-route");
     snprintf(st->client_ip.header, sizeof(st->client_ip.header), "x-forwarded-for");
     st->store.redis_timeout_ns = 20 * SLUICE_NS_PER_MS;
+    st->store.local.heartbeat_ns = SLUICE_NS_PER_S;
     st->log.level = 2; /* info */
     st->log.decisions_rejections_only = true;
     st->log.decisions_sample_ppm = 1000000;

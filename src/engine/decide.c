@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/internal.h"
+#include "store/decision.h"
 
 typedef sl__ewin e_win;
 
@@ -32,18 +33,6 @@ static void sync_done_rc(const sl_engine *e, void *lane, sl_verdict *v, sluice_t
 }
 
 static const e_win *item_win(const sl_verdict_item *it) { return sl__item_win(it); }
-
-static bool later_retry(int64_t a, int64_t b) {
-    if (a == SLUICE_NEVER) return b != SLUICE_NEVER;
-    if (b == SLUICE_NEVER) return false;
-    return a > b;
-}
-
-/* remaining/limit of a below that of b (cross-multiplied: exact, no division) */
-static bool less_share(const sluice_result *a, const sluice_result *b) {
-    return (unsigned __int128)a->remaining * (b->limit ? b->limit : 1) <
-           (unsigned __int128)b->remaining * (a->limit ? a->limit : 1);
-}
 
 /* Failures of the shared state itself, to which on_store_error applies; every other
  * error of a decision (ERANGE, ETOOMANY, EINVAL, ...) is the engine's and answered 500. */
@@ -138,6 +127,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
     bool allowed = true;
     if (res != NULL) {
         allowed = res->allowed != 0;
+        v->store_local = res->local;
         for (size_t s = 0; s < v->run.nsi && s < res->n; s++) {
             sl_verdict_item *it = &v->items[v->run.sidx[s]];
             it->result = res->r[s];
@@ -176,12 +166,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
             continue;
         }
         const sluice_result *a = &it->result, *b = &v->items[dec].result;
-        if (!allowed) {
-            if (!a->allowed && (b->allowed || later_retry(a->retry_after_ns, b->retry_after_ns)))
-                dec = (int)enf[i];
-        } else if (less_share(a, b)) {
-            dec = (int)enf[i];
-        }
+        if (sl_window_decides_over(a, sl_rank_of(a), b, sl_rank_of(b))) dec = (int)enf[i];
     }
     v->deciding = dec;
     if (allowed) {
@@ -439,6 +424,7 @@ void sl_engine_decide_batch(const sl_engine *e, void *lane, sl_verdict *const *v
             sl_sresult res; /* only what on_decided reads (a zeroed one is ~3 KiB) */
             res.allowed = out[j].allowed;
             res.groups_ok = 0;
+            res.local = false;
             res.n = 1;
             res.r[0] = out[j];
             res.x[0].kind = 0;

@@ -374,7 +374,7 @@ static void policy_json(sl_jw *w, const sl_cpolicy *cp, const char *file) {
         sl_jw_key(w, "max_delay_ms");
         sl_jw_ms(w, cp->max_delay_ns);
     }
-    sl_jw_kstr(w, "on_store_error", cp->fail_closed ? "closed" : "open");
+    sl_jw_kstr(w, "on_store_error", cp->fail_local ? "local" : cp->fail_closed ? "closed" : "open");
     sl_jw_key(w, "leasing");
     if (cp->lease_slice) {
         sl_jw_obj(w);
@@ -538,7 +538,7 @@ static void a_exceed(const sl_cpolicy *cp, char *buf, size_t len) {
 }
 
 static void a_store_error(const sl_cpolicy *cp, char *buf, size_t len) {
-    snprintf(buf, len, "%s", cp->fail_closed ? "closed" : "open");
+    snprintf(buf, len, "%s", cp->fail_local ? "local" : cp->fail_closed ? "closed" : "open");
 }
 
 static void a_leasing(const sl_cpolicy *cp, char *buf, size_t len) {

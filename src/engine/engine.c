@@ -84,6 +84,7 @@ int sl__make_win(sl_engine *e, sl__epol *ep, sl__ewin *w, const sl_cwindow *cw, 
     if (w->lim == NULL) return err ? err : SLUICE_EINVAL;
     w->lim->lease_slice = cp->lease_slice;
     w->lim->lease_hold_ns = cp->lease_hold_ns;
+    w->lim->fail_local = cp->fail_local;
     err = sluice_store_register(e->store, w->lim);
     if (err != SLUICE_OK) {
         snprintf(errbuf, errlen, "registering limit '%s' with the store: %s", limname,

@@ -208,6 +208,8 @@ struct sl_verdict {
                                  check again after delay_ns */
     bool shadow_limited;      /* a shadow item would have limited */
     bool store_error;         /* store failed; action follows the policies' failure mode */
+    bool store_local;         /* the store was unreachable and decided locally at this
+                                 instance's share (on_store_error: local) */
     int error;                /* that store error, or SL_ERROR's cause (SLUICE_E*), or 0 */
     int64_t delay_ns;         /* SL_DELAY */
     int64_t retry_after_ns;   /* SL_REJECT: the deciding item's retry-after (or NEVER) */

@@ -361,6 +361,7 @@ void sl__verdict_init(sl_verdict *v) {
     v->recheck = false;
     v->shadow_limited = false;
     v->store_error = false;
+    v->store_local = false;
     v->error = 0;
     v->delay_ns = 0;
     v->retry_after_ns = 0;
@@ -647,6 +648,7 @@ int sl__fail(sl_verdict *v, int rc) {
                 : rc == SL_ETOKENS_FULL                                               ? 503
                                                                              : 500;
     v->store_error = false;
+    v->store_local = false;
     v->error = rc;
     v->run.prep_rc = rc;
     return rc;

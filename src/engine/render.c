@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * render.c -- a verdict as HTTP sees it, with no I/O: RateLimit-Policy / RateLimit in the
- * draft-11 structured-field syntax, Retry-After in delay-seconds, legacy X-RateLimit-*,
- * the RFC 9457 problem+json body and a JSON verdict for /v1/check.
+ * render.c -- the text forms of a verdict, with no I/O: the RFC 9457 problem+json body, the
+ * JSON verdict for /v1/check (sl_answer_json: with the answer's headers and token, written
+ * once, straight into the connection's buffer), and the answer's pairs as header lines
+ * (sl_render_headers; the pairs themselves are built in answer.c).
  * Seconds are always rounded up: a client told "1" after 0.2 s is early by nothing.
  */
 #include <stdarg.h>
@@ -10,9 +11,9 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "engine/answer.h"
 #include "engine/internal.h"
 
-#define SF_INT_MAX INT64_C(999999999999999) /* RFC 9651 Integer: at most 15 digits */
 #define QUOTA_EXCEEDED "https://iana.org/assignments/http-problem-types#quota-exceeded"
 #define REDUCED_CAPACITY "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 
@@ -61,25 +62,6 @@ static int finish(wr *w) {
     return (int)w->off;
 }
 
-static int64_t sfint(uint64_t v) { return v > (uint64_t)SF_INT_MAX ? SF_INT_MAX : (int64_t)v; }
-
-/* sf-string: printable ASCII only, '"' and '\' escaped; anything else becomes '?' so a
- * strange rule name can never break the header. */
-static void wsf(wr *w, const char *s) {
-    ws(w, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            wbytes(w, e, 2);
-        } else if (c < 0x20 || c > 0x7e) {
-            ws(w, "?");
-        } else {
-            wbytes(w, (const char *)&c, 1);
-        }
-    }
-    ws(w, "\"");
-}
 
 static void wjson_str(wr *w, const char *s) {
     ws(w, "\"");
@@ -101,107 +83,22 @@ static void wjson_str(wr *w, const char *s) {
 
 static const sl_cpolicy *item_policy(const sl_verdict_item *it) { return sl__item_win(it)->cp; }
 
-/* The items a client is told about: enforced, limited, from policies that show headers;
- * one per window (several descriptors may hit one rule: the lowest remaining wins). */
-static size_t visible(const sl_verdict *v, size_t *out) {
-    size_t n = 0;
-    for (size_t i = 0; i < v->n; i++) {
-        const sl_verdict_item *it = &v->items[i];
-        if (it->shadow || it->unlimited || it->info == NULL || !item_policy(it)->headers ||
-            (it->cap & SL_SIC_PENALTY)) /* a penalty is no window a client counts in */
-            continue;
-        bool dup = false;
-        for (size_t j = 0; j < n && !it->override; j++)
-            if (v->items[out[j]].info == it->info) {
-                dup = true;
-                if (it->result.remaining < v->items[out[j]].result.remaining) out[j] = i;
-            }
-        if (!dup) out[n++] = i;
-    }
-    return n;
-}
-
-static int64_t item_t(const sl_verdict_item *it) {
-    const sluice_result *r = &it->result;
-    if (!r->allowed && r->retry_after_ns != SLUICE_NEVER) return sl_ceil_s(r->retry_after_ns, 1);
-    return sl_ceil_s(r->reset_after_ns, 0);
-}
-
+/* The answer's pairs as header text (for callers that want lines: tests, tools). */
 int sl_render_headers(const sl_verdict *v, char *buf, size_t len, unsigned flags) {
-    wr w = {buf, len, 0, false};
     if (buf == NULL || len == 0) return SLUICE_ERANGE;
     buf[0] = '\0';
     if (v == NULL) return SLUICE_EINVAL;
-    size_t vis[SLUICE_MAX_ITEMS];
-    /* nothing when the store's state is unknown: a fail-open admission telling clients
-     * r=0 would make cooperative ones back off for nothing */
-    size_t n = (v->action == SL_FAIL || v->action == SL_ERROR || v->missing_key_policy || v->store_error)
-                   ? 0 : visible(v, vis);
-    if (n > 0 && !(flags & SL_RENDER_NO_POLICY)) {
-        ws(&w, "RateLimit-Policy: ");
-        for (size_t i = 0; i < n; i++) {
-            const sl_verdict_item *it = &v->items[vis[i]];
-            const sl_window_info *in = it->info;
-            if (i) ws(&w, ", ");
-            wsf(&w, in->name);
-            /* a per-key override's numbers are the effective quota (its window: w= below) */
-            const sl_limit *ol = it->ovr_g && it->ovr_p >= 0
-                                     ? &v->ovr[it->ovr_g - 1].lim[it->ovr_p] : NULL;
-            wf(&w, ";q=%lld", (long long)sfint(it->override ? it->override_limit
-                                               : ol ? ol->capacity : in->quota));
-            switch (in->qu) {
-            case SL_QU_CONTENT_BYTES: ws(&w, ";qu=\"content-bytes\""); break;
-            case SL_QU_CONCURRENT: ws(&w, ";qu=\"concurrent-requests\""); break;
-            case SL_QU_OTHER:
-                ws(&w, ";qu=");
-                wsf(&w, in->unit_name ? in->unit_name : "units");
-                break;
-            default: break;
-            }
-            if (ol != NULL && ol->period_ns > 0 && in->window_s > 0)
-                wf(&w, ";w=%lld", (long long)sfint((uint64_t)sl_ceil_s(ol->period_ns, 1)));
-            else if (in->window_s > 0)
-                wf(&w, ";w=%lld", (long long)sfint((uint64_t)in->window_s));
-        }
-        ws(&w, "\r\n");
+    sl_answer a;
+    sl_answer_build(&a, v, flags);
+    sl_wbuf w;
+    sl_wbuf_init(&w, buf, len - 1);
+    sl_answer_http_headers(&a, &w);
+    if (w.overflow || a.overflow) {
+        buf[0] = '\0';
+        return SLUICE_ERANGE;
     }
-    if (n > 0) {
-        ws(&w, "RateLimit: ");
-        for (size_t i = 0; i < n; i++) {
-            const sl_verdict_item *it = &v->items[vis[i]];
-            if (i) ws(&w, ", ");
-            wsf(&w, it->info->name);
-            wf(&w, ";r=%lld", (long long)sfint(it->result.allowed ? it->result.remaining : 0));
-            if (it->info->qu != SL_QU_CONCURRENT)
-                wf(&w, ";t=%lld", (long long)sfint((uint64_t)item_t(it)));
-        }
-        ws(&w, "\r\n");
-    }
-    if (v->action == SL_REJECT && v->retry_after_ns != SLUICE_NEVER && !v->missing_key_policy)
-        wf(&w, "Retry-After: %lld\r\n", (long long)sl_ceil_s(v->retry_after_ns, 1));
-    else if (v->action == SL_DELAY && v->recheck) /* nothing consumed: ask again then */
-        wf(&w, "Retry-After: %lld\r\n", (long long)sl_ceil_s(v->delay_ns, 1));
-    else if (v->action == SL_FAIL && v->store_error) /* the shared store is down: try again soon */
-        ws(&w, "Retry-After: 1\r\n");
-    if (v->action == SL_REJECT && !v->missing_key_policy) {
-        /* capacity protection: the class shed, a penalty's challenge */
-        const char *reason, *cls = sl_verdict_shed(v, &reason);
-        if (cls != NULL) wf(&w, "X-Sluice-Shed: %s\r\n", cls);
-        const char *hdr = NULL, *act;
-        unsigned lvl;
-        if (v->challenge && sl_verdict_penalty(v, &lvl, &act, &hdr) && hdr != NULL) wf(&w, "%s\r\n", hdr);
-    }
-    if ((flags & SL_RENDER_LEGACY) && n > 0) {
-        const sl_verdict_item *it = &v->items[vis[0]];
-        for (size_t i = 0; i < n; i++)
-            if (v->deciding >= 0 && vis[i] == (size_t)v->deciding) it = &v->items[vis[i]];
-        wf(&w, "X-RateLimit-Limit: %llu\r\n",
-           (unsigned long long)(it->override ? it->override_limit : it->info->quota));
-        wf(&w, "X-RateLimit-Remaining: %llu\r\n",
-           (unsigned long long)(it->result.allowed ? it->result.remaining : 0));
-        wf(&w, "X-RateLimit-Reset: %lld\r\n", (long long)item_t(it));
-    }
-    return finish(&w);
+    buf[w.len] = '\0';
+    return (int)w.len;
 }
 
 static bool hexs(const char *s, size_t n, bool allow_upper) {
@@ -282,7 +179,9 @@ static void override_field(wr *w, const sl_verdict *v) {
     ws(w, "}");
 }
 
-int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, size_t len) {
+/* The problem of v as it stands, `status` as the status sent (v->status for
+ * sl_render_problem). */
+static int problem(const sl_verdict *v, int status, const char *traceparent, char *buf, size_t len) {
     wr w = {buf, len, 0, false};
     if (buf == NULL || len == 0) return SLUICE_ERANGE;
     buf[0] = '\0';
@@ -296,10 +195,10 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
     bool has_tid = trace_id(traceparent, tid);
     const char *names[SLUICE_MAX_ITEMS];
     size_t nn = 0;
-    if (v->action == SL_ERROR || (v->action == SL_FAIL && (v->status == 500 || v->error == SL_ETOKENS_FULL))) {
+    if (v->action == SL_ERROR || (v->action == SL_FAIL && (status == 500 || v->error == SL_ETOKENS_FULL))) {
         /* not a store failure: the engine could not decide this request (a server that
          * turned SL_ERROR into SL_FAIL keeps status 500, so the body still agrees) */
-        int st = v->action == SL_ERROR && (v->status == 404 || v->status == 400) ? v->status
+        int st = v->action == SL_ERROR && (status == 404 || status == 400) ? status
                  : v->error == SL_ETOKENS_FULL                                    ? 503
                                                                                   : 500;
         const char *title = st == 404 ? "Not Found" : st == 400 ? "Bad Request"
@@ -322,7 +221,7 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
     } else if (v->missing_key_policy != NULL) {
         /* about:blank: the title is the reason phrase of the status actually sent (a
          * gateway may ask for 403 because nginx auth_request only passes 401/403). */
-        int st = v->status >= 400 && v->status <= 599 ? v->status : 400;
+        int st = status >= 400 && status <= 599 ? status : 400;
         const char *title = st == 401 ? "Unauthorized" : st == 403 ? "Forbidden"
                           : st == 429 ? "Too Many Requests" : st == 400 ? "Bad Request"
                           : "Request Refused";
@@ -334,7 +233,7 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
         names[nn++] = v->missing_key_policy;
     } else if (v->challenge) {
         /* a penalty's challenge: the policy's status, its reason phrase as the title */
-        int st = v->status >= 400 && v->status <= 599 ? v->status : 401;
+        int st = status >= 400 && status <= 599 ? status : 401;
         const char *title = st == 401 ? "Unauthorized" : st == 403 ? "Forbidden"
                           : st == 429 ? "Too Many Requests" : "Challenge Required";
         unsigned lvl = 0;
@@ -355,7 +254,7 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
             if (!dup) names[nn++] = it->info->name;
         }
         wf(&w, "{\"type\":\"" QUOTA_EXCEEDED "\",\"title\":\"Quota Exceeded\",\"status\":%d,"
-               "\"detail\":", v->status ? v->status : 429);
+               "\"detail\":", status ? status : 429);
         char d[400];
         const char *who = v->deciding >= 0 ? v->items[v->deciding].info->name
                                            : (nn ? names[0] : "?");
@@ -392,6 +291,17 @@ int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, s
     if (has_tid) wf(&w, ",\"trace_id\":\"%s\"", tid);
     ws(&w, "}");
     return finish(&w);
+}
+
+int sl_render_problem(const sl_verdict *v, const char *traceparent, char *buf, size_t len) {
+    return problem(v, v ? v->status : 0, traceparent, buf, len);
+}
+
+int sl_answer_problem(const sl_verdict *v, int status, const char *traceparent, sl_wbuf *w) {
+    if (w->overflow || w->cap - w->len < 2) return SLUICE_ERANGE;
+    int n = problem(v, status, traceparent, w->data + w->len, w->cap - w->len);
+    if (n >= 0) w->len += (size_t)n;
+    return n;
 }
 
 static const char *action_name(const sl_verdict *v) {
@@ -489,6 +399,71 @@ int sl_render_json(const sl_verdict *v, bool with_keys, char *buf, size_t len) {
     }
     ws(&w, "]}");
     return finish(&w);
+}
+
+/* (the inline part of sl_wbuf only: the engine library links without src/proto) */
+static void wbuf_puts(sl_wbuf *w, const char *s) { sl_wbuf_put(w, s, strlen(s)); }
+
+/* A JSON string of n bytes into w (escaped as every JSON writer here escapes). */
+static void wbuf_jstr(sl_wbuf *w, const char *s, size_t n) {
+    sl_wbuf_putc(w, '"');
+    size_t i = 0;
+    while (i < n) {
+        size_t run = sl_json_plain(s + i, n - i, 0);
+        if (run > 0) {
+            sl_wbuf_put(w, s + i, run);
+            i += run;
+            continue;
+        }
+        char u[SL_JSON_UNIT_MAX];
+        size_t adv, k = sl_json_unit(s + i, n - i, 0, u, &adv);
+        sl_wbuf_put(w, u, k);
+        i += adv;
+    }
+    sl_wbuf_putc(w, '"');
+}
+
+int sl_answer_json(const sl_answer *a, int rc, const char *tok, size_t tl, sl_wbuf *w) {
+    const sl_verdict *v = a->v;
+    size_t start = w->len;
+    int bl = -1;
+    if (rc == 0 && v != NULL && !w->overflow && w->cap - w->len > 2) {
+        bl = sl_render_json(v, false, w->data + w->len, w->cap - w->len);
+        if (bl > 0) w->len += (size_t)bl - 1; /* reopened: its closing brace comes last */
+    }
+    if (bl <= 0) {
+        /* an engine error decides nothing: never "allowed" */
+        bool ok = v != NULL && v->action != SL_ERROR && v->action != SL_REJECT && v->action != SL_FAIL;
+        wbuf_puts(w, ok ? "{\"allowed\":true" : "{\"allowed\":false");
+        if (rc != 0) {
+            wbuf_puts(w, ",\"error\":");
+            const char *e = sl_engine_error_text(rc);
+            wbuf_jstr(w, e, strlen(e));
+        }
+    }
+    wbuf_puts(w, ",\"headers\":{");
+    bool first = true;
+    for (size_t i = 0; i < a->nh; i++) {
+        if (!sl_answer_has_value(a, i)) continue;
+        size_t nl, vl;
+        const char *nm = sl_answer_name(a, i, &nl), *val = sl_answer_value(a, i, &vl);
+        if (!first) sl_wbuf_putc(w, ',');
+        first = false;
+        wbuf_jstr(w, nm, nl);
+        sl_wbuf_putc(w, ':');
+        wbuf_jstr(w, val, vl);
+    }
+    sl_wbuf_putc(w, '}');
+    if (rc == 0 && tok != NULL && tl > 0) {
+        wbuf_puts(w, ",\"token\":");
+        wbuf_jstr(w, tok, tl);
+    }
+    sl_wbuf_putc(w, '}');
+    if (w->overflow) {
+        w->len = start;
+        return SLUICE_ERANGE;
+    }
+    return (int)(w->len - start);
 }
 
 /* Why per descriptor: Envoy's response carries one status per request descriptor, in

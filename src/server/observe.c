@@ -26,11 +26,12 @@
 #include "server/capacity_metrics.h"
 #include "server/rejections.h"
 #include "server/series.h"
+#include "store/decision.h"
 #include "store/memory/famstats.h"
 
 const char *const sl_obs_result_names[SL_MET_RESULTS] = {
     "allowed", "limited", "shadow_limited", "fail_open", "error",
-    "rollout_limited", "fail_closed", "delayed", "recheck"};
+    "rollout_limited", "fail_closed", "delayed", "recheck", "local", "local_limited"};
 const char *const sl_obs_op_names[SL_OBS_OPS] = {"decide", "settle", "release", "reset", "claim"};
 const char *const sl_obs_store_err_names[SL_OBS_STORE_ERRS] = {"unavailable", "full", "memory",
                                                                "io", "other"};
@@ -486,18 +487,6 @@ static const char *trace_id(const char *tp, char out[33]) {
     return out;
 }
 
-/* remaining/limit of a below b's (cross-multiplied: exact, no division) */
-static bool less_share(const sluice_result *a, const sluice_result *b) {
-    return (unsigned __int128)a->remaining * (b->limit ? b->limit : 1) <
-           (unsigned __int128)b->remaining * (a->limit ? a->limit : 1);
-}
-
-static bool later_retry(int64_t a, int64_t b) {
-    if (a == SLUICE_NEVER) return b != SLUICE_NEVER;
-    if (b == SLUICE_NEVER) return false;
-    return a > b;
-}
-
 /* One policy application (items [i, j) of v: one policy, one key) counted, sketched and
  * maybe logged. */
 static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, size_t i, size_t j,
@@ -523,14 +512,9 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     /* the deciding window of this policy: the limiting one with the longest retry-after,
      * else the one closest to exhaustion (the engine's rule, within the policy) */
     for (size_t k = i + 1; k < j; k++) {
-        const sluice_result *a = &v->items[k].result, *b = &v->items[dec].result;
-        if (lim) {
-            if (v->items[k].would_limit &&
-                (!v->items[dec].would_limit || later_retry(a->retry_after_ns, b->retry_after_ns)))
-                dec = k;
-        } else if (less_share(a, b)) {
+        if (sl_window_decides_over(&v->items[k].result, v->items[k].would_limit ? SL_RANK_LIMITS : 0,
+                                   &v->items[dec].result, v->items[dec].would_limit ? SL_RANK_LIMITS : 0))
             dec = k;
-        }
     }
     const sl_obs_gen_ent *de = gen_find(gm, v->items[dec].info);
     unsigned wslot = de ? de->series : pslot;
@@ -538,6 +522,8 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     if (v->store_error) {
         r = (pe->flags & SL_OBSF_CLOSED) && !shadow ? SL_MET_FAIL_CLOSED : SL_MET_FAIL_OPEN;
         wslot = pslot;
+    } else if (v->store_local && !shadow) { /* the store was down: decided at the share */
+        r = lim ? SL_MET_LOCAL_LIMITED : SL_MET_LOCAL;
     } else if (lim) {
         if (shadow) r = (pe->flags & SL_OBSF_SHADOW) ? SL_MET_SHADOW : SL_MET_ROLLOUT;
         else if (v->action == SL_DELAY && v->recheck) r = SL_MET_RECHECK;
@@ -563,7 +549,8 @@ static void count_run(sl_worker *w, const sl_obs_gen *gm, const sl_verdict *v, s
     bool rejected = lim || r == SL_MET_FAIL_CLOSED;
     sl_series_note(w, v, i, dec, wslot, r, rejected); /* the console's ring (series.c) */
     sl_topk **sk = atomic_load_explicit(&o->topk[pslot], memory_order_acquire);
-    bool refused = (r == SL_MET_LIMITED || r == SL_MET_FAIL_CLOSED) && sl_rej_enabled();
+    bool refused = (r == SL_MET_LIMITED || r == SL_MET_FAIL_CLOSED || r == SL_MET_LOCAL_LIMITED) &&
+                   sl_rej_enabled();
     uint64_t kh = (sk != NULL || refused) ? sl_topk_key_hash(&o->hkey, key, klen) : 0;
     if (sk != NULL && w->id < o->nworkers)
         sl_topk_add(sk[w->id], v->decided_at.mono_ns, kh, key, klen, cost ? cost : 1, rejected);

@@ -27,6 +27,7 @@
 
 #include "audit.h"
 #include "clock.h"
+#include "store/redis/local.h"
 #include "store/redis/store.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
@@ -484,6 +485,7 @@ static int open_store(sl_server *s, const sl_settings *st, char *err, size_t err
             snprintf(err, errlen, "cannot create the limiter registry: %s", sluice_strerror(e));
             return -1;
         }
+        sl_redis_local_attach(s->store); /* on_store_error: local decides in it */
         return 0;
     }
     if (strncmp(url, "memory:", 7) != 0) {

@@ -59,7 +59,7 @@ void sl_server_opts_default(sl_server_opts *o);
 
 /* ---- policy generations (reload swaps them) ---- */
 
-#define SL_MET_RESULTS 9
+#define SL_MET_RESULTS 11
 
 /* The results of sluice_decisions_total (observe.c names them). */
 typedef enum sl_met_result {
@@ -71,7 +71,9 @@ typedef enum sl_met_result {
     SL_MET_ROLLOUT = 5,
     SL_MET_FAIL_CLOSED = 6,
     SL_MET_DELAYED = 7,
-    SL_MET_RECHECK = 8
+    SL_MET_RECHECK = 8,
+    SL_MET_LOCAL = 9,        /* on_store_error: local, admitted at the instance's share */
+    SL_MET_LOCAL_LIMITED = 10 /* ... refused at it */
 } sl_met_result;
 
 struct sl_obs_gen;

@@ -123,7 +123,7 @@ def test_series_counts_and_hostile_input(make_server):
     assert j["policy"] == "api" and j["step_ms"] == 1000 and j["end_ms"] % 1000 == 0
     assert [w["window"] for w in j["windows"]] == ["api.0", "api.1"]  # as the metrics name them
     names = {"allowed", "limited", "shadow_limited", "fail_open", "error", "rollout_limited",
-             "fail_closed", "delayed", "recheck"}
+             "fail_closed", "delayed", "recheck", "local", "local_limited"}
     for w in j["windows"]:
         assert set(w["series"]) == names
         assert all(len(a) == 5 for a in w["series"].values())

@@ -155,8 +155,15 @@ def test_reload_with_held_leases(redis):
         for _ in range(3):
             assert as_dict(c.command("SL.CHECK", "lease", "k"))["allowed"] == 1
         rewrite(srv, cfg(rate="50/s", burst=50))
-        time.sleep(1.0)  # the slice's hold passes: given back through the old limiter
-        m = requests.get(srv.admin + "/metrics", timeout=5).text
+        # the slice's hold (300 ms) passes: given back through the old limiter (polled: a
+        # loaded machine runs the sweep late)
+        deadline = time.time() + 10
+        m = ""
+        while time.time() < deadline:
+            m = requests.get(srv.admin + "/metrics", timeout=5).text
+            if 'sluice_redis_events_total{event="lease_returned"} 7' in m:
+                break
+            time.sleep(0.05)
         assert 'sluice_redis_events_total{event="lease_returned"} 7' in m, m
         assert as_dict(c.command("SL.CHECK", "lease", "k"))["allowed"] == 1
         c.close()

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/answer.h"
+#include "store/decision.h"
 #include "engine/internal.h" /* compat answers read the rule behind an item (sl__item_win) */
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest pb_req;
@@ -126,39 +128,37 @@ static void status_from_item(const sl_verdict_item *it, sl_rls_status *s) {
     s->reset_ns = it->result.reset_after_ns > 0 ? it->result.reset_after_ns : 0;
 }
 
-/* Which of a descriptor's items speaks for it: an enforced rejection with the longest
- * retry, else the enforced window with the least remaining share, else a shadow one. */
-static bool better(const sl_verdict_item *a, const sl_verdict_item *b) {
-    if (a->shadow != b->shadow) return !a->shadow;
-    bool ra = !a->result.allowed, rb = !b->result.allowed;
-    if (ra != rb) return ra;
-    if (ra) {
-        if (a->result.retry_after_ns == SLUICE_NEVER) return b->result.retry_after_ns != SLUICE_NEVER;
-        if (b->result.retry_after_ns == SLUICE_NEVER) return false;
-        return a->result.retry_after_ns > b->result.retry_after_ns;
-    }
-    return (unsigned __int128)a->result.remaining * (b->result.limit ? b->result.limit : 1) <
-           (unsigned __int128)b->result.remaining * (a->result.limit ? a->result.limit : 1);
+/* Which of a descriptor's items speaks for it: the one rule (store/decision.h), an
+ * enforced rejection with the longest retry, else the enforced window with the least
+ * remaining share, else a shadow one. */
+static unsigned rank_of(const sl_verdict_item *it) {
+    return (it->result.allowed ? 0u : SL_RANK_LIMITS) | (it->shadow ? SL_RANK_SHADOW : 0u);
 }
 
-/* Splits the header lines sl_render_headers wrote into key/value pairs (in place). */
-static void split_headers(sl_rls_answer *a) {
-    char *p = a->hbuf;
+static bool better(const sl_verdict_item *a, const sl_verdict_item *b) {
+    return sl_window_decides_over(&a->result, rank_of(a), &b->result, rank_of(b));
+}
+
+/* The answer's pairs as the protobuf's key/value strings: copied into hbuf, each NUL
+ * terminated (protobuf-c's strings), h[] pointing at them. */
+static void pairs_of(sl_rls_answer *a, const sl_answer *an) {
+    size_t off = 0;
     a->nh = 0;
-    while (*p && a->nh < SL_RLS_MAX_HEADERS) {
-        char *eol = strstr(p, "\r\n");
-        if (eol == NULL) break;
-        *eol = '\0';
-        char *colon = strchr(p, ':');
-        if (colon != NULL) {
-            *colon = '\0';
-            char *v = colon + 1;
-            while (*v == ' ') v++;
-            a->h[a->nh].key = p;
-            a->h[a->nh].value = v;
-            a->nh++;
-        }
-        p = eol + 2;
+    for (size_t i = 0; i < an->nh && a->nh < SL_RLS_MAX_HEADERS; i++) {
+        if (!sl_answer_has_value(an, i)) continue;
+        size_t nl, vl;
+        const char *n = sl_answer_name(an, i, &nl), *val = sl_answer_value(an, i, &vl);
+        if (off + nl + vl + 2 > sizeof(a->hbuf)) break;
+        char *k = a->hbuf + off;
+        memcpy(k, n, nl);
+        k[nl] = '\0';
+        char *vv = k + nl + 1;
+        memcpy(vv, val, vl);
+        vv[vl] = '\0';
+        off += nl + vl + 2;
+        a->h[a->nh].key = k;
+        a->h[a->nh].value = vv;
+        a->nh++;
     }
 }
 
@@ -246,25 +246,20 @@ int sl_rls_answer_of(const sl_verdict *v, int rc, size_t nd, unsigned render_fla
         }
     }
     a->overall = over ? SL_RLS_OVER_LIMIT : SL_RLS_OK;
-    int hl = sl_render_headers(v, a->hbuf, sizeof(a->hbuf), render_flags);
-    if (hl < 0) a->hbuf[0] = '\0';
-    if (over && v->action != SL_REJECT && v->action != SL_FAIL && strstr(a->hbuf, "Retry-After") == NULL) {
+    sl_answer an;
+    sl_answer_build(&an, v, render_flags);
+    sl_answer_budget(&an, sizeof(a->hbuf));
+    if (over && v->action != SL_REJECT && v->action != SL_FAIL && (an.retry_after_s < 0 || an.dropped) &&
+        sl_answer_http_len(&an) + 40 < sizeof(a->hbuf))
         /* a recheck delay rejected: still tell the client when to retry */
-        int64_t ra = v->delay_ns;
-        size_t l = strlen(a->hbuf);
-        snprintf(a->hbuf + l, sizeof(a->hbuf) - l, "Retry-After: %lld\r\n",
-                 (long long)sl_ceil_s(ra, 1));
-    }
-    if (v->action == SL_DELAY && !v->recheck && v->delay_ns > 0) {
+        sl_answer_add_i64(&an, "Retry-After", sl_ceil_s(v->delay_ns, 1));
+    if (an.delay_ms > 0 && sl_answer_http_len(&an) + 48 < sizeof(a->hbuf))
         /* A shaped admission: admitted and counted, to be forwarded after delay_ns. Envoy
          * cannot hold a request, so it is answered OK now, saying how long it was meant
          * to wait (an OVER_LIMIT would refuse a request the bucket already counted: its
          * retry would queue behind itself). config check says so for such policies. */
-        size_t l = strlen(a->hbuf);
-        snprintf(a->hbuf + l, sizeof(a->hbuf) - l, "X-Sluice-Delay-Ms: %lld\r\n",
-                 (long long)((v->delay_ns + SLUICE_NS_PER_MS - 1) / SLUICE_NS_PER_MS));
-    }
-    split_headers(a);
+        sl_answer_add_i64(&an, "X-Sluice-Delay-Ms", an.delay_ms);
+    pairs_of(a, &an);
     if (over) {
         int bl = sl_render_problem(v, NULL, a->body, sizeof(a->body));
         a->body_len = bl > 0 ? (size_t)bl : 0;
@@ -840,11 +835,14 @@ static int compat_answer(const sl_verdict *v, int rc, size_t nd, const sl_rls_ca
         const sl_rls_status *s = &a->st[min_d];
         int64_t ulen = sl_envoy_unit_seconds(s->unit);
         int64_t reset = ulen > 0 ? ulen - (now_s % ulen + ulen) % ulen : 0;
-        int n = snprintf(a->hbuf, sizeof(a->hbuf), "%s: %u\r\n%s: %u\r\n%s: %lld\r\n",
-                         es->header_limit, s->requests_per_unit, es->header_remaining,
-                         s->remaining, es->header_reset, (long long)reset);
-        if (n > 0 && (size_t)n < sizeof(a->hbuf)) split_headers(a);
-        else a->hbuf[0] = '\0';
+        sl_answer an;
+        an.nh = 0;
+        an.text_len = 0;
+        an.overflow = false;
+        sl_answer_add_i64(&an, es->header_limit, s->requests_per_unit);
+        sl_answer_add_i64(&an, es->header_remaining, s->remaining);
+        sl_answer_add_i64(&an, es->header_reset, reset);
+        pairs_of(a, &an);
     }
     if (a->overall == SL_RLS_OVER_LIMIT && es->shadow) {
         a->overall = SL_RLS_OK;

@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "core/json.h"
+#include "engine/answer.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
 #include "server/pending.h"
@@ -66,6 +67,26 @@ void sl_http_reply(sl_conn *c, int minor, int status, const char *hdrs, const ch
     sl_conn_commit(c, &wb);
 }
 
+/* Writes one whole decision response: the answer's pairs (and the pairs the endpoint
+ * added to it) as header lines, straight into the connection's buffer: no header text
+ * composed elsewhere first. */
+static void reply_answer(sl_conn *c, int minor, int status, const sl_answer *a, const char *ctype,
+                         const char *body, size_t body_len, int send_body) {
+    if (sl_conn_reserve(c, 256 + sl_answer_http_len(a) + body_len) != 0) {
+        c->close_after = true;
+        return;
+    }
+    sl_wbuf wb;
+    sl_conn_wbuf(c, &wb);
+    sl_http1_begin(&wb, minor, status);
+    sl_wbuf_puts(&wb, c->w->date);
+    sl_wbuf_puts(&wb, "Server: sluice\r\n");
+    if (status == 429) sl_wbuf_puts(&wb, "Cache-Control: no-store\r\n");
+    sl_answer_http_headers(a, &wb);
+    sl_http1_end(&wb, !c->close_after, minor, ctype, body, body_len, send_body);
+    if (wb.overflow) c->close_after = true;
+    sl_conn_commit(c, &wb);
+}
 
 void sl_http_problem(sl_conn *c, int minor, int status, const char *detail, int send_body) {
     char body[1024];
@@ -99,10 +120,6 @@ void sl_http_error(sl_conn *c, int minor, int status, const char *detail) {
     }
     c->close_after = true;
     problem(c, minor == 0 ? 0 : 1, status, detail, 1);
-}
-
-static int path_is(const http_ctx *x, const char *p) {
-    return strlen(p) == x->path_len && memcmp(x->path, p, x->path_len) == 0;
 }
 
 static int method_is(const http_ctx *x, const char *m) {
@@ -148,7 +165,9 @@ static void busy(sl_conn *c, int minor) {
     problem(c, minor, 503, "too many requests are waiting for the store on this worker", 1);
 }
 
-/* The answer of /v1/auth once the engine decided (see handle_auth). */
+/* The answer of /v1/auth once the engine decided (see handle_auth): the engine's pairs,
+ * the token or the problem added as pairs, the problem rendered once (twice only when the
+ * status sent differs from the engine's: its body states the status sent). */
 static void finish_auth(sl_pending *p, int rc, bool later) {
     sl_conn *c = p->c;
     sl_worker *w = c->w;
@@ -156,31 +175,28 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
     sl_rej_client_set(p->client, strlen(p->client));
     sl_server_count_verdict_tp(w, rc, v, p->text[0] ? p->text : NULL);
     sl_rej_client_set(NULL, 0);
-    char hbuf[HDRS_MAX];
     unsigned rflags = w->gen->legacy_headers ? SL_RENDER_LEGACY : 0;
-    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
-    if (hl < 0) hbuf[0] = '\0';
-    if (rc != 0 && v->action != SL_FAIL) v->action = SL_FAIL;
-    if (v->action == SL_DELAY && v->recheck) {
+    if (rc == 0 && v->action == SL_DELAY && v->recheck) {
         /* "wait and try again", nothing consumed: a gateway cannot retry for its client,
          * so this is answered like a rejection with the wait as Retry-After */
         v->action = SL_REJECT;
         v->retry_after_ns = v->delay_ns;
         v->status = 429;
-        hl = sl_render_headers(v, hbuf, sizeof(hbuf), rflags);
-        if (hl < 0) hbuf[0] = '\0';
     }
+    sl_answer a;
+    sl_answer_build(&a, v, rflags);
+    sl_answer_budget(&a, HDRS_MAX);
+    if (rc != 0 && v->action != SL_FAIL) v->action = SL_FAIL;
     if (!rejected(v)) {
         /* the settle/release token, for the gateway to hand back when the response ends
          * (nginx: auth_request_set + post_action; see docs/gateways) */
         if (rc == 0 && sl_verdict_needs_token(v)) {
             char tok[SL_TOKEN_MAX + 1];
             int tl = sl_verdict_token(v, tok, sizeof(tok));
-            size_t hl2 = strlen(hbuf);
-            if (tl > 0 && hl2 + (size_t)tl + 32 < sizeof(hbuf))
-                snprintf(hbuf + hl2, sizeof(hbuf) - hl2, "X-Sluice-Token: %.*s\r\n", tl, tok);
+            if (tl > 0 && sl_answer_http_len(&a) + (size_t)tl + 32 < HDRS_MAX)
+                sl_answer_add(&a, "X-Sluice-Token", 14, tok, (size_t)tl);
         }
-        reply(c, p->minor, 200, hbuf, NULL, "", 0, 0);
+        reply_answer(c, p->minor, 200, &a, NULL, "", 0, 0);
         /* shaping: the gateway forwards the request when we answer, so answer later */
         if (v->action == SL_DELAY) sl_conn_hold(c, v->delay_ns);
     } else {
@@ -189,22 +205,27 @@ static void finish_auth(sl_pending *p, int rc, bool later) {
          * auth_request passes only 2xx/401/403 on). */
         int status = v->status >= 400 && v->status <= 599 ? v->status : (v->action == SL_FAIL ? 503 : 429);
         char body[BODY_MAX];
+        sl_wbuf bw;
+        sl_wbuf_init(&bw, body, sizeof(body));
+        const char *tp = p->text[0] ? p->text : NULL;
         /* the problem again, as a header, with the status a client should see (nginx's
          * auth_request drops a subrequest's body but hands its headers on, and turns the
          * 403 it is given back into a 429: the gateway sends sluice's problem verbatim;
          * it is one line of ASCII JSON) */
-        v->status = status;
-        int pl = sl_render_problem(v, p->text[0] ? p->text : NULL, body, sizeof(body));
-        size_t hl2 = strlen(hbuf);
-        if (pl > 0 && hl2 + (size_t)pl + 24 < sizeof(hbuf) && memchr(body, '\n', (size_t)pl) == NULL &&
+        int pl = sl_answer_problem(v, status, tp, &bw);
+        if (pl > 0 && sl_answer_http_len(&a) + (size_t)pl + 24 < HDRS_MAX && memchr(body, '\n', (size_t)pl) == NULL &&
             memchr(body, '\r', (size_t)pl) == NULL)
-            snprintf(hbuf + hl2, sizeof(hbuf) - hl2, "X-Sluice-Problem: %.*s\r\n", pl, body);
-        if (v->action == SL_REJECT && status == 429) status = w->gen->auth_deny_status;
-        if (v->action == SL_REJECT && p->status_q != 0) status = p->status_q;
-        v->status = status; /* so the body states the status sent */
-        int bl = sl_render_problem(v, p->text[0] ? p->text : NULL, body, sizeof(body));
-        if (bl < 0) bl = 0;
-        reply(c, p->minor, status, hbuf, "application/problem+json", body, (size_t)bl, !p->is_head);
+            sl_answer_add(&a, "X-Sluice-Problem", 16, body, (size_t)pl);
+        int sent = status;
+        if (v->action == SL_REJECT && sent == 429) sent = w->gen->auth_deny_status;
+        if (v->action == SL_REJECT && p->status_q != 0) sent = p->status_q;
+        v->status = sent; /* so the body states the status sent */
+        if (sent != status || pl < 0) {
+            sl_wbuf_init(&bw, body, sizeof(body));
+            pl = sl_answer_problem(v, sent, tp, &bw);
+        }
+        if (pl < 0) pl = 0;
+        reply_answer(c, p->minor, sent, &a, "application/problem+json", body, (size_t)pl, !p->is_head);
     }
     if (later) sl_conn_resume(c);
 }
@@ -228,66 +249,76 @@ static void handle_auth(http_ctx *x) {
     if (vl == 3 && val[0] >= '4' && val[0] <= '5' && val[1] >= '0' && val[1] <= '9' &&
         val[2] >= '0' && val[2] <= '9')
         p->status_q = (val[0] - '0') * 100 + (val[1] - '0') * 10 + (val[2] - '0');
-    const sl_http_header *tp = sl_http1_header(req, "traceparent");
-    if (tp && tp->value_len < sizeof(p->text)) {
-        memcpy(p->text, tp->value, tp->value_len);
-        p->text[tp->value_len] = '\0';
-    }
+    /* one pass over the headers for everything this endpoint reads (the first of each
+     * name counts; the client_ip header's lines are all kept, in order) */
+    const sl_settings *st = sl_config_settings(w->gen->cfg);
+    const sl_client_ip_cfg *cip = &st->client_ip;
+    size_t cipl = cip->mode != SL_CIP_PEER ? strlen(cip->header) : 0, rtl = strlen(st->auth_route_header);
+    enum { H_TP, H_OMETHOD, H_FMETHOD, H_OURI, H_FURI, H_FHOST, H_HOST, H_RIP, H_OLEN, H_CLEN, H_N };
+    static const struct { const char *n; uint8_t l; } wanted[H_N] = {
+        [H_TP] = {"traceparent", 11}, [H_OMETHOD] = {"x-original-method", 17},
+        [H_FMETHOD] = {"x-forwarded-method", 18}, [H_OURI] = {"x-original-uri", 14},
+        [H_FURI] = {"x-forwarded-uri", 15}, [H_FHOST] = {"x-forwarded-host", 16}, [H_HOST] = {"host", 4},
+        [H_RIP] = {"x-real-ip", 9}, [H_OLEN] = {"x-original-length", 17}, [H_CLEN] = {"content-length", 14},
+    };
+    const sl_http_header *hv[H_N] = {0};
+    const char *vals[SL_CIP_VALUES_MAX];
+    size_t lens[SL_CIP_VALUES_MAX], nv = 0;
     sl_request r;
     memset(&r, 0, sizeof(r));
     sl_header hdrs[SL_HTTP_MAX_HEADERS];
     for (size_t i = 0; i < req->nheaders; i++) {
-        hdrs[i].name = (sl_str){req->headers[i].name, req->headers[i].name_len};
-        hdrs[i].value = (sl_str){req->headers[i].value, req->headers[i].value_len};
+        const sl_http_header *hh = &req->headers[i];
+        hdrs[i].name = (sl_str){hh->name, hh->name_len};
+        hdrs[i].value = (sl_str){hh->value, hh->value_len};
+        for (int k = 0; k < H_N; k++)
+            if (hv[k] == NULL && hh->name_len == wanted[k].l && strncasecmp(hh->name, wanted[k].n, wanted[k].l) == 0) {
+                hv[k] = hh;
+                break;
+            }
+        if (cipl && hh->name_len == cipl && strncasecmp(hh->name, cip->header, cipl) == 0) {
+            if (nv == SL_CIP_VALUES_MAX) { /* the last lines are the nearest proxies' */
+                memmove(vals, vals + 1, sizeof(vals[0]) * (nv - 1));
+                memmove(lens, lens + 1, sizeof(lens[0]) * (nv - 1));
+                nv--;
+            }
+            vals[nv] = hh->value, lens[nv++] = hh->value_len;
+        }
+        /* the route the gateway names (auth.route_header; the recipes strip a client's own) */
+        if (r.route.p == NULL && hh->name_len == rtl && strncasecmp(hh->name, st->auth_route_header, rtl) == 0 &&
+            hh->value_len > 0)
+            r.route = (sl_str){hh->value, hh->value_len};
+    }
+    const sl_http_header *tp = hv[H_TP];
+    if (tp && tp->value_len < sizeof(p->text)) {
+        memcpy(p->text, tp->value, tp->value_len);
+        p->text[tp->value_len] = '\0';
     }
     r.headers = hdrs;
     r.n_headers = req->nheaders;
     const sl_http_header *h;
-    r.method = hstr(sl_http1_header(req, "x-original-method"));
-    if (!r.method.p) r.method = hstr(sl_http1_header(req, "x-forwarded-method"));
+    r.method = hstr(hv[H_OMETHOD]);
+    if (!r.method.p) r.method = hstr(hv[H_FMETHOD]);
     if (!r.method.p) r.method = (sl_str){req->method, req->method_len};
-    sl_str uri = hstr(sl_http1_header(req, "x-original-uri"));
-    if (!uri.p) uri = hstr(sl_http1_header(req, "x-forwarded-uri"));
+    sl_str uri = hstr(hv[H_OURI]);
+    if (!uri.p) uri = hstr(hv[H_FURI]);
     if (!uri.p) uri = (sl_str){req->target, req->target_len};
     const char *q = memchr(uri.p, '?', uri.len);
     r.path = (sl_str){uri.p, q ? (size_t)(q - uri.p) : uri.len};
-    r.host = hstr(sl_http1_header(req, "x-forwarded-host"));
-    if (!r.host.p) r.host = hstr(sl_http1_header(req, "host"));
+    r.host = hstr(hv[H_FHOST]);
+    if (!r.host.p) r.host = hstr(hv[H_HOST]);
     /* the client: client_ip's walk over the forwarded chain (or, with no setting, the
      * left-most X-Forwarded-For, else X-Real-IP, else the peer) */
-    const sl_settings *st = sl_config_settings(w->gen->cfg);
-    const sl_client_ip_cfg *cip = &st->client_ip;
-    const char *vals[SL_CIP_VALUES_MAX];
-    size_t lens[SL_CIP_VALUES_MAX], nv = 0;
-    for (size_t i = 0; i < req->nheaders && cip->mode != SL_CIP_PEER; i++) {
-        const sl_http_header *hh = &req->headers[i];
-        if (hh->name_len != strlen(cip->header) || strncasecmp(hh->name, cip->header, hh->name_len) != 0) continue;
-        if (nv == SL_CIP_VALUES_MAX) { /* the last lines are the nearest proxies' */
-            memmove(vals, vals + 1, sizeof(vals[0]) * (nv - 1));
-            memmove(lens, lens + 1, sizeof(lens[0]) * (nv - 1));
-            nv--;
-        }
-        vals[nv] = hh->value, lens[nv++] = hh->value_len;
-    }
-    const sl_http_header *rip = cip->mode == SL_CIP_LEGACY ? sl_http1_header(req, "x-real-ip") : NULL;
+    const sl_http_header *rip = cip->mode == SL_CIP_LEGACY ? hv[H_RIP] : NULL;
     char ipbuf[SL_CIP_TEXT_MAX];
     const char *ipp;
     size_t ipn;
     sl_client_ip_pick(cip, vals, lens, nv, rip ? rip->value : NULL, rip ? rip->value_len : 0, c->peer_ip, ipbuf,
                       &ipp, &ipn);
     r.client_ip = (sl_str){ipp, ipn};
-    /* the route the gateway names (auth.route_header; the recipes strip a client's own) */
-    for (size_t i = 0; i < req->nheaders; i++) {
-        const sl_http_header *hh = &req->headers[i];
-        if (hh->name_len == strlen(st->auth_route_header) &&
-            strncasecmp(hh->name, st->auth_route_header, hh->name_len) == 0 && hh->value_len > 0) {
-            r.route = (sl_str){hh->value, hh->value_len};
-            break;
-        }
-    }
     /* the original request's size (cost: body_bytes): a gateway forwards it in
      * X-Original-Length (its auth request has no body), or sends the body itself */
-    if ((h = sl_http1_header(req, "x-original-length")) != NULL) {
+    if ((h = hv[H_OLEN]) != NULL) {
         uint64_t n = 0;
         bool ok = h->value_len > 0 && h->value_len <= 19;
         for (size_t i = 0; ok && i < h->value_len; i++) {
@@ -298,7 +329,7 @@ static void handle_auth(http_ctx *x) {
             r.has_body_bytes = true;
             r.body_bytes = n;
         }
-    } else if (sl_http1_header(req, "content-length") != NULL) {
+    } else if (hv[H_CLEN] != NULL) {
         r.has_body_bytes = true;
         r.body_bytes = req->body_len;
     }
@@ -344,50 +375,19 @@ static int json_u64(json_t *o, const char *k, uint64_t *out, int *present) {
     return 0;
 }
 
-/* The /v1/check answer: the engine's JSON plus "headers" (the lines a gateway should
- * send) and "token". */
+/* The /v1/check answer: the verdict's JSON with "headers" (the pairs a gateway should
+ * send) and "token", written once from the answer (no text parsed back, no jansson). */
 static void verdict_reply(sl_conn *c, int minor, bool is_head, int rc, sl_verdict *v) {
     sl_worker *w = c->w;
-    char hbuf[HDRS_MAX];
-    int hl = sl_render_headers(v, hbuf, sizeof(hbuf), w->gen->legacy_headers ? SL_RENDER_LEGACY : 0);
-    if (hl < 0) hbuf[0] = '\0';
+    sl_answer a;
+    sl_answer_build(&a, v, w->gen->legacy_headers ? SL_RENDER_LEGACY : 0);
+    sl_answer_budget(&a, HDRS_MAX);
+    char tok[SL_TOKEN_MAX + 1];
+    int tl = rc == 0 && sl_verdict_needs_token(v) ? sl_verdict_token(v, tok, sizeof(tok)) : 0;
     char body[BODY_MAX];
-    int bl = rc == 0 ? sl_render_json(v, false, body, sizeof(body)) : -1;
-    json_t *o = bl > 0 ? json_loadb(body, (size_t)bl, 0, NULL) : NULL;
-    if (o == NULL || !json_is_object(o)) {
-        if (o) json_decref(o);
-        o = json_object();
-        /* an engine error decides nothing: never "allowed" */
-        json_object_set_new(o, "allowed", json_boolean(v->action != SL_ERROR && !rejected(v)));
-        if (rc != 0) json_object_set_new(o, "error", json_string(sl_engine_error_text(rc)));
-    }
-    if (json_object_get(o, "headers") == NULL) {
-        json_t *h = json_object();
-        char *line = hbuf;
-        while (*line) {
-            char *eol = strstr(line, "\r\n");
-            if (!eol) break;
-            *eol = '\0';
-            char *colon = strchr(line, ':');
-            if (colon) {
-                *colon = '\0';
-                const char *val = colon + 1;
-                while (*val == ' ') val++;
-                json_object_set_new(h, line, json_string(val));
-                *colon = ':';
-            }
-            *eol = '\r';
-            line = eol + 2;
-        }
-        json_object_set_new(o, "headers", h);
-    }
-    if (rc == 0 && sl_verdict_needs_token(v) && json_object_get(o, "token") == NULL) {
-        char tok[SL_TOKEN_MAX + 1];
-        int tl = sl_verdict_token(v, tok, sizeof(tok));
-        if (tl > 0) json_object_set_new(o, "token", json_stringn(tok, (size_t)tl));
-    }
-    char *out = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
+    sl_wbuf bw;
+    sl_wbuf_init(&bw, body, sizeof(body));
+    int bl = sl_answer_json(&a, rc, tok, tl > 0 ? (size_t)tl : 0, &bw);
     /* An engine error (SL_ERROR: 500, or 404 for an unknown policy) is not a store
      * failure (503); the verdict says which. */
     int status = rc != 0 ? (v->action == SL_ERROR && v->status >= 400 ? v->status
@@ -397,12 +397,10 @@ static void verdict_reply(sl_conn *c, int minor, bool is_head, int rc, sl_verdic
                  : v->action == SL_FAIL   ? 503
                  : v->action == SL_REJECT ? 429
                                           : 200;
-    if (out) {
-        reply(c, minor, status, hbuf, "application/json", out, strlen(out), !is_head);
-        free(out);
-    } else {
-        problem(c, minor, 500, "out of memory", 1);
-    }
+    if (bl > 0)
+        reply_answer(c, minor, status, &a, "application/json", body, (size_t)bl, !is_head);
+    else
+        problem(c, minor, 500, "the answer does not fit in its buffer", 1);
 }
 
 static int json_str(json_t *o, const char *k, const char **p, size_t *n) {
@@ -471,7 +469,10 @@ static void finish_check(sl_pending *p, int rc, bool later) {
     if (later) sl_conn_resume(c);
 }
 
-static void handle_check(http_ctx *x, int acquire) {
+/* What POST /v1/check, /v1/acquire and /v1/challenge/pass ask of the engine. */
+typedef enum check_kind { CHECK_DECIDE, CHECK_ACQUIRE, CHECK_PASS } check_kind;
+
+static void handle_check(http_ctx *x, check_kind kind) {
     sl_conn *c = x->c;
     sl_worker *w = c->w;
     json_t *j = parse_body(x);
@@ -508,7 +509,7 @@ static void handle_check(http_ctx *x, int acquire) {
         problem(c, x->req->minor, 400, "\"key\" (a string) is required with \"policy\"", 1);
         return;
     }
-    if (!named && acquire == 1) {
+    if (!named && kind == CHECK_ACQUIRE) {
         json_decref(j);
         problem(c, x->req->minor, 400, "\"policy\" and \"key\" are required", 1);
         return;
@@ -524,7 +525,9 @@ static void handle_check(http_ctx *x, int acquire) {
     const sl_engine *e = w->gen->engine;
     set_client(p, (sl_str){NULL, 0});
     if (named) {
-        sl_engine_prepare_named_class(e, policy, key, kl, acquire || has_cost, acquire ? 1 : cost, cls, &p->v);
+        /* an acquire (and a challenge's pass) takes one unit, a check what it says */
+        bool one = kind != CHECK_DECIDE;
+        sl_engine_prepare_named_class(e, policy, key, kl, one || has_cost, one ? 1 : cost, cls, &p->v);
     } else {
         sl_request r;
         sl_header hdrs[SL_HTTP_MAX_HEADERS];
@@ -538,7 +541,7 @@ static void handle_check(http_ctx *x, int acquire) {
     }
     json_decref(j); /* the verdict holds what it needs (keys are copied) */
     sl_pending_submit(p);
-    if (acquire == 2) /* POST /v1/challenge/pass: a solved challenge, not a decision */
+    if (kind == CHECK_PASS) /* POST /v1/challenge/pass: a solved challenge, not a decision */
         sl_engine_pass(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
     else
         sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
@@ -583,7 +586,10 @@ static bool header_u64(const sl_http_req *req, const char *name, uint64_t *out) 
 /* POST /v1/settle {"token", "actual"} and /v1/release {"token"}; a gateway that cannot
  * build JSON sends the token in X-Sluice-Token and the actual cost in X-Sluice-Actual
  * (nginx's post_action, with no body at all). */
-static void handle_token(http_ctx *x, int settle) {
+/* POST /v1/settle, /v1/release, /v1/finish */
+typedef enum token_kind { TOKEN_RELEASE, TOKEN_SETTLE, TOKEN_FINISH } token_kind;
+
+static void handle_token(http_ctx *x, token_kind settle) {
     sl_conn *c = x->c;
     sl_worker *w = c->w;
     const sl_http_header *th = sl_http1_header(x->req, "x-sluice-token");
@@ -598,10 +604,10 @@ static void handle_token(http_ctx *x, int settle) {
         has_actual = header_u64(x->req, "x-sluice-actual", &actual);
     }
     if (j == NULL || (tok == NULL && json_str(j, "token", &tok, &tl) != 0) ||
-        (!has_actual && json_u64(j, "actual", &actual, &has_actual) != 0) || (settle == 1 && !has_actual)) {
+        (!has_actual && json_u64(j, "actual", &actual, &has_actual) != 0) || (settle == TOKEN_SETTLE && !has_actual)) {
         if (j) json_decref(j);
         problem(c, x->req->minor, 400,
-                settle == 1 ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
+                settle == TOKEN_SETTLE ? "expected {\"token\": \"...\", \"actual\": N}" : "expected {\"token\": \"...\"}", 1);
         return;
     }
     /* a release's sample for adaptive limits: latency_ms (a number, fractions allowed; else
@@ -639,8 +645,8 @@ static void handle_token(http_ctx *x, int settle) {
     }
     p->minor = x->req->minor;
     /* /v1/finish: the response is over: settle (when an actual cost came) and release */
-    p->op = settle == 1 ? SL_TOKEN_SETTLE
-          : settle == 2 ? (has_actual ? SL_TOKEN_SETTLE | SL_TOKEN_RELEASE : SL_TOKEN_RELEASE)
+    p->op = settle == TOKEN_SETTLE ? SL_TOKEN_SETTLE
+          : settle == TOKEN_FINISH ? (has_actual ? SL_TOKEN_SETTLE | SL_TOKEN_RELEASE : SL_TOKEN_RELEASE)
                         : SL_TOKEN_RELEASE;
     sl_pending_submit(p);
     sl_engine_token_sample(w->gen->engine, w->lane, tok, tl, p->op, actual, has_lat, lat_ns, outcome,
@@ -648,6 +654,55 @@ static void handle_token(http_ctx *x, int settle) {
     json_decref(j); /* the token was read into the verdict before anything went out */
     if (sl_pending_park(p)) c->suspended = true;
 }
+
+static void route_auth(http_ctx *x) { handle_auth(x); }
+static void route_check(http_ctx *x) { handle_check(x, CHECK_DECIDE); }
+static void route_acquire(http_ctx *x) { handle_check(x, CHECK_ACQUIRE); }
+static void route_pass(http_ctx *x) { handle_check(x, CHECK_PASS); } /* capacity protection */
+static void route_settle(http_ctx *x) { handle_token(x, TOKEN_SETTLE); }
+static void route_release(http_ctx *x) { handle_token(x, TOKEN_RELEASE); }
+static void route_finish(http_ctx *x) { handle_token(x, TOKEN_FINISH); }
+static void route_explain(http_ctx *x) { sl_explain_http(x->c, x->req); } /* explain_api.c */
+static void route_healthz(http_ctx *x) { reply(x->c, x->req->minor, 200, NULL, "text/plain", "ok\n", 3, !x->is_head); }
+static void route_json(http_ctx *x) { sl_grpc_http_json(x->c, x->req); } /* envoyproxy/ratelimit's JSON form */
+static void route_healthcheck(http_ctx *x) { sl_grpc_http_healthcheck(x->c, x->req); }
+
+/* What a route is for. */
+typedef enum route_role {
+    ROUTE_DECISION, /* decides (check, auth, acquire, a challenge's pass) */
+    ROUTE_TOKEN,    /* settles or releases what a decision reserved */
+    ROUTE_OBSERVE,  /* explains, nothing consumed */
+    ROUTE_HEALTH,   /* liveness for load balancers */
+    ROUTE_ENVOY,    /* envoyproxy/ratelimit's HTTP forms */
+} route_role;
+
+/* The data listener's routes, listed once: path, the only method served (NULL: any),
+ * handler, role, and what another method gets (405 with Allow, or 404 as an unknown
+ * path: /json is POST-only and says nothing else). The admin listener's are admin_api.c's. */
+typedef struct http_route {
+    const char *path;
+    uint8_t path_len;
+    const char *method;
+    void (*fn)(http_ctx *x);
+    route_role role;
+    bool other_405;
+} http_route;
+
+#define ROUTE(p, m, f, r, o) {p, sizeof(p) - 1, m, f, r, o}
+static const http_route routes[] = {
+    ROUTE("/v1/auth", NULL, route_auth, ROUTE_DECISION, false),
+    ROUTE("/v1/check", "POST", route_check, ROUTE_DECISION, true),
+    ROUTE("/v1/acquire", "POST", route_acquire, ROUTE_DECISION, true),
+    ROUTE("/v1/settle", "POST", route_settle, ROUTE_TOKEN, true),
+    ROUTE("/v1/release", "POST", route_release, ROUTE_TOKEN, true),
+    ROUTE("/v1/finish", "POST", route_finish, ROUTE_TOKEN, true),
+    ROUTE("/v1/challenge/pass", "POST", route_pass, ROUTE_DECISION, true),
+    ROUTE("/v1/explain", "POST", route_explain, ROUTE_OBSERVE, true),
+    ROUTE("/healthz", NULL, route_healthz, ROUTE_HEALTH, false),
+    ROUTE("/json", "POST", route_json, ROUTE_ENVOY, false),
+    ROUTE("/healthcheck", NULL, route_healthcheck, ROUTE_ENVOY, false),
+};
+#undef ROUTE
 
 void sl_http_handle(sl_conn *c, const sl_http_req *req) {
     http_ctx x = {.c = c, .req = req, .path = req->target, .path_len = req->target_len};
@@ -662,37 +717,21 @@ void sl_http_handle(sl_conn *c, const sl_http_req *req) {
         sl_admin_handle(c, req, x.path, x.path_len, x.is_head != 0);
         return;
     }
-    int post = method_is(&x, "POST");
-    if (path_is(&x, "/v1/auth")) {
-        handle_auth(&x);
-    } else if (path_is(&x, "/v1/check") && post) {
-        handle_check(&x, 0);
-    } else if (path_is(&x, "/v1/acquire") && post) {
-        handle_check(&x, 1);
-    } else if (path_is(&x, "/v1/settle") && post) {
-        handle_token(&x, 1);
-    } else if (path_is(&x, "/v1/release") && post) {
-        handle_token(&x, 0);
-    } else if (path_is(&x, "/v1/finish") && post) {
-        handle_token(&x, 2);
-    } else if (path_is(&x, "/v1/challenge/pass") && post) {
-        handle_check(&x, 2); /* capacity protection: a solved challenge */
-    } else if (path_is(&x, "/v1/explain") && post) {
-        sl_explain_http(c, req); /* observe: explain_api.c */
-    } else if (path_is(&x, "/healthz")) {
-        reply(c, req->minor, 200, NULL, "text/plain", "ok\n", 3, !x.is_head);
-    } else if (path_is(&x, "/json") && post) { /* envoyproxy/ratelimit's JSON form */
-        sl_grpc_http_json(c, req);
-    } else if (path_is(&x, "/healthcheck")) {
-        sl_grpc_http_healthcheck(c, req);
-    } else if (path_is(&x, "/v1/check") || path_is(&x, "/v1/acquire") || path_is(&x, "/v1/settle") ||
-               path_is(&x, "/v1/release") || path_is(&x, "/v1/finish") || path_is(&x, "/v1/explain") ||
-               path_is(&x, "/v1/challenge/pass")) {
-        static const char b405[] =
-            "{\"type\":\"about:blank\",\"title\":\"Method Not Allowed\",\"status\":405}";
-        reply(c, req->minor, 405, "Allow: POST\r\n", "application/problem+json", b405,
-              sizeof(b405) - 1, !x.is_head);
-    } else {
-        problem(c, req->minor, 404, "no such endpoint", !x.is_head);
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        const http_route *r = &routes[i];
+        if (r->path_len != x.path_len || memcmp(r->path, x.path, x.path_len) != 0) continue;
+        if (r->method == NULL || method_is(&x, r->method)) {
+            r->fn(&x);
+            return;
+        }
+        if (r->other_405) {
+            static const char b405[] =
+                "{\"type\":\"about:blank\",\"title\":\"Method Not Allowed\",\"status\":405}";
+            reply(c, req->minor, 405, "Allow: POST\r\n", "application/problem+json", b405,
+                  sizeof(b405) - 1, !x.is_head);
+            return;
+        }
+        break;
     }
+    problem(c, req->minor, 404, "no such endpoint", !x.is_head);
 }

@@ -185,8 +185,25 @@ static void with_wbuf(sl_conn *c, size_t need, void (*fn)(sl_conn *c, sl_wbuf *w
     sl_conn_commit(c, &wb);
 }
 
+/* How an SL.CHECK is answered: the full reply (a map of named fields), or, with a
+ * trailing COMPACT argument, five integers as CL.THROTTLE answers (limited, limit,
+ * remaining, retry_after_ms (-1 when admitted), reset_after_ms): a client that reads
+ * fields by position parses less, and the reply is a fifth of the bytes. */
+typedef enum reply_form { REPLY_FULL = 0, REPLY_COMPACT = 1 } reply_form;
+
+/* The compact reply: the same numbers as the full one's fields of the same names. */
+static void compact_reply(sl_wbuf *wb, const sl_verdict *v) {
+    const sl_verdict_item *it = (v->deciding >= 0 && (size_t)v->deciding < v->n) ? &v->items[v->deciding] : NULL;
+    bool allowed = v->action == SL_ALLOW || (v->action == SL_DELAY && !v->recheck);
+    sl_wbuf_put(wb, allowed ? "*5\r\n:0\r\n" : "*5\r\n:1\r\n", 8);
+    sl_resp_int(wb, it ? (int64_t)it->result.limit : 0);
+    sl_resp_int(wb, it ? (int64_t)it->result.remaining : 0);
+    sl_resp_int(wb, allowed ? -1 : ceil_ms(v->action == SL_DELAY ? v->delay_ns : v->retry_after_ns));
+    sl_resp_int(wb, it ? ceil_ms(it->result.reset_after_ns) : 0);
+}
+
 /* The SL.* decision reply: a map (RESP3) or flat array (RESP2) with a fixed shape. */
-static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const char *policy) {
+static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const char *policy, reply_form form) {
     sl_worker *w = c->w;
     sl_server_count_verdict(w, rc, v);
     if (rc == SLUICE_ENOTFOUND && v->action == SL_ERROR) {
@@ -199,6 +216,10 @@ static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const 
         char m[200];
         snprintf(m, sizeof(m), "ERR %s", sl_engine_error_text(rc));
         sl_resp_error(wb, m);
+        return;
+    }
+    if (form == REPLY_COMPACT) {
+        compact_reply(wb, v);
         return;
     }
     int p = c->proto;
@@ -294,7 +315,7 @@ static void verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const 
 
 static void write_verdict(sl_conn *c, sl_wbuf *wb, void *arg) {
     sl_pending *p = arg;
-    verdict_reply(c, wb, p->rc, &p->v, p->text);
+    verdict_reply(c, wb, p->rc, &p->v, p->text, (reply_form)p->op);
 }
 
 static void finish_verdict(sl_pending *p, int rc, bool later) {
@@ -324,15 +345,30 @@ static void decide(resp_ctx *x, sl_pending *p) {
     if (sl_pending_park(p)) x->c->suspended = true;
 }
 
-/* SL.CHECK <policy> <key> [COST n] [CLASS c], SL.PEEK <policy> <key> and SL.PASS <policy>
- * <key> (a solved challenge: +OK, or an error when none was running) */
+/* A trailing COMPACT (SL.CHECK, SL.PEEK): the compact reply; *argc without it. */
+static reply_form reply_form_of(const sl_resp_cmd *cmd, size_t *argc) {
+    *argc = cmd->argc;
+    if (cmd->argc >= 4 && sl_resp_arg_is(cmd, cmd->argc - 1, "COMPACT")) {
+        (*argc)--;
+        return REPLY_COMPACT;
+    }
+    return REPLY_FULL;
+}
+
+typedef enum check_mode { CHECK_DECIDE = 0, CHECK_PEEK = 1, CHECK_PASS = 2 } check_mode;
+
+/* SL.CHECK <policy> <key> [COST n] [CLASS c] [COMPACT], SL.PEEK <policy> <key> [COMPACT]
+ * and SL.PASS <policy> <key> (a solved challenge: +OK, or an error when none was running) */
 static void finish_pass(sl_pending *p, int rc, bool later);
-static void cmd_check(resp_ctx *x, int peek) {
+static void cmd_check_mode(resp_ctx *x, check_mode peek) {
     const sl_resp_cmd *cmd = x->cmd;
     sl_worker *w = x->c->w;
     char policy[256], cls[64];
-    bool pass = peek == 2;
-    if (cmd->argc < 3 || (peek && cmd->argc != 3) || cmd->argc % 2 == 0 || cmd->argc > 7) {
+    bool pass = peek == CHECK_PASS;
+    size_t argc;
+    reply_form form = pass ? REPLY_FULL : reply_form_of(cmd, &argc);
+    if (pass) argc = cmd->argc;
+    if (argc < 3 || (peek && argc != 3) || argc % 2 == 0 || argc > 7) {
         err_arity(x);
         return;
     }
@@ -342,7 +378,7 @@ static void cmd_check(resp_ctx *x, int peek) {
     }
     bool has_cost = peek == 1, has_cls = false;
     uint64_t cost = 0;
-    for (size_t i = 3; i + 1 < cmd->argc; i += 2) {
+    for (size_t i = 3; i + 1 < argc; i += 2) {
         int64_t v;
         if (sl_resp_arg_is(cmd, i, "COST") && !has_cost) {
             if (sl_resp_arg_i64(cmd, i + 1, &v) != 0 || v < 0) {
@@ -360,6 +396,7 @@ static void cmd_check(resp_ctx *x, int peek) {
     }
     sl_pending *p = take(x, pass ? finish_pass : finish_verdict);
     if (p == NULL) return;
+    p->op = form;
     memcpy(p->text, policy, strlen(policy) + 1);
     sl_engine_prepare_named_class(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], has_cost, cost,
                                   has_cls ? cls : NULL, &p->v);
@@ -371,6 +408,10 @@ static void cmd_check(resp_ctx *x, int peek) {
     }
     decide(x, p);
 }
+
+static void cmd_check(resp_ctx *x) { cmd_check_mode(x, CHECK_DECIDE); }
+static void cmd_peek(resp_ctx *x) { cmd_check_mode(x, CHECK_PEEK); }
+static void cmd_pass(resp_ctx *x) { cmd_check_mode(x, CHECK_PASS); }
 
 static void write_pass(sl_conn *c, sl_wbuf *wb, void *arg) {
     (void)c;
@@ -404,6 +445,7 @@ typedef struct rb_entry {
     size_t key_len;
     bool has_cost;
     uint64_t cost;
+    reply_form form;
 } rb_entry;
 
 struct sl_resp_batch {
@@ -438,12 +480,14 @@ bool sl_resp_batch_take(sl_conn *c, const sl_resp_cmd *cmd) {
     if (cmd->argl[0] == 8 && sl_resp_arg_is(cmd, 0, "SL.CHECK")) peek = false;
     else if (cmd->argl[0] == 7 && sl_resp_arg_is(cmd, 0, "SL.PEEK")) peek = true;
     else return false;
-    if (!(cmd->argc == 3 || (cmd->argc == 5 && !peek))) return false;
+    size_t argc;
+    reply_form form = reply_form_of(cmd, &argc);
+    if (!(argc == 3 || (argc == 5 && !peek))) return false;
     if (cmd->argl[1] >= sizeof(b->e[0].policy)) return false;
     rb_entry *e = &b->e[b->n];
     e->has_cost = peek;
     e->cost = 0;
-    if (cmd->argc == 5) {
+    if (argc == 5) {
         int64_t v;
         if (!sl_resp_arg_is(cmd, 3, "COST") || sl_resp_arg_i64(cmd, 4, &v) != 0 || v < 0) return false;
         e->has_cost = true;
@@ -455,7 +499,8 @@ bool sl_resp_batch_take(sl_conn *c, const sl_resp_cmd *cmd) {
     e->policy[cmd->argl[1]] = '\0';
     e->key = cmd->argv[2];
     e->key_len = cmd->argl[2];
-    if (cmd->argc == 5) {
+    e->form = form;
+    if (argc == 5) {
         int64_t v = 0;
         sl_resp_arg_i64(cmd, 4, &v);
         e->has_cost = true;
@@ -471,7 +516,7 @@ bool sl_resp_batch_take(sl_conn *c, const sl_resp_cmd *cmd) {
 static void write_batch_reply(sl_conn *c, sl_wbuf *wb, void *arg) {
     size_t i = *(size_t *)arg;
     sl_resp_batch *b = c->w->rbatch;
-    verdict_reply(c, wb, b->rc[i], &b->v[i], b->e[i].policy);
+    verdict_reply(c, wb, b->rc[i], &b->v[i], b->e[i].policy, b->e[i].form);
 }
 
 void sl_resp_batch_flush(sl_conn *c) {
@@ -541,6 +586,7 @@ static void cmd_checkreq(resp_ctx *x) {
     if (req_args(cmd, &r, hdrs) != 0) goto syntax;
     sl_pending *p = take(x, finish_verdict);
     if (p == NULL) return;
+    p->op = REPLY_FULL;
     sl_engine_prepare(w->gen->engine, &r, &p->v);
     decide(x, p);
     return;
@@ -736,6 +782,7 @@ static void cmd_acquire(resp_ctx *x) {
     }
     sl_pending *p = take(x, finish_verdict);
     if (p == NULL) return;
+    p->op = REPLY_FULL;
     memcpy(p->text, policy, strlen(policy) + 1);
     sl_engine_prepare_named_class(w->gen->engine, policy, cmd->argv[2], cmd->argl[2], true, 1,
                                   cmd->argc == 5 ? cls : NULL, &p->v);
@@ -1105,70 +1152,109 @@ static void cmd_client(resp_ctx *x) {
     }
 }
 
+static void cmd_settle(resp_ctx *x) { cmd_token(x, 1); }
+static void cmd_release(resp_ctx *x) { cmd_token(x, 0); }
+
+static void cmd_ping(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    if (cmd->argc == 2) sl_resp_bulk(&x->wb, cmd->argv[1], cmd->argl[1]);
+    else sl_resp_simple(&x->wb, "PONG");
+}
+
+static void cmd_echo(resp_ctx *x) { sl_resp_bulk(&x->wb, x->cmd->argv[1], x->cmd->argl[1]); }
+
+static void cmd_quit(resp_ctx *x) {
+    sl_resp_simple(&x->wb, "OK");
+    x->c->close_after = true;
+}
+
+static void cmd_command(resp_ctx *x) {
+    const sl_resp_cmd *cmd = x->cmd;
+    if (cmd->argc >= 2 && sl_resp_arg_is(cmd, 1, "COUNT")) sl_resp_int(&x->wb, 0);
+    else if (cmd->argc >= 2 && sl_resp_arg_is(cmd, 1, "DOCS")) sl_resp_map(&x->wb, x->c->proto, 0);
+    else sl_resp_array(&x->wb, 0);
+}
+
+static void cmd_select(resp_ctx *x) {
+    int64_t db;
+    if (sl_resp_arg_i64(x->cmd, 1, &db) != 0) sl_resp_error(&x->wb, "ERR value is not an integer or out of range");
+    else if (db != 0) sl_resp_error(&x->wb, "ERR DB index is out of range");
+    else sl_resp_simple(&x->wb, "OK");
+}
+
+static void cmd_auth(resp_ctx *x) { do_auth(x, 1, x->cmd->argc - 1, true); }
+
+static void cmd_reset_conn(resp_ctx *x) {
+    x->c->proto = 2;
+    sl_resp_simple(&x->wb, "RESET");
+}
+
+/* What a command is for (documentation, and the reply buffer it may need). */
+typedef enum cmd_role {
+    ROLE_DECISION, /* decides or settles: the engine's commands */
+    ROLE_ADMIN,    /* changes or reads the limiter's state (overrides, reset, clock) */
+    ROLE_BASE,     /* Redis's own commands, for clients and tools that expect them */
+} cmd_role;
+
+/* The commands, listed once: name, arity (argc including the name: at least min, at most
+ * max, 0 for no bound; a handler checks finer forms itself, with the same error), handler,
+ * role, and the reply room beyond REPLY_RESERVE. SL.CHECK first: the hot path. */
+typedef struct resp_command {
+    const char *name;
+    uint8_t name_len;
+    uint8_t min, max;
+    void (*fn)(resp_ctx *x);
+    cmd_role role;
+    uint16_t extra;
+} resp_command;
+
+#define CMD(n, lo, hi, f, r, x) {n, sizeof(n) - 1, lo, hi, f, r, x}
+static const resp_command commands[] = {
+    CMD("SL.CHECK", 3, 8, cmd_check, ROLE_DECISION, 0),
+    CMD("SL.PEEK", 3, 4, cmd_peek, ROLE_DECISION, 0),
+    CMD("SL.CHECKREQ", 1, 0, cmd_checkreq, ROLE_DECISION, 0),
+    CMD("SL.SETTLE", 3, 3, cmd_settle, ROLE_DECISION, 0),
+    CMD("SL.ACQUIRE", 3, 5, cmd_acquire, ROLE_DECISION, 0),
+    CMD("SL.RELEASE", 2, 6, cmd_release, ROLE_DECISION, 0),
+    CMD("SL.PASS", 3, 3, cmd_pass, ROLE_DECISION, 0),
+    CMD("SL.EXPLAIN", 1, 0, cmd_explain, ROLE_DECISION, 0),
+    CMD("SL.RESET", 3, 3, cmd_reset, ROLE_ADMIN, 0),
+    CMD("SL.CLOCK", 1, 0, cmd_clock, ROLE_ADMIN, 0),
+    CMD("SL.OVERRIDE", 1, 0, cmd_override, ROLE_ADMIN, 16384), /* its JSON */
+    CMD("CL.THROTTLE", 1, 0, cmd_throttle, ROLE_DECISION, 0),
+    CMD("PING", 1, 2, cmd_ping, ROLE_BASE, 0),
+    CMD("ECHO", 2, 2, cmd_echo, ROLE_BASE, 0),
+    CMD("QUIT", 1, 0, cmd_quit, ROLE_BASE, 0),
+    CMD("HELLO", 1, 0, cmd_hello, ROLE_BASE, 0),
+    CMD("CONFIG", 1, 0, cmd_config, ROLE_BASE, 0),
+    CMD("COMMAND", 1, 0, cmd_command, ROLE_BASE, 0),
+    CMD("INFO", 1, 0, cmd_info, ROLE_BASE, 0),
+    CMD("CLIENT", 1, 0, cmd_client, ROLE_BASE, 0),
+    CMD("SELECT", 2, 2, cmd_select, ROLE_BASE, 0),
+    CMD("AUTH", 2, 3, cmd_auth, ROLE_BASE, 0),
+    CMD("RESET", 1, 0, cmd_reset_conn, ROLE_BASE, 0),
+};
+#undef CMD
+
+static const resp_command *command_of(const sl_resp_cmd *cmd) {
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (commands[i].name_len == cmd->argl[0] && sl_resp_arg_is(cmd, 0, commands[i].name)) return &commands[i];
+    return NULL;
+}
+
 void sl_resp_handle(sl_conn *c, const sl_resp_cmd *cmd) {
-    size_t need = REPLY_RESERVE;
+    const resp_command *rc = command_of(cmd);
+    size_t need = REPLY_RESERVE + (rc ? rc->extra : 0);
     for (size_t i = 1; i < cmd->argc && i < 3; i++) need += cmd->argl[i]; /* ECHO, PING msg */
-    if (cmd->argc > 1 && sl_resp_arg_is(cmd, 0, "SL.OVERRIDE")) need += 16384; /* its JSON */
     if (sl_conn_reserve(c, need + SL_TOKEN_MAX) != 0) {
         c->close_after = true;
         return;
     }
     resp_ctx x = {.c = c, .cmd = cmd, .handed = false};
     sl_conn_wbuf(c, &x.wb);
-    const char *n = cmd->argv[0];
-    size_t nl = cmd->argl[0];
-    if (nl >= 3 && (n[0] == 's' || n[0] == 'S') && (n[1] == 'l' || n[1] == 'L') && n[2] == '.') {
-        if (sl_resp_arg_is(cmd, 0, "SL.CHECK")) cmd_check(&x, 0);
-        else if (sl_resp_arg_is(cmd, 0, "SL.PEEK")) cmd_check(&x, 1);
-        else if (sl_resp_arg_is(cmd, 0, "SL.CHECKREQ")) cmd_checkreq(&x);
-        else if (sl_resp_arg_is(cmd, 0, "SL.SETTLE")) cmd_token(&x, 1);
-        else if (sl_resp_arg_is(cmd, 0, "SL.ACQUIRE")) cmd_acquire(&x);
-        else if (sl_resp_arg_is(cmd, 0, "SL.RELEASE")) cmd_token(&x, 0);
-        else if (sl_resp_arg_is(cmd, 0, "SL.RESET")) cmd_reset(&x);
-        else if (sl_resp_arg_is(cmd, 0, "SL.CLOCK")) cmd_clock(&x);
-        else if (sl_resp_arg_is(cmd, 0, "SL.EXPLAIN")) cmd_explain(&x);
-        else if (sl_resp_arg_is(cmd, 0, "SL.PASS")) cmd_check(&x, 2);
-        else if (sl_resp_arg_is(cmd, 0, "SL.OVERRIDE")) cmd_override(&x);
-        else err_unknown(&x);
-    } else if (sl_resp_arg_is(cmd, 0, "CL.THROTTLE")) {
-        cmd_throttle(&x);
-    } else if (sl_resp_arg_is(cmd, 0, "PING")) {
-        if (cmd->argc > 2) err_arity(&x);
-        else if (cmd->argc == 2) sl_resp_bulk(&x.wb, cmd->argv[1], cmd->argl[1]);
-        else sl_resp_simple(&x.wb, "PONG");
-    } else if (sl_resp_arg_is(cmd, 0, "ECHO")) {
-        if (cmd->argc != 2) err_arity(&x);
-        else sl_resp_bulk(&x.wb, cmd->argv[1], cmd->argl[1]);
-    } else if (sl_resp_arg_is(cmd, 0, "QUIT")) {
-        sl_resp_simple(&x.wb, "OK");
-        c->close_after = true;
-    } else if (sl_resp_arg_is(cmd, 0, "HELLO")) {
-        cmd_hello(&x);
-    } else if (sl_resp_arg_is(cmd, 0, "CONFIG")) {
-        cmd_config(&x);
-    } else if (sl_resp_arg_is(cmd, 0, "COMMAND")) {
-        if (cmd->argc >= 2 && sl_resp_arg_is(cmd, 1, "COUNT")) sl_resp_int(&x.wb, 0);
-        else if (cmd->argc >= 2 && sl_resp_arg_is(cmd, 1, "DOCS")) sl_resp_map(&x.wb, c->proto, 0);
-        else sl_resp_array(&x.wb, 0);
-    } else if (sl_resp_arg_is(cmd, 0, "INFO")) {
-        cmd_info(&x);
-    } else if (sl_resp_arg_is(cmd, 0, "CLIENT")) {
-        cmd_client(&x);
-    } else if (sl_resp_arg_is(cmd, 0, "SELECT")) {
-        int64_t db;
-        if (cmd->argc != 2) err_arity(&x);
-        else if (sl_resp_arg_i64(cmd, 1, &db) != 0) sl_resp_error(&x.wb, "ERR value is not an integer or out of range");
-        else if (db != 0) sl_resp_error(&x.wb, "ERR DB index is out of range");
-        else sl_resp_simple(&x.wb, "OK");
-    } else if (sl_resp_arg_is(cmd, 0, "AUTH")) {
-        if (cmd->argc != 2 && cmd->argc != 3) err_arity(&x);
-        else do_auth(&x, 1, cmd->argc - 1, true);
-    } else if (sl_resp_arg_is(cmd, 0, "RESET")) {
-        c->proto = 2;
-        sl_resp_simple(&x.wb, "RESET");
-    } else {
-        err_unknown(&x);
-    }
+    if (rc == NULL) err_unknown(&x);
+    else if (cmd->argc < rc->min || (rc->max && cmd->argc > rc->max)) err_arity(&x);
+    else rc->fn(&x);
     if (x.handed) return; /* committed before the decision; its reply is the continuation's */
     if (x.wb.overflow) {
         /* cannot happen with the reserve above; never send half a reply */

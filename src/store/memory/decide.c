@@ -117,30 +117,11 @@ static size_t locate_and_lock(item_ctx *c, size_t n, sl_shard **locked) {
     }
 }
 
-/* Ranks two admitted results by remaining/limit share (smaller = closer to exhaustion);
- * a limit of 0 counts as a share of 0. Cross-multiplied in 128 bits: exact. */
-static bool less_share(const sluice_result *a, const sluice_result *b) {
-    if (b->limit == 0) return false;
-    if (a->limit == 0) return true;
-    return (unsigned __int128)a->remaining * b->limit < (unsigned __int128)b->remaining * a->limit;
-}
-
-static bool longer_retry(int64_t a, int64_t b) {
-    if (a == SLUICE_NEVER) return b != SLUICE_NEVER;
-    if (b == SLUICE_NEVER) return false;
-    return a > b;
-}
-
 int sl_decision_deciding(const sluice_decision *out) {
     int best = 0;
     for (size_t i = 1; i < out->n; i++) {
         const sluice_result *r = &out->results[i], *b = &out->results[best];
-        if (out->allowed) {
-            if (less_share(r, b)) best = (int)i;
-        } else if (!r->allowed &&
-                   (b->allowed || longer_retry(r->retry_after_ns, b->retry_after_ns))) {
-            best = (int)i;
-        }
+        if (sl_window_decides_over(r, sl_rank_of(r), b, sl_rank_of(b))) best = (int)i;
     }
     return best;
 }
@@ -532,6 +513,7 @@ int sl_mem_decide(sluice_store *st, const sl_sitem *items, size_t n, unsigned fl
     out->n = n;
     out->allowed = 1;
     out->groups_ok = 0;
+    out->local = false; /* (the Redis store's fallback sets it: store/redis/local.c) */
     if (n == 0) return SLUICE_OK;
     out->x[0].kind = 0;
     if (n == 1 && flags == 0 && items[0].group == 0 && items[0].limit == 0 && items[0].cls == 0 &&

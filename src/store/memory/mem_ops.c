@@ -19,6 +19,7 @@ static void m_decide(void *lane, const sl_sitem *items, size_t n, unsigned flags
 static void one_result(sl_sresult *r) {
     r->allowed = 1;
     r->groups_ok = 0;
+    r->local = false;
     r->n = 1;
     memset(&r->r[0], 0, sizeof(r->r[0]));
     r->x[0].kind = 0;

@@ -3,8 +3,8 @@
  * memory.c -- the memory store: creation, the limiter registry, the per-class sharded
  * tables (linear probing, backward-shift deletion), capacity pressure and statistics.
  * Units: times in ns (sluice_time), capacities in entries, sizes in bytes. Table address
- * space is reserved at register time and filled as shards grow: a decision allocates only
- * when its new key makes its shard double (amortised; see shard_grow).
+ * space is reserved at register time and filled as shards grow: a decision never allocates
+ * (a growth copies through the table's reserved scratch; see shard_grow).
  */
 #include "store/memory/memory.h"
 #include "store/memory/override.h"
@@ -19,8 +19,14 @@
 #define DEFAULT_SHARDS 256u
 /* Each shard holds at least this many keys on average: fewer shards for small stores,
  * so that the statistical slack of each shard (below) stays a small part of it: at
- * 1000 keys one shard (memory 45 bytes/key instead of 57 with 8 shards). */
+ * 1000 keys 16 shards (MIN_SHARDS below). */
 #define MIN_KEYS_PER_SHARD 512u
+/* ... but never fewer than this many (unless `shards` asks for fewer): with one shard,
+ * threads deciding on a small hot key set all wait on one lock, and two threads decided
+ * slower than one (issue 28). 16 shards give two threads a 1-in-16 chance of meeting on a
+ * lock, for ~1.13x the memory per key of one shard at 1,000 keys (GCRA: 50.6 bytes/key
+ * against 44.8; bench/lib_bench.c).  */
+#define MIN_SHARDS 16u
 /* Large states (sliding logs) would make max_keys entries huge: such a class table
  * holds at most this many bytes of entries (at least 1024 entries). */
 #define BIG_CLASS_BYTES (UINT64_C(256) << 20)
@@ -161,7 +167,7 @@ static sl_table *table_create(sluice_store *st, uint32_t ssize) {
         if (cap > big) cap = big;
     }
     uint32_t ns = st->shards_opt;
-    while (ns > 1 && cap / ns < MIN_KEYS_PER_SHARD) ns >>= 1;
+    while (ns > MIN_SHARDS && cap / ns < MIN_KEYS_PER_SHARD) ns >>= 1;
     t->nshards = ns;
     t->shard_mask = ns - 1;
     uint64_t mean = (cap + ns - 1) / ns;
@@ -189,7 +195,14 @@ static sl_table *table_create(sluice_store *st, uint32_t ssize) {
     t->slots = big_alloc(t->slots_bytes);
     t->shards = aligned_alloc(64, sizeof(sl_shard) * ns);
     t->shift = calloc(ns, sizeof(*t->shift));
-    if (t->slots == NULL || t->shards == NULL || t->shift == NULL) {
+    /* the growth scratch: address space for half a full shard, its pages touched by the
+     * first growth that needs them (none for a table that starts at full size) */
+    t->grow_bytes = k0 == 0 ? 0 : (size_t)(t->nslots >> 1) * t->esize;
+    t->grow_buf = t->grow_bytes ? big_alloc(t->grow_bytes) : NULL;
+    atomic_init(&t->grow_lock, 0);
+    if (t->slots == NULL || t->shards == NULL || t->shift == NULL ||
+        (t->grow_bytes && t->grow_buf == NULL)) {
+        if (t->grow_buf != NULL) munmap(t->grow_buf, t->grow_bytes);
         if (t->slots != NULL) munmap(t->slots, t->slots_bytes);
         free(t->shards);
         free((void *)t->shift);
@@ -206,6 +219,7 @@ static sl_table *table_create(sluice_store *st, uint32_t ssize) {
 }
 
 static void table_destroy(sl_table *t) {
+    if (t->grow_buf != NULL) munmap(t->grow_buf, t->grow_bytes);
     munmap(t->slots, t->slots_bytes);
     free(t->shards);
     free((void *)t->shift);
@@ -227,8 +241,11 @@ static inline uint64_t shard_shift(const sl_table *t, uint32_t s) {
  * the shard then stays as it is and pressure handling frees room in it (as in a full
  * shard), so a failed growth is never an error.
  * Trade-off: the growth runs inside the decision whose new key needs the room: one copy of
- * at most half a shard (~130 KiB at max_keys 1 M over 256 shards) and one malloc, while
- * the decisions on that shard (1/256 of the keys) wait. Each doubling pays for the
+ * at most half a shard (~130 KiB at max_keys 1 M over 256 shards) into the table's scratch
+ * (reserved with the table: no allocation on the decision path; issue 28), while the
+ * decisions on that shard (1/256 of the keys) wait. Two shards of one table growing at the
+ * same moment take the scratch in turn (grow_lock, only ever taken under a shard lock and
+ * never while waiting for one: no deadlock); a shard grows ~5 times in the store's life. Each doubling pays for the
  * inserts that filled the half before, so the cost per insert is constant (amortised),
  * and a shard reaches its full size in ~5 doublings. The alternative, growing from a timer
  * ahead of need, would keep decisions free of it but needs a spare thread or a guess of
@@ -242,8 +259,11 @@ static bool shard_grow(sluice_store *st, const sl_loc *loc) {
     if (k == 0) return false;
     uint64_t n = t->nslots >> k, n2 = t->nslots >> (k - 1);
     size_t bytes = (size_t)n * t->esize;
-    unsigned char *old = malloc(bytes);
-    if (old == NULL) return false;
+    if (bytes > t->grow_bytes) return false; /* cannot happen: n <= nslots / 2 */
+    unsigned spins = 0;
+    while (atomic_exchange_explicit(&t->grow_lock, 1, memory_order_acquire))
+        if (++spins % 128 == 0) sched_yield();
+    unsigned char *old = t->grow_buf;
     memcpy(old, loc->base, bytes);
     fault_in(loc->base + bytes, (size_t)n2 * t->esize - bytes);
     memset(loc->base, 0, bytes);
@@ -256,7 +276,7 @@ static bool shard_grow(sluice_store *st, const sl_loc *loc) {
             if (++i == n2) i = 0;
         memcpy(slot_at(loc, i), e, t->esize);
     }
-    free(old);
+    atomic_store_explicit(&t->grow_lock, 0, memory_order_release);
 #ifdef MADV_HUGEPAGE
     /* Once every shard is at full size, transparent huge pages where the system allows
      * them (Debian: "madvise"; khugepaged merges in the background): one TLB entry per

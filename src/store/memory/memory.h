@@ -117,6 +117,12 @@ typedef struct sl_table {
     _Atomic(uint8_t) *shift; /* per shard: its current size is nslots >> shift[s] */
     atomic_uint full_shards; /* shards grown to full size (huge pages once all are) */
     sl_shard *shards;
+    /* growth scratch (shard_grow): room for the largest copy a doubling makes (half a shard
+     * at full size), reserved with the table so that a decision never allocates; one per
+     * table, taken under grow_lock by the shard that grows (shard lock, then grow_lock) */
+    unsigned char *grow_buf;
+    size_t grow_bytes;
+    atomic_int grow_lock;
 } sl_table;
 
 /* One set of parameters of a family (a re-registration with other parameters makes a

@@ -165,6 +165,8 @@ static void on_timer(void *ud, uint32_t ev) {
         if (o && (next == 0 || o < next) && o > t) next = o;
     }
     if (r->lease_sweep_at && (next == 0 || r->lease_sweep_at < next)) next = r->lease_sweep_at;
+    int64_t hb = sl__redis_local_tick(r, t); /* on_store_error: local: heartbeats */
+    if (hb && (next == 0 || hb < next)) next = hb;
     if (next) sl__redis_arm(r, next);
 }
 
@@ -304,6 +306,7 @@ fail:
 
 void sl_redis_destroy(sl_redis *r) {
     if (r == NULL) return;
+    sl__redis_local_forget(r);
     sl_sentinel_destroy(r->sen);
     r->sen = NULL;
     for (int i = 0; i < r->nnodes; i++) {

@@ -228,6 +228,11 @@ struct sl_redis {
     retry_ent retries[RETRY_SLOTS]; /* groups waiting to be sent again (TRYAGAIN...) */
     unsigned nretries;
     bool switching;          /* node 0 is being moved to the primary the sentinel named */
+    /* on_store_error: local (local.c) */
+    sluice_time last_now;    /* the caller's time of its latest decision (reconciliation) */
+    int64_t hb_next, hb_sent; /* heartbeats (the owner client only): next due, last sent */
+    bool hb_inflight;
+    unsigned rec_tick;       /* answers while local admissions wait to be written */
 };
 
 static inline void update_ready(sl_redis *r) {
@@ -274,6 +279,12 @@ rq *sl__redis_rq_get(sl_redis *r);
 void sl__redis_rq_put(sl_redis *r, rq *q);
 bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool asking);
 void sl__redis_send_refunds(sl_redis *r, rq *q);
+/* local.c */
+void sl__redis_local_count(sl_redis *r, const rq *b);
+void sl__redis_local_seen(sl_redis *r, const rq *q);
+bool sl__redis_local_decide(sl_redis *r, rq *q, sl_sresult *out);
+int64_t sl__redis_local_tick(sl_redis *r, int64_t t);
+void sl__redis_local_forget(sl_redis *r);
 /* lease.c */
 void sl__redis_held_add(sl_redis *r, int64_t units);
 bool sl__redis_lease_plan(sl_redis *r, rq *q);

@@ -422,6 +422,7 @@ void sl__redis_finish(sl_redis *r, rq *q, int rc) {
                     }
         }
         if (q->leasing) sl__redis_lease_settle(r, q, all);
+        if (!q->failed) sl__redis_local_seen(r, q);
         if (!q->failed) {
             q->res.allowed = all ? 1 : 0;
             q->res.groups_ok = all ? groups_ok : groups_ok; /* reported either way */
@@ -442,6 +443,12 @@ void sl__redis_finish(sl_redis *r, rq *q, int rc) {
     void *ud = q->ud;
     const sl_sresult *d = &q->res;
     if (q->failed && rc == SLUICE_OK) rc = SLUICE_ESTORE;
+    /* on_store_error: local: Redis could not decide; this instance does, at its share */
+    static __thread sl_sresult lres;
+    if (rc != SLUICE_OK && q->op == 'd' && cb != NULL && sl__redis_local_decide(r, q, &lres)) {
+        rc = SLUICE_OK;
+        d = &lres;
+    }
     q->res.n = q->n;
     /* the callback may start new decisions: keep q out of the free list until it returns */
     sl_dnode_disarm(&q->dl);
@@ -873,6 +880,7 @@ static int submit(sl_redis *r, char op, const sl_sitem *items, size_t n, unsigne
     if (rc != SLUICE_OK) return rc;
     if (op == 'd') {
         inc(&r->st.decisions);
+        sl__redis_local_count(r, b);
         static __thread sl_sresult local;
         if (answer_locally(r, b, now, &local)) {
             if (cb) cb(ud, SLUICE_OK, &local);

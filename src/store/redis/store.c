@@ -18,6 +18,7 @@
 #include "algo/limiter.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "store/redis/local.h"
 #include "store/redis/redis.h"
 
 #define BR_MAX_WORKERS 64
@@ -65,6 +66,8 @@ int sl_redis_store_config(const char *url, const sl_settings *st, bool test_cloc
     snprintf(sec, sizeof(sec), "%s", st->store.redis_key_secret);
     g_opts.secret = sec;
     g_opts.secret_len = strlen(sec);
+    sl_redis_local_setup(st->store.local.instances, st->store.local.floor_ppm,
+                         st->store.local.heartbeat_ns); /* on_store_error: local */
     g_on = true;
     return SLUICE_OK;
 }
@@ -313,6 +316,7 @@ int sl_redis_store_health(char *buf, size_t cap) {
         break;
     }
     free(one);
+    if (off < cap) off += (size_t)sl_redis_local_health(buf + off, cap - off);
     return (int)off;
 }
 
@@ -364,6 +368,36 @@ int sl_redis_store_metrics(char *buf, size_t cap) {
                  sl_redis_store_ready() ? 1 : 0, (unsigned long long)held);
     if (n > 0 && (size_t)n < cap - off) off += (size_t)n;
     off += render_nodes(buf + off, cap - off);
+    const sl_redis_local_stats *ls = sl_redis_local_stats_get(); /* on_store_error: local */
+#define LV(f) (unsigned long long)atomic_load_explicit(&ls->f, memory_order_relaxed)
+    n = snprintf(buf + off, cap - off,
+                 "# HELP sluice_redis_local_total on_store_error: local: decisions made in this "
+                 "instance's memory at its share while Redis was unreachable (admitted, limited), "
+                 "and those that could not be (no share: failed closed).\n"
+                 "# TYPE sluice_redis_local_total counter\n"
+                 "sluice_redis_local_total{result=\"local\"} %llu\n"
+                 "sluice_redis_local_total{result=\"local_limited\"} %llu\n"
+                 "sluice_redis_local_total{result=\"no_share\"} %llu\n"
+                 "# HELP sluice_redis_local_heartbeats_total Heartbeats (membership and demand) "
+                 "written and read, and those that failed.\n"
+                 "# TYPE sluice_redis_local_heartbeats_total counter\n"
+                 "sluice_redis_local_heartbeats_total{outcome=\"ok\"} %llu\n"
+                 "sluice_redis_local_heartbeats_total{outcome=\"error\"} %llu\n"
+                 "# HELP sluice_redis_local_instances Instances in the last heartbeat view (0: none).\n"
+                 "# TYPE sluice_redis_local_instances gauge\nsluice_redis_local_instances %u\n"
+                 "# HELP sluice_redis_reconcile_total After an outage: what was admitted locally "
+                 "written into the shared counters (calls, units), calls that failed, units not "
+                 "written (failed, or no room to remember them).\n"
+                 "# TYPE sluice_redis_reconcile_total counter\n"
+                 "sluice_redis_reconcile_total{what=\"calls\"} %llu\n"
+                 "sluice_redis_reconcile_total{what=\"units\"} %llu\n"
+                 "sluice_redis_reconcile_total{what=\"errors\"} %llu\n"
+                 "sluice_redis_reconcile_total{what=\"dropped_units\"} %llu\n",
+                 LV(local), LV(local_limited), LV(no_share), LV(heartbeats), LV(heartbeat_errors),
+                 sl_redis_local_view(), LV(reconcile_calls), LV(reconcile_units), LV(reconcile_errors),
+                 LV(reconcile_dropped));
+#undef LV
+    if (n > 0 && (size_t)n < cap - off) off += (size_t)n;
     return (int)off;
 }
 

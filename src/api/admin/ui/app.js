@@ -6,12 +6,13 @@
 
 (function () {
   const TOKEN_KEY = 'sluice.admin_token';
-  const RESULTS = ['allowed', 'delayed', 'shadow_limited', 'rollout_limited', 'limited', 'fail_closed', 'fail_open', 'recheck', 'error'];
+  const RESULTS = ['allowed', 'delayed', 'shadow_limited', 'rollout_limited', 'limited', 'fail_closed', 'fail_open', 'recheck', 'error', 'local', 'local_limited'];
   const COLORS = {
     allowed: '#2e8540', delayed: '#5c6bc0', shadow_limited: '#d9822b', rollout_limited: '#8e24aa',
-    limited: '#c62828', fail_closed: '#000000', fail_open: '#6d4c41', recheck: '#00897b', error: '#9e9e9e'
+    limited: '#c62828', fail_closed: '#000000', fail_open: '#6d4c41', recheck: '#00897b', error: '#9e9e9e',
+    local: '#7cb342', local_limited: '#ad1457'
   };
-  const REFUSED = ['limited', 'rollout_limited', 'fail_closed', 'recheck'];
+  const REFUSED = ['limited', 'rollout_limited', 'fail_closed', 'recheck', 'local_limited'];
   let token = null;
   let view = 'overview';
   let policies = [];        // /v1/policies' list

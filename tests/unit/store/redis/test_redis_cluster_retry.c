@@ -159,7 +159,8 @@ static void tryagain_then_answered(void) {
                       {.lim = lim[1], .key = "k", .key_len = 1, .cost = 1}};
     T_EQ_I(sl_redis_decide(rd, si, 2, 0, sluice_clock_now(clk), on_answer, &w), SLUICE_OK);
     sl_redis_flush(rd);
-    for (int i = 0; i < 50 && atomic_load(&st->tryagain) < 2; i++) sl_loop_poll(&loop, 2);
+    /* up to ~1 s (the request's deadline is 2 s): a loaded machine runs the retries late */
+    for (int i = 0; i < 500 && atomic_load(&st->tryagain) < 2; i++) sl_loop_poll(&loop, 2);
     T_CHECK(atomic_load(&st->tryagain) >= 2); /* retried, still split */
     T_CHECK(!w.done);                          /* ... and still waiting, inside its deadline */
     finish_migration(slot, a, b);
