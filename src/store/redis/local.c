@@ -15,8 +15,9 @@
  * - the budget of the window in force when Redis was last seen (fixed windows, quotas) is
  *   the share of what was REMAINING then (the last answer per key, kept in `seen`), not
  *   of the whole limit: a day quota with 100 of 1000 left hands out at most 100.
- * - what was admitted locally (fixed windows and quotas) is remembered per key and
- *   window; when a heartbeat succeeds again, every entry whose window is still in force is
+ * - what was admitted locally (every algorithm but concurrency) is remembered per key and
+ *   window (buckets and logs: per key, until it would have drained); when a heartbeat
+ *   succeeds again, every entry whose window is still in force is
  *   written into the shared counter (a settle +units, one script call per batch of 32
  *   keys and slot), removed before it is sent: at most once. Nothing waits for it.
  *
@@ -117,6 +118,27 @@ static unsigned dslot(const sluice_limiter *lim) {
 
 static bool windowed(const sluice_limiter *lim) {
     return lim->spec.algo == SLUICE_FIXED_WINDOW || lim->spec.algo == SLUICE_QUOTA;
+}
+
+/* What a local admission is written back into when Redis returns: every algorithm whose
+ * settle adds the units to the shared state (windows and quotas: the window in force;
+ * sliding window and log, token and leaky buckets, GCRA: the state now, so a bucket that
+ * Redis refilled, or a restarted empty Redis, does not hand the burst out twice).
+ * Concurrency leases are released where they were taken; capacity protection never
+ * decides locally. */
+static bool reconcilable(const sluice_limiter *lim) {
+    switch (lim->spec.algo) {
+    case SLUICE_FIXED_WINDOW:
+    case SLUICE_QUOTA:
+    case SLUICE_SLIDING_WINDOW:
+    case SLUICE_SLIDING_LOG:
+    case SLUICE_TOKEN_BUCKET:
+    case SLUICE_LEAKY_BUCKET:
+    case SLUICE_GCRA:
+        return true;
+    default:
+        return false;
+    }
 }
 
 void sl__redis_local_count(sl_redis *r, const rq *b) {
@@ -226,8 +248,11 @@ static void pend_add(const rq_item *it, uint64_t units, int64_t end) {
     pend_ent *free_e = NULL, *e = NULL;
     for (unsigned k = 0; k < PEND_PER; k++) {
         pend_ent *p = &g_pend[st][(fp + k) & (PEND_PER - 1)];
-        if (p->fp == fp && p->end == end && p->lim == it->lim) {
+        /* a window's admissions per window; a bucket's or a log's in one entry that
+         * matters until the latest of them has drained (`end`) */
+        if (p->fp == fp && p->lim == it->lim && (p->end == end || !windowed(it->lim))) {
             e = p;
+            if (end > e->end) e->end = end;
             break;
         }
         if (p->fp == 0 && free_e == NULL) free_e = p;
@@ -293,7 +318,7 @@ bool sl__redis_local_decide(sl_redis *r, rq *q, sl_sresult *out) {
         const rq_item *it = &q->it[i];
         bool consumed = it->sgroup == 0 ? (out->allowed || (it->sflags & SL_SI_CHARGE))
                                         : (out->allowed && (out->groups_ok >> it->sgroup & 1u));
-        if (consumed && items[i].cost > 0 && windowed(it->lim) && it->xlen == 0 && it->lim->fail_local)
+        if (consumed && items[i].cost > 0 && reconcilable(it->lim) && it->xlen == 0 && it->lim->fail_local)
             pend_add(it, items[i].cost, q->now.wall_ns + out->r[i].reset_after_ns);
     }
     return true;
