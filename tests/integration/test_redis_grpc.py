@@ -44,7 +44,10 @@ def start(redis, query="", workers=2):
 @pytest.fixture
 def two(redis, pb):
     """Two instances on one Redis, a gRPC client each: (a, b, client a, client b)."""
-    a, b = start(redis), start(redis)
+    # a generous store timeout: these tests are about sharing, not about a slow Redis (at
+    # 20 ms, the default, a loaded machine running tests side by side let whole bursts
+    # time out and fail open: 150 of 150 admitted)
+    a, b = start(redis, "?timeout_ms=2000"), start(redis, "?timeout_ms=2000")
     ca, cb = Client(pb, a), Client(pb, b)
     yield a, b, ca, cb
     ca.close()
@@ -66,11 +69,12 @@ def metric_sum(srv, name, label_filter=""):
 def test_two_instances_share_one_budget_over_grpc(two):
     a, b, ca, cb = two
     req = ca.request("rl", [[("user", "alice")]])
-    # 150 calls in flight at once, 75 on each instance's connection
-    fs = [c.rls.ShouldRateLimit.future(req, timeout=10) for _ in range(75) for c in (ca, cb)]
+    # 120 calls in flight at once, 60 on each instance's connection (a connection may hold
+    # 64 waiting calls: SL_PENDING_CONN; 75 were refused now and then as UNAVAILABLE)
+    fs = [c.rls.ShouldRateLimit.future(req, timeout=10) for _ in range(60) for c in (ca, cb)]
     got = [f.result() for f in fs]
     codes = [r.overall_code for r in got]
-    assert codes.count(OK) == 60 and codes.count(OVER) == 90, codes.count(OK)
+    assert codes.count(OK) == 60 and codes.count(OVER) == 60, codes.count(OK)
     # every answer names the limit, and the admitted ones count down to 0 together
     assert all(r.statuses[0].current_limit.requests_per_unit == 60 for r in got)
     left = sorted(r.statuses[0].limit_remaining for r in got if r.overall_code == OK)
@@ -80,7 +84,7 @@ def test_two_instances_share_one_budget_over_grpc(two):
     # each call counted once by the instance that answered it
     calls = metric_sum(a, "sluice_grpc_calls_total") + metric_sum(b, "sluice_grpc_calls_total")
     decisions = metric_sum(a, "sluice_decisions_total") + metric_sum(b, "sluice_decisions_total")
-    assert calls == 151 and decisions == 151, (calls, decisions)
+    assert calls == 121 and decisions == 121, (calls, decisions)
 
 
 def test_limit_overrides_are_shared_too(two):
