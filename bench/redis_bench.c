@@ -47,8 +47,14 @@ int main(int argc, char **argv) {
         const char *body = sl_redis_script(&len);
         return fwrite(body, 1, len, stdout) == len ? 0 : 1;
     }
+    if (argc == 2 && strcmp(argv[1], "library") == 0) { /* the Redis 7 function library */
+        size_t len;
+        const char *body = sl_redis_library(&len);
+        printf("%s\n", sl_redis_function_name());
+        return fwrite(body, 1, len, stdout) == len ? 0 : 1;
+    }
     if (argc != 5) {
-        fprintf(stderr, "usage: redis_bench PORT|URL SECONDS INFLIGHT admit|reject, or redis_bench script\n");
+        fprintf(stderr, "usage: redis_bench PORT|URL SECONDS INFLIGHT admit|reject, or redis_bench script|library\n");
         return 2;
     }
     double secs = atof(argv[2]);

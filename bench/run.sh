@@ -10,7 +10,7 @@ build=${1:?usage: bench/run.sh BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$here/run"
 out="$here/run/results-$(date -u +%Y%m%dT%H%M%SZ).txt"
-only=${BENCH_ONLY:-"lib server protocol grpc redis replay observe capacity overrides series"}
+only=${BENCH_ONLY:-"lib server protocol grpc redis redis_cost tail replay observe capacity overrides series"}
 {
   echo "# sluice $(git -C "$here/.." describe --always --dirty 2>/dev/null) on $(nproc) cores," \
        "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(date -u)"

@@ -8,19 +8,14 @@
  * Exit status: 0 done (status: ready or degraded), 1 refused, unready or unreachable,
  * 2 usage.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <netdb.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "admin_http.h"
 #include "cli.h"
 #include "opts.h"
 #include "config/config.h"
@@ -36,102 +31,12 @@ typedef struct target {
     char token[256];
 } target;
 
-static int64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-/* A connected socket to addr (HOST:PORT, [V6]:PORT or unix:/PATH), or -1 with a message. */
-static int dial(const char *addr, char *err, size_t errlen) {
-    if (strncmp(addr, "unix:", 5) == 0) {
-        struct sockaddr_un un = {.sun_family = AF_UNIX};
-        if (strlen(addr + 5) >= sizeof(un.sun_path)) {
-            snprintf(err, errlen, "socket path too long");
-            return -1;
-        }
-        snprintf(un.sun_path, sizeof(un.sun_path), "%s", addr + 5);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, (struct sockaddr *)&un, sizeof(un)) == 0) return fd;
-        snprintf(err, errlen, "%s", strerror(errno));
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    char host[256];
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL || colon == addr) {
-        snprintf(err, errlen, "expected HOST:PORT");
-        return -1;
-    }
-    size_t hl = (size_t)(colon - addr);
-    if (addr[0] == '[' && hl >= 2 && addr[hl - 1] == ']') addr++, hl -= 2;
-    if (hl >= sizeof(host)) hl = sizeof(host) - 1;
-    memcpy(host, addr, hl);
-    host[hl] = '\0';
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    int g = getaddrinfo(host, colon + 1, &hints, &res);
-    if (g != 0) {
-        snprintf(err, errlen, "%s", gai_strerror(g));
-        return -1;
-    }
-    int fd = -1;
-    for (struct addrinfo *a = res; a != NULL && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-            snprintf(err, errlen, "%s", strerror(errno));
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(res);
-    return fd;
-}
-
-/* One request; the status (or -1, err said why) and the body (NUL-terminated, malloc'd). */
+/* One request without a body; the status (or -1, err said why) and the body (malloc'd). */
 static int exchange(const target *t, const char *method, const char *path, char **body, char *err,
                     size_t errlen) {
-    *body = NULL;
-    int fd = dial(t->addr, err, errlen);
-    if (fd < 0) return -1;
-    char req[1024];
-    int n = snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n"
-                                       "Content-Length: 0\r\n%s%s%s\r\n",
-                     method, path, t->token[0] ? "Authorization: Bearer " : "", t->token,
-                     t->token[0] ? "\r\n" : "");
-    if (n < 0 || (size_t)n >= sizeof(req) || send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
-        snprintf(err, errlen, "cannot send the request");
-        close(fd);
-        return -1;
-    }
-    char *buf = malloc(RESP_MAX + 1);
-    size_t len = 0;
-    int64_t deadline = now_ms() + 5000;
-    while (buf != NULL && len < RESP_MAX) {
-        struct pollfd p = {fd, POLLIN, 0};
-        int64_t left = deadline - now_ms();
-        if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
-            snprintf(err, errlen, "no answer within 5 s");
-            free(buf);
-            close(fd);
-            return -1;
-        }
-        ssize_t r = recv(fd, buf + len, RESP_MAX - len, 0);
-        if (r <= 0) break;
-        len += (size_t)r;
-    }
-    close(fd);
-    if (buf == NULL) return -1;
-    buf[len] = '\0';
-    int status = 0;
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1 || sep == NULL) {
-        snprintf(err, errlen, "not an HTTP answer");
-        free(buf);
-        return -1;
-    }
-    memmove(buf, sep + 4, len - (size_t)(sep + 4 - buf) + 1);
-    *body = buf;
-    return status;
+    sl_cli_request r = {.addr = t->addr, .token = t->token, .method = method, .path = path,
+                        .max_answer = RESP_MAX, .timeout_ms = 5000};
+    return sl_cli_http(&r, body, err, errlen);
 }
 
 /* The admin address and token: flags, then variables, then the config file. */
@@ -167,7 +72,7 @@ static int resolve(int argc, char **argv, const char *cmd, target *t) {
     if (config != NULL && (admin == NULL || token == NULL) && sl_config_load(config, &cfg, &dl) == 0)
         st = sl_config_settings(cfg);
     snprintf(t->addr, sizeof(t->addr), "%s",
-             admin && admin[0] ? admin : st && st->listen_admin[0] ? st->listen_admin : "127.0.0.1:8082");
+             admin && admin[0] ? admin : st && st->listen_admin[0] ? st->listen_admin : SL_CLI_ADMIN_DEFAULT);
     snprintf(t->token, sizeof(t->token), "%s", token ? token : st ? st->admin_token : "");
     if (cfg) sl_config_destroy(cfg);
     if (strcmp(t->addr, "-") == 0) {

@@ -2,23 +2,20 @@
 /*
  * override_cmd.c -- `sluice override set|get|rm|ls|import|export`: per-key overrides
  * through the running server's admin API (/v1/overrides, docs/overrides.md). The address
- * from --admin or $SLUICE_ADMIN (else 127.0.0.1:9090); the token from --token-file or
+ * from --admin or $SLUICE_ADMIN (else 127.0.0.1:8082, listen.admin's default); the token from --token-file or
  * $SLUICE_ADMIN_TOKEN, never from the command line (it would show in ps and histories).
  * Exit status: 0 done, 1 refused (the server's problem is printed) or unreachable, 2 usage.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <netdb.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "admin_http.h"
 #include "cli.h"
 
 #define ANSWER_MAX (256u << 20) /* an export of a million overrides fits */
@@ -28,147 +25,14 @@ typedef struct otarget {
     char token[512];
 } otarget;
 
-static int64_t mono_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-static int odial(const char *addr, char *err, size_t errlen) {
-    char host[256];
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL || colon == addr) {
-        snprintf(err, errlen, "expected HOST:PORT");
-        return -1;
-    }
-    size_t hl = (size_t)(colon - addr);
-    if (addr[0] == '[' && hl >= 2 && addr[hl - 1] == ']') addr++, hl -= 2;
-    if (hl >= sizeof(host)) hl = sizeof(host) - 1;
-    memcpy(host, addr, hl);
-    host[hl] = '\0';
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    int g = getaddrinfo(host, colon + 1, &hints, &res);
-    if (g != 0) {
-        snprintf(err, errlen, "%s", gai_strerror(g));
-        return -1;
-    }
-    int fd = -1;
-    for (struct addrinfo *a = res; a != NULL && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-            snprintf(err, errlen, "%s", strerror(errno));
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(res);
-    return fd;
-}
-
-static bool send_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n > 0) {
-        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-        if (k <= 0) return false;
-        c += k;
-        n -= (size_t)k;
-    }
-    return true;
-}
-
 /* One request with an optional body (a buffer, or a file streamed as it is read); the
  * status (or -1, err says why) and the answer's body (malloc'd, NUL-terminated). */
 static int oexchange(const otarget *t, const char *method, const char *path, const char *body,
                      size_t body_len, FILE *body_file, char **out, char *err, size_t errlen) {
-    *out = NULL;
-    long flen = 0;
-    if (body_file != NULL) {
-        if (fseek(body_file, 0, SEEK_END) != 0 || (flen = ftell(body_file)) < 0 ||
-            fseek(body_file, 0, SEEK_SET) != 0) {
-            snprintf(err, errlen, "the file cannot be read from start to end (a pipe? give a file)");
-            return -1;
-        }
-        body_len = (size_t)flen;
-    }
-    int fd = odial(t->addr, err, errlen);
-    if (fd < 0) return -1;
-    char head[1024];
-    int n = snprintf(head, sizeof(head),
-                     "%s %s HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\nContent-Length: %zu\r\n"
-                     "Content-Type: application/json\r\n%s%s%s\r\n",
-                     method, path, body_len, t->token[0] ? "Authorization: Bearer " : "", t->token,
-                     t->token[0] ? "\r\n" : "");
-    bool ok = n > 0 && (size_t)n < sizeof(head) && send_all(fd, head, (size_t)n);
-    if (ok && body != NULL) ok = send_all(fd, body, body_len);
-    if (ok && body_file != NULL) {
-        char chunk[65536];
-        size_t k;
-        while (ok && (k = fread(chunk, 1, sizeof(chunk), body_file)) > 0) ok = send_all(fd, chunk, k);
-    }
-    if (!ok) {
-        snprintf(err, errlen, "cannot send the request");
-        close(fd);
-        return -1;
-    }
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap + 1);
-    int64_t deadline = mono_ms() + 120000;
-    while (buf != NULL) {
-        struct pollfd p = {fd, POLLIN, 0};
-        int64_t left = deadline - mono_ms();
-        if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
-            snprintf(err, errlen, "no answer within 120 s");
-            free(buf);
-            close(fd);
-            return -1;
-        }
-        if (len == cap) {
-            if (cap >= ANSWER_MAX) break;
-            char *nb = realloc(buf, cap * 2 + 1);
-            if (nb == NULL) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t r = recv(fd, buf + len, cap - len, 0);
-        if (r <= 0) break;
-        len += (size_t)r;
-    }
-    close(fd);
-    if (buf == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    buf[len] = '\0';
-    int status = 0;
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1 || sep == NULL) {
-        snprintf(err, errlen, "not an HTTP answer");
-        free(buf);
-        return -1;
-    }
-    bool chunked = false;
-    for (char *h = buf; h < sep; h++)
-        if (strncasecmp(h, "\r\ntransfer-encoding: chunked", 28) == 0) chunked = true;
-    memmove(buf, sep + 4, len - (size_t)(sep + 4 - buf) + 1);
-    if (chunked) { /* a streamed export: its chunks joined in place */
-        size_t in = 0, o = 0, n = strlen(buf);
-        while (in < n) {
-            char *end = NULL;
-            unsigned long k = strtoul(buf + in, &end, 16);
-            char *crlf = strstr(buf + in, "\r\n");
-            if (crlf == NULL || end == buf + in || k == 0 || (size_t)(crlf + 2 - buf) + k > n) break;
-            memmove(buf + o, crlf + 2, k);
-            o += k;
-            in = (size_t)(crlf + 2 - buf) + k + 2;
-        }
-        buf[o] = '\0';
-    }
-    *out = buf;
-    return status;
+    sl_cli_request r = {.addr = t->addr, .token = t->token, .method = method, .path = path,
+                        .content_type = "application/json", .body = body, .body_len = body_len,
+                        .body_file = body_file, .max_answer = ANSWER_MAX, .timeout_ms = 120000};
+    return sl_cli_http(&r, out, err, errlen);
 }
 
 /* Percent-encodes s; `keep` lists bytes kept as they are besides the unreserved ones. */
@@ -201,7 +65,7 @@ static void override_usage(FILE *f) {
             "  import FILE             NDJSON, one override a line (policy, key or key_hash)\n"
             "  export                  every override as NDJSON, re-importable\n"
             "  KEY: the key as the policy composes it; a composite key's parts joined by '|'.\n"
-            "  the admin address: --admin or $SLUICE_ADMIN, else 127.0.0.1:9090; the token:\n"
+            "  the admin address: --admin or $SLUICE_ADMIN, else 127.0.0.1:8082; the token:\n"
             "  --token-file FILE or $SLUICE_ADMIN_TOKEN (never on the command line).\n"
             "  exit status: 0 done, 1 refused or unreachable, 2 usage\n");
 }
@@ -281,7 +145,7 @@ int sl_cli_override(int argc, char **argv) {
     const char *cmd = argv[optind];
     char **a = argv + optind + 1;
     int na = argc - optind - 1;
-    snprintf(t.addr, sizeof(t.addr), "%s", admin && admin[0] ? admin : "127.0.0.1:9090");
+    snprintf(t.addr, sizeof(t.addr), "%s", admin && admin[0] ? admin : SL_CLI_ADMIN_DEFAULT);
     t.token[0] = '\0';
     if (tokfile != NULL) {
         if (!read_token_file(tokfile, t.token, sizeof(t.token))) {

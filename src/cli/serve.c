@@ -17,6 +17,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "api/admin/overrides.h"
 #include "cli.h"
 #include "core/log.h"
 #include "server/observe.h"
@@ -271,7 +272,12 @@ int sl_cli_serve(int argc, char **argv) {
     }
     char err[8192];
     sl_server *s = NULL;
-    if (sl_server_create(&o, &s, err, sizeof(err)) != 0) {
+    int created = sl_server_create(&o, &s, err, sizeof(err));
+    if (created == 0 && sl_ovr_redis_start(s, err, sizeof(err)) != 0) { /* overrides in Redis */
+        sl_server_destroy(s);
+        created = -1;
+    }
+    if (created != 0) {
         /* one line: the first error (config files may report several) */
         char *nl = strchr(err, '\n');
         if (nl) *nl = '\0';

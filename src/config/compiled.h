@@ -14,6 +14,7 @@
 
 #include "algo/algo.h"
 #include "config/config.h"
+#include "llm/llm.h"
 
 /* ---- arena ------------------------------------------------------------------------ */
 
@@ -93,7 +94,9 @@ typedef enum {
     SL_PART_HOST,
     SL_PART_DESCRIPTOR, /* descriptor.NAME: the value of entry NAME */
     SL_PART_ENVOY,      /* envoy rule: every entry of the descriptor (key + value) */
-    SL_PART_BODY_BYTES  /* costs only */
+    SL_PART_BODY_BYTES, /* costs only */
+    SL_PART_LLM_MODEL,  /* llm.model: the request body's model (issue 24, src/llm) */
+    SL_PART_LLM_USER    /* llm.user: its user (OpenAI user, Anthropic metadata.user_id) */
 } sl_part_kind;
 
 typedef struct sl_part {
@@ -140,7 +143,17 @@ typedef struct sl_cwindow {
     bool deny_all;              /* envoy requests_per_unit: 0 (block list) */
     int envoy_unit;
     uint32_t requests_per_unit;
+    uint8_t counts;             /* sl_llm_count: what an LLM request adds here (0: the cost) */
 } sl_cwindow;
+
+/* A policy's `llm:` section (config/llm.c): counting parameters, the answer dialect, and
+ * what ext_proc does when less is left than a request's max_tokens. */
+typedef enum { SL_DIALECT_IETF = 0, SL_DIALECT_OPENAI, SL_DIALECT_ANTHROPIC } sl_dialect;
+typedef struct sl_cllm {
+    sl_llm_params params;
+    bool reject_short;          /* on_short: reject (429) instead of clamping max_tokens */
+    uint64_t min_output;        /* clamping below this rejects instead (default 1) */
+} sl_cllm;
 
 typedef struct sl_cplan {
     const char *name;
@@ -259,6 +272,8 @@ typedef struct sl_cpolicy {
     const char *stat_key;       /* envoy: its statistics path (domain.key_value.key...) */
     bool fail_mode_set;         /* on_store_error written (else the compat default: error) */
     sl_ccap *cap;               /* capacity protection, NULL for none */
+    const sl_cllm *llm;         /* LLM accounting (`llm:`), NULL for none */
+    uint8_t dialect;            /* sl_dialect: `headers: openai|anthropic` */
 } sl_cpolicy;
 
 /* One level of an Envoy descriptor tree. Exact key/value entries are found through a
@@ -402,6 +417,10 @@ static inline bool sl__is_scalar(const sl_ynode *n) { return n != NULL && n->kin
 const char *sl__algo_str(sluice_algo a);
 void sl__check_costs(sl__ctx *cx, const sl_ynode *cost_node, const sl_cpolicy *p, const sl_cwindow *w, size_t nw);
 bool sl__get_duration(sl__ctx *cx, const sl_ynode *n, int64_t *ns);
+/* llm.c: a policy's `llm:` section, a window's `counts:`, `headers: openai|anthropic`. */
+bool sl__parse_llm(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p);
+bool sl__parse_counts(sl__ctx *cx, const sl_ynode *n, sl_cwindow *w);
+bool sl__parse_headers_opt(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p);
 char *sl__keep_lower(sl__ctx *cx, const char *s);
 char *sl__keep(sl__ctx *cx, const char *s);
 bool sl__parse_algo(sl__ctx *cx, const sl_ynode *n, sluice_algo *out);

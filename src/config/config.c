@@ -84,8 +84,8 @@ static bool header_name_ok(const char *s) {
 }
 
 #define PART_EXPECTED                                                                   \
-    "expected client_ip, client_ip/64, header.NAME, method, path, route, host or "     \
-    "descriptor.NAME"
+    "expected client_ip, client_ip/64, header.NAME, method, path, route, host, "       \
+    "llm.model, llm.user or descriptor.NAME"
 
 bool sl__parse_part(sl__ctx *cx, const sl_ynode *n, bool for_cost, sl_part *out) {
     memset(out, 0, sizeof(*out));
@@ -125,6 +125,9 @@ bool sl__parse_part(sl__ctx *cx, const sl_ynode *n, bool for_cost, sl_part *out)
         return true;
     } else if (strcmp(s, "host") == 0) {
         out->kind = SL_PART_HOST;
+        return true;
+    } else if (strcmp(s, "llm.model") == 0 || strcmp(s, "llm.user") == 0) {
+        out->kind = s[4] == 'm' ? SL_PART_LLM_MODEL : SL_PART_LLM_USER; /* issue 24 */
         return true;
     }
     if (strncmp(s, "header.", 7) == 0 && header_name_ok(s + 7)) {

@@ -18,7 +18,7 @@
 static const char *const policy_fields[] = {
     "name", "description", "objective", "match", "key", "on_missing_key", "cost",
     "algorithm", "limits", "plan_from", "plans", "on_exceed", "mode", "on_store_error",
-    "headers", "count_rejected", "leasing", "priority_from", "classes", "on_missing_class",
+    "headers", "count_rejected", "leasing", "llm", "priority_from", "classes", "on_missing_class",
     "borrow", NULL};
 static const char *const match_fields[] = {"method", "path", "path_prefix", "host",
                                            "headers", "domain", "descriptor", NULL};
@@ -656,7 +656,7 @@ static bool parse_options(sl__ctx *cx, const sl_ynode *n, sl_cpolicy *p, bool ok
             ok = false;
         }
     }
-    if ((x = sl__get(n, "headers")) != NULL) ok &= sl__get_bool(cx, x, &p->headers);
+    if ((x = sl__get(n, "headers")) != NULL) ok &= sl__parse_headers_opt(cx, x, p);
     if ((x = sl__get(n, "leasing")) != NULL && ok && ok_so_far) ok &= sl__parse_leasing(cx, x, p);
     if ((x = sl__get(n, "count_rejected")) != NULL) {
         ok &= sl__get_bool(cx, x, &p->count_rejected);
@@ -729,6 +729,7 @@ bool sl__parse_policy(sl__ctx *cx, const sl_ynode *n) {
     ok &= parse_on_exceed(cx, n, p);
     ok &= parse_mode(cx, n, p);
     ok &= parse_options(cx, n, p, ok);
+    if ((x = sl__get(n, "llm")) != NULL) ok &= sl__parse_llm(cx, x, p); /* config/llm.c */
     ok &= check_descriptor_parts(cx, n, p);
     if (ok) ok &= sl__parse_capacity(cx, n, p);
     return ok;

@@ -18,7 +18,7 @@
 #define MAX_WINDOWS 16
 
 static const char *const window_fields[] = {"name", "rate", "burst", "quota", "tz", "max",
-                                            "lease", "max_delay", "algorithm", SL_ADAPTIVE_FIELDS,
+                                            "lease", "max_delay", "algorithm", "counts", SL_ADAPTIVE_FIELDS,
                                             NULL};
 
 const char *sl__algo_str(sluice_algo a) {
@@ -61,6 +61,8 @@ bool sl__parse_window(sl__ctx *cx, const sl_ynode *n, sluice_algo algo, bool alg
     bool ok = true;
     const sl_ynode *rate = sl__get(n, "rate"), *quota = sl__get(n, "quota"),
                    *max = sl__get(n, "max"), *an = sl__get(n, "algorithm");
+    const sl_ynode *cn = sl__get(n, "counts"); /* LLM pools (config/llm.c) */
+    if (cn != NULL && !sl__parse_counts(cx, cn, w)) return false;
     int kinds = (rate != NULL) + (quota != NULL) + (max != NULL);
     if (kinds != 1) {
         sl__err(cx, n, "%s (expected exactly one of rate: N/unit, quota: N/period, max: N)",

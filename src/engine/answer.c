@@ -297,6 +297,7 @@ void sl_answer_build(sl_answer *a, const sl_verdict *v, unsigned flags) {
             pair_end(&p);
         }
     }
+    if (a->nvis > 0) sl__answer_dialect(a, v); /* issue 24: provider dialects (llm_answer.c) */
     if (a->overflow) { /* as the header text did: all or nothing (adapters may still add) */
         a->nh = 0;
         a->text_len = 0;

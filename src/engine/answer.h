@@ -61,6 +61,8 @@ void sl_answer_build(sl_answer *a, const sl_verdict *v, unsigned flags);
  * stay). For adapters adding their own headers (tokens, provider dialects). */
 bool sl_answer_add(sl_answer *a, const char *name, size_t nlen, const char *value, size_t vlen);
 bool sl_answer_add_i64(sl_answer *a, const char *name, int64_t value);
+/* issue 24: the provider dialect pairs (`headers: openai|anthropic`), engine/llm_answer.c. */
+void sl__answer_dialect(sl_answer *a, const sl_verdict *v);
 
 static inline const char *sl_answer_name(const sl_answer *a, size_t i, size_t *len) {
     *len = a->h[i].name_len;

@@ -6,12 +6,14 @@
  * that keep counters, and per-key overrides (the memory store's table, store/override.c).
  *
  * Generations: the engine in force is an atomic pointer; a decision takes a reference on
- * it (one atomic add, no lock) and its verdict keeps that reference until it decides again
+ * it (atomic adds, no lock) and its verdict keeps that reference until it decides again
  * or is destroyed, so a settle or release runs on the generation that decided. A reload
  * swaps the pointer under the engine's reload mutex (reloads only) and retires the old
  * generation; retired generations are freed by a later reload (or destroy) once no
- * reference is held, never by the reload that retired them (a reader that loaded the
- * pointer just before the swap takes its reference in the meantime and re-checks).
+ * reference is held and no reader is between loading the pointer and taking its
+ * reference (`acquiring`, all sequentially consistent: a reader counted there may hold a
+ * retired pointer, so nothing is freed; a reader counted after the check loads the new
+ * pointer, never a retired one).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,6 +41,7 @@ struct sluice_engine {
     pthread_mutex_t reload_mu; /* reloads only: never decisions */
     gen *retired;
     atomic_uint_fast64_t generation;
+    atomic_long acquiring; /* readers between loading `cur` and holding a reference */
 };
 
 #define ANS_BODY_BUF 2048
@@ -58,16 +61,15 @@ struct sluice_verdict {
 /* ---- generations ------------------------------------------------------------------- */
 
 static gen *gen_acquire(sluice_engine *e) {
-    for (;;) {
-        gen *g = atomic_load_explicit(&e->cur, memory_order_acquire);
-        atomic_fetch_add_explicit(&g->refs, 1, memory_order_acq_rel);
-        if (atomic_load_explicit(&e->cur, memory_order_acquire) == g) return g;
-        atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel);
-    }
+    atomic_fetch_add(&e->acquiring, 1);
+    gen *g = atomic_load(&e->cur);
+    atomic_fetch_add(&g->refs, 1);
+    atomic_fetch_sub(&e->acquiring, 1);
+    return g;
 }
 
 static void gen_release(gen *g) {
-    if (g != NULL) atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel);
+    if (g != NULL) atomic_fetch_sub(&g->refs, 1);
 }
 
 static void gen_free(gen *g) {
@@ -78,10 +80,11 @@ static void gen_free(gen *g) {
 
 /* Frees retired generations nobody holds (reload_mu held). */
 static void reap(sluice_engine *e) {
+    if (atomic_load(&e->acquiring) != 0) return; /* one may be taking a retired pointer */
     gen **pp = &e->retired;
     while (*pp != NULL) {
         gen *g = *pp;
-        if (atomic_load_explicit(&g->refs, memory_order_acquire) == 0) {
+        if (atomic_load(&g->refs) == 0) {
             *pp = g->next;
             gen_free(g);
         } else {
@@ -192,6 +195,7 @@ static sluice_engine *load(const char *path, const char *text, size_t len, const
     pthread_mutex_init(&e->reload_mu, NULL);
     atomic_init(&e->cur, g);
     atomic_init(&e->generation, 0);
+    atomic_init(&e->acquiring, 0);
     *err = SLUICE_OK;
     return e;
 }
@@ -230,7 +234,7 @@ static int reload(sluice_engine *e, const char *path, const char *text, size_t l
         return err ? err : SLUICE_EINVAL;
     }
     reap(e); /* generations retired by earlier reloads */
-    gen *old = atomic_exchange_explicit(&e->cur, g, memory_order_acq_rel);
+    gen *old = atomic_exchange(&e->cur, g);
     old->next = e->retired;
     e->retired = old;
     atomic_fetch_add_explicit(&e->generation, 1, memory_order_relaxed);

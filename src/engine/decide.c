@@ -488,6 +488,18 @@ static void on_applied(void *ud, int rc, const sl_sresult *res) {
  * awaited: a release into an expired lease, or a store that is down, must reach the
  * caller (404, 503) rather than be reported as done.
  */
+/* issue 24: a settle from a provider's usage gives each window its pool's count under its
+ * policy's counting parameters (src/llm); otherwise every item settles to run.actual. */
+static uint64_t item_actual(const sl_verdict *v, const sl_verdict_item *it) {
+    if (!v->run.has_llm) return v->run.actual;
+    const sl__ewin *w = item_win(it);
+    sl_llm_params d;
+    sl_llm_params_default(&d);
+    sl_llm_counts k;
+    sl_llm_count_usage(&v->run.llm, w->cp && w->cp->llm ? &w->cp->llm->params : &d, &k);
+    return w->cw && w->cw->counts ? sl_llm_counts_get(&k, (sl_llm_count)w->cw->counts) : k.total;
+}
+
 void sl__apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now) {
     v->run.first_err = SLUICE_OK;
     v->run.pending = 1; /* held until every operation is out */
@@ -503,7 +515,7 @@ void sl__apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now) {
         }
         v->run.pending++;
         if (v->run.tok_op == SL_TOK_SETTLE)
-            e->ops->settle(lane, &si, v->run.actual, v->decided_at, now, on_applied, v);
+            e->ops->settle(lane, &si, item_actual(v, it), v->decided_at, now, on_applied, v);
         else
             e->ops->release(lane, &si, it->result.lease, now, on_applied, v);
     }

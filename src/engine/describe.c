@@ -118,6 +118,8 @@ static void part_text(const sl_part *p, char *buf, size_t len) {
     case SL_PART_DESCRIPTOR: snprintf(buf, len, "descriptor.%s", p->name ? p->name : ""); return;
     case SL_PART_ENVOY: snprintf(buf, len, "descriptor entries"); return;
     case SL_PART_BODY_BYTES: snprintf(buf, len, "body_bytes"); return;
+    case SL_PART_LLM_MODEL: snprintf(buf, len, "llm.model"); return;
+    case SL_PART_LLM_USER: snprintf(buf, len, "llm.user"); return;
     }
     snprintf(buf, len, "?");
 }

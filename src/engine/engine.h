@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "llm/llm.h"
 #include "sluice.h"
 #include "store/memory/override.h"
 #include "store/store.h"
@@ -83,6 +84,9 @@ typedef struct sl_request {
      * is answered as an error (SL_ERROR, 500), never matched raw. */
     char *path_scratch;
     size_t path_scratch_len;
+    /* An LLM request body as src/llm parsed it (issue 24), NULL for none: windows with
+     * `counts:` take its counts, key parts llm.model / llm.user its names. */
+    const sl_llm_request *llm;
 } sl_request;
 
 #define SL_PATH_NORM_STACK 16384 /* paths up to this long are normalised on the stack */
@@ -243,6 +247,8 @@ struct sl_verdict {
         uint8_t nsi;          /* store items of the decision */
         uint8_t sidx[SLUICE_MAX_ITEMS]; /* store item -> verdict item */
         uint64_t actual;      /* settle: the actual cost */
+        bool has_llm;         /* settle from a provider's usage: each window its pool (issue 24) */
+        sl_llm_usage llm;
         unsigned tok_op;      /* token operation (SL_TOK_*) being applied */
         unsigned tok_rest;    /* operations to apply after it (settle, then release) */
         int chain_rc;         /* the first error of the operations applied before */
@@ -377,6 +383,12 @@ void sl_engine_token_sample(const sl_engine *e, void *lane, const char *token, s
                             unsigned op, uint64_t actual, bool has_latency, int64_t latency_ns,
                             unsigned outcome, sluice_time now, sl_verdict *v,
                             sl_engine_done done, void *ud);
+/* issue 24: a settle whose actual comes from a provider's usage object (src/llm): each
+ * window with `counts:` settles to its pool (input, output, total, cached, requests 1),
+ * any other window to the total. */
+void sl_engine_token_usage(const sl_engine *e, void *lane, const char *token, size_t len, unsigned op,
+                           const sl_llm_usage *u, sluice_time now, sl_verdict *v,
+                           sl_engine_done done, void *ud);
 /* Forgets the state of every window of a verdict prepared with sl_engine_prepare_named
  * (SL.RESET); v->n tells how many windows. */
 void sl_engine_reset(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now,

@@ -426,6 +426,8 @@ static const char *part_name(const sl_part *p, char *b, size_t len) {
     case SL_PART_DESCRIPTOR: snprintf(b, len, "descriptor.%s", p->name); break;
     case SL_PART_ENVOY: snprintf(b, len, "descriptor entries"); break;
     case SL_PART_BODY_BYTES: snprintf(b, len, "body_bytes"); break;
+    case SL_PART_LLM_MODEL: snprintf(b, len, "llm.model"); break;
+    case SL_PART_LLM_USER: snprintf(b, len, "llm.user"); break;
     }
     return b;
 }

@@ -114,21 +114,14 @@ static int plan_index(const sl_cpolicy *cp, const char *name) {
 }
 
 /* Emits group g's items into out[*no..] at `now`. */
-static int resolve(const sl_engine *e, sl_vovr *g, uint8_t gi, sluice_time now,
-                   sl_verdict *v, sl_verdict_item *out, size_t *no) {
+static int resolve(sl_ovr_table *t, sl_vovr *g, uint8_t gi, const sl_ovr_view *vwp,
+                   sl_hash128 h, sl_verdict_item *out, size_t *no) {
     const e_pol *ep = g->ep;
     const sl_cpolicy *cp = ep->cp;
-    sl_ovr_table *t = sl_store_overrides(e->store);
     const e_win *wins = g->base_plan >= 0 ? ep->plan_win[g->base_plan] : ep->win;
     size_t nw = g->base_plan >= 0 ? cp->plans[g->base_plan].nwin : ep->nwin;
-    g->kind = SL_OVR_NONE;
-    g->guarded = false;
-    g->label[0] = g->plan[0] = '\0';
-    sl_ovr_hasher hs;
-    sl_ovr_view vw;
-    vw.found = false;
-    if (t != NULL && sl__ovr_identity(cp->name, v->keys + g->key_off, g->key_len, &hs))
-        sl_ovr_lookup(t, sl_ovr_hash_end(t, &hs), now.wall_ns, &vw);
+    const sl_ovr_view vw0 = {.found = false}, *vwq = vwp->found ? vwp : &vw0;
+#define vw (*vwq)
     bool live = vw.found && vw.live;
     int pi = -1;
     if (live && vw.kind == SL_OVR_PLAN && (pi = plan_index(cp, vw.plan)) < 0) live = false;
@@ -137,7 +130,7 @@ static int resolve(const sl_engine *e, sl_vovr *g, uint8_t gi, sluice_time now,
             live = vw.win[j].target < ep->nwin && fits(&ep->win[vw.win[j].target], &vw.win[j]);
     }
     if (vw.found) {
-        g->guard = (sl_ovr_guard){t, sl_ovr_hash_end(t, &hs), vw.ver, vw.applied, vw.applied};
+        g->guard = (sl_ovr_guard){t, h, vw.ver, vw.applied, vw.applied};
     }
     if (live) {
         g->kind = vw.kind;
@@ -204,8 +197,30 @@ static int resolve(const sl_engine *e, sl_vovr *g, uint8_t gi, sluice_time now,
     return SLUICE_OK;
 }
 
+#undef vw
+
 int sl__ovr_apply(const sl_engine *e, sl_verdict *v, sluice_time now) {
     if (v->n_ovr == 0) return SLUICE_OK;
+    /* one probe per noted key first: a key without an override (the common case) keeps
+     * the items prepare made, and nothing is rebuilt or copied */
+    sl_ovr_table *t = sl_store_overrides(e->store);
+    sl_ovr_view vws[SL_VERDICT_OVR];
+    sl_hash128 hh[SL_VERDICT_OVR];
+    bool any = false;
+    for (uint8_t gi = 0; gi < v->n_ovr; gi++) {
+        sl_vovr *g = &v->ovr[gi];
+        g->kind = SL_OVR_NONE;
+        g->guarded = false;
+        g->label[0] = g->plan[0] = '\0';
+        vws[gi].found = false;
+        sl_ovr_hasher hs;
+        if (t != NULL && sl__ovr_identity(((const e_pol *)g->ep)->cp->name, v->keys + g->key_off,
+                                          g->key_len, &hs)) {
+            hh[gi] = sl_ovr_hash_end(t, &hs);
+            any |= sl_ovr_lookup(t, hh[gi], now.wall_ns, &vws[gi]);
+        }
+    }
+    if (!any) return SLUICE_OK;
     sl_verdict_item out[SLUICE_MAX_ITEMS];
     size_t no = 0, i = 0;
     for (uint8_t gi = 0; gi < v->n_ovr; gi++) {
@@ -214,7 +229,7 @@ int sl__ovr_apply(const sl_engine *e, sl_verdict *v, sluice_time now) {
         if (first < i || first + n > v->n) return SLUICE_EINVAL; /* not reached */
         for (; i < first; i++) out[no++] = v->items[i];
         size_t at = no;
-        int rc = resolve(e, g, (uint8_t)(gi + 1), now, v, out, &no);
+        int rc = resolve(t, g, (uint8_t)(gi + 1), &vws[gi], hh[gi], out, &no);
         if (rc != SLUICE_OK) return rc;
         g->first = (uint8_t)at;
         g->n = (uint8_t)(no - at);

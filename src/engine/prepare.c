@@ -196,6 +196,15 @@ static bool put_part(kbuf *k, const ctxreq *c, const sl_cpolicy *cp, const sl_pa
         }
         return true;
     case SL_PART_BODY_BYTES: return false;
+    case SL_PART_LLM_MODEL: /* issue 24: from the LLM request body (src/llm) */
+    case SL_PART_LLM_USER: {
+        const sl_llm_request *l = r->llm;
+        bool m = pt->kind == SL_PART_LLM_MODEL;
+        size_t n = l == NULL ? 0 : m ? l->model_len : l->user_len;
+        if (n == 0) return false;
+        kput(k, m ? 'l' : 'u', m ? l->model : l->user, n);
+        return true;
+    }
     }
     return false;
 }
@@ -494,6 +503,20 @@ static void compat_mark(sl_verdict *v, size_t from, const sl_envoy_settings *cs)
 }
 
 /* Adds the windows of `ep` for the key already at v->keys[koff..koff+klen). */
+/* issue 24: a window with `counts:` takes its share of an LLM request's reservation
+ * (src/llm); a caller's own cost (a peek: 0) still wins, `requests` is 1. */
+static uint64_t llm_window_cost(const ctxreq *c, const sl_cpolicy *cp, unsigned counts, uint64_t cost) {
+    const sl_request *r = c ? c->req : NULL;
+    if (counts == SL_LLM_COUNT_NONE || (r != NULL && r->has_cost)) return cost;
+    if (counts == SL_LLM_COUNT_REQUESTS) return 1;
+    if (r == NULL || r->llm == NULL) return cost;
+    sl_llm_params d;
+    if (cp->llm == NULL) sl_llm_params_default(&d);
+    sl_llm_counts k;
+    sl_llm_reserve(r->llm, cp->llm ? &cp->llm->params : &d, &k);
+    return sl_llm_counts_get(&k, (sl_llm_count)counts);
+}
+
 /* Adds the windows of `ep` for the key already at v->keys[koff..koff+klen) (and, for a
  * policy with capacity protection, its class, tiers and penalty: capacity.c); `cls` names
  * the class of an explicit request (NULL: from the request's attributes). */
@@ -540,7 +563,8 @@ static int add_items(const e_pol *ep, sl_verdict *v, size_t koff, size_t klen, u
         bool adaptive = wins[i].cw->spec.algo == SLUICE_ADAPTIVE_CONCURRENCY;
         bool conc = wins[i].cw->spec.algo == SLUICE_CONCURRENCY || adaptive;
         if (adaptive) v->run.capacity = true;
-        it->cost = conc ? (cost > 0 ? 1 : 0) : cost;
+        uint64_t wc = llm_window_cost(c, cp, wins[i].cw->counts, cost);
+        it->cost = conc ? (wc > 0 ? 1 : 0) : wc;
         it->shadow = shadow;
         it->settle = cp->settle && !conc;
         it->charge = cp->count_rejected && !shadow;

@@ -754,10 +754,28 @@ void sl_engine_token(const sl_engine *e, void *lane, const char *token, size_t l
     sl_engine_token_sample(e, lane, token, len, op, actual, false, 0, SLUICE_OUTCOME_OK, now, v, done, ud);
 }
 
+static void token_apply(const sl_engine *e, void *lane, const char *token, size_t len,
+                        unsigned op, uint64_t actual, bool has_latency, int64_t latency_ns,
+                        unsigned outcome, const sl_llm_usage *u, sluice_time now, sl_verdict *v,
+                        sl_engine_done done, void *ud);
+
 void sl_engine_token_sample(const sl_engine *e, void *lane, const char *token, size_t len,
                             unsigned op, uint64_t actual, bool has_latency, int64_t latency_ns,
                             unsigned outcome, sluice_time now, sl_verdict *v,
                             sl_engine_done done, void *ud) {
+    token_apply(e, lane, token, len, op, actual, has_latency, latency_ns, outcome, NULL, now, v, done, ud);
+}
+
+void sl_engine_token_usage(const sl_engine *e, void *lane, const char *token, size_t len, unsigned op,
+                           const sl_llm_usage *u, sluice_time now, sl_verdict *v,
+                           sl_engine_done done, void *ud) {
+    token_apply(e, lane, token, len, op, 0, false, 0, SLUICE_OUTCOME_OK, u, now, v, done, ud);
+}
+
+static void token_apply(const sl_engine *e, void *lane, const char *token, size_t len,
+                        unsigned op, uint64_t actual, bool has_latency, int64_t latency_ns,
+                        unsigned outcome, const sl_llm_usage *u, sluice_time now, sl_verdict *v,
+                        sl_engine_done done, void *ud) {
     int rc = token_load(e, token, len, v);
     v->run.has_latency = has_latency;
     v->run.latency_ns = latency_ns;
@@ -767,6 +785,10 @@ void sl_engine_token_sample(const sl_engine *e, void *lane, const char *token, s
     v->run.ud = ud;
     v->run.lane = lane;
     v->run.actual = actual;
+    if (u != NULL) { /* issue 24: per-window actuals (decide.c sl__apply) */
+        v->run.has_llm = true;
+        v->run.llm = *u;
+    }
     v->run.tok_rest = 0;
     v->run.chain_rc = SLUICE_OK;
     v->run.apply_now = now;

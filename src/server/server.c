@@ -28,6 +28,7 @@
 #include "audit.h"
 #include "clock.h"
 #include "store/redis/local.h"
+#include "store/redis/override.h"
 #include "store/redis/store.h"
 #include "server/grpc_conn.h"
 #include "server/observe.h"
@@ -284,6 +285,7 @@ int sl_server_reload_from(sl_server *s, int source, const char *caller, char *er
         sl_log_printf(s->obs->log, SL_LOG_WARN, "reload",
                       "changed settings that take effect at the next start: %s", notes);
     pthread_mutex_unlock(&s->reload_mu);
+    if (s->redis) sl_redis_ovr_resync(); /* overrides of a policy that came back */
     return 0;
 }
 
@@ -712,6 +714,7 @@ void sl_server_destroy(sl_server *s) {
             if (strncmp(addrs[k], "unix:", 5) == 0) unlink(addrs[k] + 5); /* ours: we bound it */
         }
     sl_tls_ctx_free(s->grpc_tls);
+    sl_redis_ovr_stop(); /* overrides in Redis: before the generations and the table go */
     reap_retired(s, true);
     gen_destroy(atomic_load(&s->gen));
     sl_cell_deinit(&s->cell);

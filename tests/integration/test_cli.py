@@ -174,3 +174,18 @@ def test_config_check_says_why_a_file_cannot_be_read(tmp_path):
     assert r.stderr.splitlines()[0] == "%s: cannot open the file: No such file or directory " \
         "(expected a readable YAML file)" % (tmp_path / "missing.yaml"), r.stderr
     assert ":0:0" not in r.stderr
+
+
+def test_every_admin_command_defaults_to_the_admin_listeners_address():
+    """`sluice override` talked to 127.0.0.1:9090 (the envoy-compat metrics port) while
+    the admin listener defaults to 127.0.0.1:8082, as `sluice status` and `reload` say."""
+    for cmd in ("status", "reload", "override"):
+        out = sluice(cmd, "--help")
+        text = out.stdout + out.stderr
+        assert "127.0.0.1:8082" in text, (cmd, text)
+        assert "9090" not in text, (cmd, text)
+    # and the one it would dial: an unreachable default is named in the error
+    env = dict(os.environ, SLUICE_ADMIN="127.0.0.1:%d" % free_port())
+    env.pop("SLUICE_ADMIN_TOKEN", None)
+    got = sluice("override", "ls", env=env)
+    assert got.returncode == 1 and env["SLUICE_ADMIN"] in got.stderr, got.stderr

@@ -32,6 +32,7 @@ typedef struct rt_server {
 
 static rt_server rt_servers[RT_MAX];
 static char rt_dir[256];
+static bool rt_no_function; /* rt_start: FUNCTION renamed away (the client's EVALSHA fallback) */
 
 static void rt_sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -121,6 +122,9 @@ static int rt_start(int port, int cluster) {
             execlp("redis-server", "redis-server", "--port", ports, "--bind", "127.0.0.1", "--save", "",
                    "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file", conf,
                    "--cluster-node-timeout", "2000", (char *)NULL);
+        else if (rt_no_function) /* a Redis without FUNCTION (Redis 6, managed offerings) */
+            execlp("redis-server", "redis-server", "--port", ports, "--bind", "127.0.0.1", "--save", "",
+                   "--appendonly", "no", "--rename-command", "FUNCTION", "", (char *)NULL);
         else
             execlp("redis-server", "redis-server", "--port", ports, "--bind", "127.0.0.1", "--save", "",
                    "--appendonly", "no", (char *)NULL);

@@ -164,7 +164,7 @@ static void ovr_policy(void *ud, const char *policy, int64_t n) {
 /* Per-key overrides: how many per policy in force (bounded by the config), how many
  * dormant because their policy is gone, and decisions decided under one, by kind. */
 static void overrides_metrics(sl_server *s, sl_prom *p) {
-    sl_ovr_table *t = s->redis ? NULL : sl_store_overrides(s->store);
+    sl_ovr_table *t = sl_store_overrides(s->store); /* Redis: the local copy */
     if (t == NULL) return;
     ovr_scrape o = {p, sl_obs_gen_now(s)->cfg, 0, true};
     sl_prom_family(p, "sluice_overrides", SL_PROM_GAUGE,

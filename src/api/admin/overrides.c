@@ -14,6 +14,8 @@
 
 #include "config/compiled.h"
 #include "core/audit.h"
+#include "store/redis/override.h"
+#include "store/redis/store.h"
 #include "server/observe.h"
 #include "api/admin/overrides.h"
 #include "server/server.h"
@@ -229,18 +231,20 @@ bool sl_ovr_orphaned(const sl_engine *e, const sl_ovr_rec *r) {
 
 /* ---- audit ------------------------------------------------------------------------ */
 
-static void audit(sl_server *s, const char *who, const char *policy, sl_hash128 h,
-                  const char *label, json_t *before, json_t *after) {
+static void audit_why(sl_server *s, const char *who, const char *policy, sl_hash128 h,
+                      const char *label, json_t *before, json_t *after, const char *why) {
     if (s == NULL || s->obs == NULL || s->obs->audit == NULL) return;
     char hx[33];
     sl_ovr_hash_hex(h, hx);
     char *b = before ? json_dumps(before, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     char *a = after ? json_dumps(after, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    size_t n = strlen(hx) + (label ? strlen(label) : 0) + (b ? strlen(b) : 4) + (a ? strlen(a) : 4) + 64;
+    size_t n = strlen(hx) + (label ? strlen(label) : 0) + (b ? strlen(b) : 4) + (a ? strlen(a) : 4) +
+               (why ? strlen(why) : 0) + 80;
     char *how = malloc(n);
     if (how != NULL) {
-        snprintf(how, n, "override %s%s%s%s: %s -> %s", hx, label ? " (" : "", label ? label : "",
-                 label ? ")" : "", b ? b : "none", a ? a : "none");
+        snprintf(how, n, "override %s%s%s%s: %s -> %s%s%s", hx, label ? " (" : "", label ? label : "",
+                 label ? ")" : "", b ? b : "none", a ? a : "none", why ? "; reason: " : "",
+                 why ? why : "");
         sl_audit_change ch = {policy, how};
         sl_audit_event ev = {.source = SL_AUDIT_OVERRIDE, .caller = who && who[0] ? who : NULL,
                              .changed = &ch, .nchanged = 1, .ok = 1};
@@ -253,6 +257,11 @@ static void audit(sl_server *s, const char *who, const char *policy, sl_hash128 
     free(a);
 }
 
+static void audit(sl_server *s, const char *who, const char *policy, sl_hash128 h,
+                  const char *label, json_t *before, json_t *after) {
+    audit_why(s, who, policy, h, label, before, after, NULL);
+}
+
 /* ---- set / get / remove ----------------------------------------------------------- */
 
 static const sl_cpolicy *find_cpolicy(const sl_engine *e, const char *name) {
@@ -262,13 +271,50 @@ static const sl_cpolicy *find_cpolicy(const sl_engine *e, const char *name) {
     return NULL;
 }
 
-/* The table of the server's store, or NULL (and res 501) when its store keeps none. */
+/* The table of the server's store (with Redis: the local copy, see store/redis/override.h). */
 static sl_ovr_table *table_of(sl_server *s, sl_ovr_res *res) {
-    if (s->redis) {
-        resf(res, 501, "", "overrides are kept by the memory store only in this build");
-        return NULL;
+    sl_ovr_table *t = sl_store_overrides(s->store);
+    if (t == NULL) resf(res, 501, "", "this store keeps no overrides");
+    return t;
+}
+
+/* ---- the Redis store: what Redis holds for one override --------------------------- */
+
+#define REDIS_WRITE_NS (2 * SLUICE_NS_PER_S)
+
+/* The stored form: the re-importable line plus who set it and when (sorted keys, so an
+ * instance recognises its own change when the feed brings it back). */
+static char *redis_value(const sl_ovr_rec *r) {
+    json_t *o = sl_ovr_rec_json(r, false);
+    if (o == NULL) return NULL;
+    char t[40];
+    fmt_rfc3339(r->set_at_ns, t);
+    json_object_set_new(o, "set_at", json_string(t));
+    if (r->set_by) json_object_set_new(o, "set_by", json_string(r->set_by));
+    char *v = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    return v;
+}
+
+/* Writes one change to Redis, then waits for the feed to bring it into the local table:
+ * every change reaches the table in Redis's order (a concurrent change on another
+ * instance cannot be overwritten here by an older one). */
+static int redis_put(sl_ovr_res *res, sl_hash128 h, const char *val) {
+    char hx[33];
+    sl_ovr_hash_hex(h, hx);
+    const char *hp = hx;
+    uint64_t ver = 0;
+    int rc = sl_redis_ovr_write(&hp, &val, 1, REDIS_WRITE_NS, &ver);
+    if (rc == SLUICE_OK && !sl_redis_ovr_wait(ver, REDIS_WRITE_NS)) {
+        resf(res, 503, "", "Redis took the change but this instance's copy did not follow "
+             "within %d s: it applies once the copy catches up", (int)(REDIS_WRITE_NS / SLUICE_NS_PER_S));
+        return SLUICE_ESTORE;
     }
-    return sl_store_overrides(s->store);
+    if (rc != SLUICE_OK)
+        resf(res, 503, "", "the Redis store did not confirm the change within %d s (%s): it "
+             "was not applied here; retry", (int)(REDIS_WRITE_NS / SLUICE_NS_PER_S),
+             sluice_strerror(rc));
+    return rc;
 }
 
 static bool hash_of(sl_ovr_table *t, const char *policy, const char *key, size_t key_len,
@@ -303,9 +349,21 @@ static bool get_str(json_t *body, const char *k, size_t max, const char **out, s
     return true;
 }
 
+/* sync: a change another instance made, as the Redis feed brings it (no write back, no
+ * audit: the instance that made it audited it; set_by and set_at are the line's). */
+static int set_impl(sl_server *s, const sl_engine *e, const char *policy, const char *key,
+                    size_t key_len, const char *key_hash, json_t *body, const char *who,
+                    sluice_time now, json_t **out, bool *created, sl_ovr_res *res, bool sync);
+
 int sl_ovr_set(sl_server *s, const sl_engine *e, const char *policy, const char *key,
                size_t key_len, const char *key_hash, json_t *body, const char *who,
                sluice_time now, json_t **out, bool *created, sl_ovr_res *res) {
+    return set_impl(s, e, policy, key, key_len, key_hash, body, who, now, out, created, res, false);
+}
+
+static int set_impl(sl_server *s, const sl_engine *e, const char *policy, const char *key,
+                    size_t key_len, const char *key_hash, json_t *body, const char *who,
+                    sluice_time now, json_t **out, bool *created, sl_ovr_res *res, bool sync) {
     *out = NULL;
     *created = false;
     res->status = 0;
@@ -446,7 +504,12 @@ int sl_ovr_set(sl_server *s, const sl_engine *e, const char *policy, const char 
     }
     tm.set_at_ns = now.wall_ns;
     const sl_settings *st = sl_config_settings(sl_engine_config(e));
-    bool keep_raw = st->log_raw_keys && key_hash == NULL;
+    bool keep_raw = st->log_raw_keys && (key_hash == NULL || (sync && key != NULL));
+    if (sync) {
+        const char *sa = NULL;
+        if (get_str(body, "set_at", 64, &sa, res) && sa != NULL) parse_rfc3339(sa, &tm.set_at_ns);
+        if (!get_str(body, "set_by", 256, &who, res)) who = NULL;
+    }
     sl_ovr_rec *rec = sl_ovr_rec_new(&tm, policy, keep_raw ? key : NULL, keep_raw ? key_len : 0,
                                      plan, reason, label, who && who[0] ? who : NULL, body_text);
     free(body_text);
@@ -454,8 +517,39 @@ int sl_ovr_set(sl_server *s, const sl_engine *e, const char *policy, const char 
         resf(res, 500, "", "out of memory");
         return -1;
     }
+    sl_ovr_rec *ex = NULL; /* Redis: what this instance had before the change */
+    bool redis_first = s != NULL && s->redis && !sync;
+    if (redis_first) {
+        /* Redis first: a change is answered once every instance can see it */
+        ex = sl_ovr_get(t, tm.h, now.wall_ns);
+        bool full = ex == NULL && sl_ovr_count(t) >= sl_ovr_max(t);
+        if (full) {
+            sl_ovr_rec_free(ex);
+            sl_ovr_rec_free(rec);
+            resf(res, 507, "", "overrides.max (%llu) overrides are set: remove some first",
+                 (unsigned long long)sl_ovr_max(t));
+            return -1;
+        }
+        char *val = redis_value(rec);
+        int wrc = val != NULL ? redis_put(res, tm.h, val) : SLUICE_ENOMEM;
+        free(val);
+        if (wrc != SLUICE_OK) {
+            if (wrc == SLUICE_ENOMEM) resf(res, 500, "", "out of memory");
+            sl_ovr_rec_free(ex);
+            sl_ovr_rec_free(rec);
+            return -1;
+        }
+    }
     sl_ovr_rec *old = NULL;
-    int rc = sl_ovr_put(t, rec, now.wall_ns, created, &old);
+    int rc;
+    if (redis_first) { /* the feed has put it in the table (redis_put) */
+        sl_ovr_rec_free(rec);
+        *created = ex == NULL;
+        old = ex;
+        rc = SLUICE_OK;
+    } else {
+        rc = sl_ovr_put(t, rec, now.wall_ns, created, &old);
+    }
     if (rc == SLUICE_EFULL) {
         sl_ovr_rec_free(rec);
         resf(res, 507, "", "overrides.max (%llu) overrides are set: remove some first",
@@ -472,7 +566,7 @@ int sl_ovr_set(sl_server *s, const sl_engine *e, const char *policy, const char 
     *out = cur ? sl_ovr_rec_json(cur, true) : json_object();
     json_t *before = old ? sl_ovr_rec_json(old, false) : NULL;
     json_t *after = cur ? sl_ovr_rec_json(cur, false) : NULL;
-    audit(s, who, policy, tm.h, label, before, after);
+    if (!sync) audit(s, who, policy, tm.h, label, before, after);
     json_decref(before);
     json_decref(after);
     sl_ovr_rec_free(old);
@@ -504,14 +598,32 @@ json_t *sl_ovr_get_json(sl_server *s, const sl_engine *e, const char *policy, co
 int sl_ovr_remove(sl_server *s, const sl_engine *e, const char *policy, const char *key,
                   size_t key_len, const char *key_hash, const char *who, sluice_time now,
                   sl_ovr_res *res) {
+    return sl_ovr_remove_why(s, e, policy, key, key_len, key_hash, who, NULL, now, res);
+}
+
+int sl_ovr_remove_why(sl_server *s, const sl_engine *e, const char *policy, const char *key,
+                      size_t key_len, const char *key_hash, const char *who, const char *why,
+                      sluice_time now, sl_ovr_res *res) {
     (void)e;
     res->status = 0;
     sl_ovr_table *t = table_of(s, res);
     if (t == NULL) return -1;
     sl_hash128 h;
     if (!hash_of(t, policy, key, key_len, key_hash, &h, res)) return -1;
-    sl_ovr_rec *old = NULL;
-    int rc = sl_ovr_del(t, h, now.wall_ns, &old);
+    sl_ovr_rec *ex = NULL;
+    if (s != NULL && s->redis) {
+        ex = sl_ovr_get(t, h, now.wall_ns);
+        if (ex == NULL) {
+            resf(res, 404, "", "no override for this key of policy %.128s", policy);
+            return -1;
+        }
+        if (redis_put(res, h, NULL) != SLUICE_OK) {
+            sl_ovr_rec_free(ex);
+            return -1;
+        }
+    }
+    sl_ovr_rec *old = ex; /* Redis: the feed has removed it here (redis_put) */
+    int rc = ex != NULL ? SLUICE_OK : sl_ovr_del(t, h, now.wall_ns, &old);
     if (rc == SLUICE_ENOTFOUND) {
         resf(res, 404, "", "no override for this key of policy %.128s", policy);
         return -1;
@@ -521,8 +633,149 @@ int sl_ovr_remove(sl_server *s, const sl_engine *e, const char *policy, const ch
         return -1;
     }
     json_t *before = sl_ovr_rec_json(old, false);
-    audit(s, who, policy, h, old->label, before, NULL);
+    audit_why(s, who, policy, h, old->label, before, NULL, why);
     json_decref(before);
     sl_ovr_rec_free(old);
     return 0;
 }
+
+/* ---- the Redis store: the feed of other instances' changes ------------------------- */
+
+static struct {
+    sl_server *s;
+    sl_hash128 *seen; /* a full pass: the overrides Redis holds */
+    size_t nseen, capseen;
+    bool full;
+    _Atomic uint64_t refused; /* changes this instance could not apply (its config) */
+} R;
+
+static sl_gen *pin_gen(sl_server *s) {
+    pthread_mutex_lock(&s->reload_mu);
+    sl_gen *g = atomic_load(&s->gen);
+    if (g != NULL) atomic_fetch_add(&g->refs, 1);
+    pthread_mutex_unlock(&s->reload_mu);
+    return g;
+}
+
+static void drop_local(sl_ovr_table *t, sl_hash128 h, int64_t now) {
+    sl_ovr_rec *old = NULL;
+    if (sl_ovr_del(t, h, now, &old) == SLUICE_OK) sl_ovr_rec_free(old);
+}
+
+static void r_apply(void *ud, const char *hex, const char *val, size_t len) {
+    sl_server *s = ud;
+    sl_ovr_table *t = sl_store_overrides(s->store);
+    sl_hash128 h;
+    if (t == NULL || !sl_ovr_hex_hash(hex, &h)) return;
+    sluice_time now = sluice_clock_now(s->clock);
+    if (val == NULL) {
+        drop_local(t, h, now.wall_ns);
+        return;
+    }
+    if (R.full) {
+        if (R.nseen == R.capseen) {
+            size_t nc = R.capseen ? R.capseen * 2 : 4096;
+            sl_hash128 *n = realloc(R.seen, nc * sizeof(*n));
+            if (n != NULL) R.seen = n, R.capseen = nc;
+        }
+        if (R.nseen < R.capseen) R.seen[R.nseen++] = h;
+    }
+    sl_ovr_rec *cur = sl_ovr_get(t, h, now.wall_ns);
+    if (cur != NULL) {
+        char *mine = redis_value(cur);
+        bool same = mine != NULL && strlen(mine) == len && memcmp(mine, val, len) == 0;
+        free(mine);
+        sl_ovr_rec_free(cur);
+        if (same) return; /* this instance's own change, or one it has */
+    }
+    json_error_t je;
+    json_t *body = json_loadb(val, len, 0, &je);
+    json_t *jp = body ? json_object_get(body, "policy") : NULL;
+    json_t *jk = body ? json_object_get(body, "key") : NULL;
+    sl_ovr_res res = {0};
+    int rc = -1;
+    if (json_is_string(jp)) {
+        sl_gen *g = pin_gen(s);
+        json_t *out = NULL;
+        bool created = false;
+        if (g != NULL)
+            rc = set_impl(s, g->engine, json_string_value(jp), json_is_string(jk) ? json_string_value(jk) : NULL,
+                          json_is_string(jk) ? json_string_length(jk) : 0, hex, body, NULL, now, &out,
+                          &created, &res, true);
+        json_decref(out);
+        sl_gen_release(g);
+    }
+    json_decref(body);
+    if (rc != 0) {
+        /* not applicable here (its policy or plan is not in this instance's config, it
+         * expired, this copy is full): none here, as on a reload that removed it */
+        drop_local(t, h, now.wall_ns);
+        atomic_fetch_add(&R.refused, 1);
+    }
+}
+
+static void r_full_begin(void *ud) {
+    (void)ud;
+    R.full = true;
+    R.nseen = 0;
+}
+
+static int cmp_hash(const void *a, const void *b) {
+    const sl_hash128 *x = a, *y = b;
+    if (x->hi != y->hi) return x->hi < y->hi ? -1 : 1;
+    if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+    return 0;
+}
+
+typedef struct gone_ctx {
+    sl_hash128 *v;
+    size_t n, cap;
+} gone_ctx;
+
+static void collect_gone(void *ud, const sl_ovr_rec *r) {
+    gone_ctx *g = ud;
+    if (R.nseen > 0 && bsearch(&r->h, R.seen, R.nseen, sizeof(R.seen[0]), cmp_hash) != NULL) return;
+    if (g->n == g->cap) {
+        size_t nc = g->cap ? g->cap * 2 : 256;
+        sl_hash128 *n = realloc(g->v, nc * sizeof(*n));
+        if (n == NULL) return;
+        g->v = n, g->cap = nc;
+    }
+    g->v[g->n++] = r->h;
+}
+
+static void r_full_end(void *ud) {
+    sl_server *s = ud;
+    sl_ovr_table *t = sl_store_overrides(s->store);
+    R.full = false;
+    if (t == NULL) return;
+    if (R.nseen > 0) qsort(R.seen, R.nseen, sizeof(R.seen[0]), cmp_hash);
+    sluice_time now = sluice_clock_now(s->clock);
+    gone_ctx g = {0};
+    sl_ovr_each(t, now.wall_ns, collect_gone, &g);
+    for (size_t i = 0; i < g.n; i++) drop_local(t, g.v[i], now.wall_ns);
+    free(g.v);
+    free(R.seen);
+    R.seen = NULL;
+    R.nseen = R.capseen = 0;
+}
+
+int sl_ovr_redis_start(sl_server *s, char *err, size_t errlen) {
+    const sl_redis_opts *o = sl_redis_store_opts();
+    sl_ovr_table *t = sl_store_overrides(s->store);
+    if (!s->redis || o == NULL || t == NULL) return 0;
+    /* every instance hashes keys alike: the key from the shared store secret */
+    char buf[300];
+    int n = snprintf(buf, sizeof(buf), "sluice overrides\n%.*s", (int)o->secret_len,
+                     o->secret ? (const char *)o->secret : "");
+    sl_hash_key k = sl_redis_secret_key(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+    sl_ovr_reseed(t, &k);
+    sl_ovr_set_stateless(t, true);
+    R.s = s;
+    const char *poll = getenv("SLUICE_OVERRIDES_POLL_MS"); /* tests: a slower feed */
+    int64_t poll_ns = poll != NULL ? strtoll(poll, NULL, 10) * SLUICE_NS_PER_MS : 0;
+    sl_redis_ovr_hooks h = {s, r_apply, r_full_begin, r_full_end};
+    return sl_redis_ovr_start(o, &h, poll_ns, err, errlen) == SLUICE_OK ? 0 : -1;
+}
+
+uint64_t sl_ovr_redis_refused(void) { return atomic_load(&R.refused); }

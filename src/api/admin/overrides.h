@@ -49,6 +49,10 @@ json_t *sl_ovr_get_json(struct sl_server *s, const sl_engine *e, const char *pol
 int sl_ovr_remove(struct sl_server *s, const sl_engine *e, const char *policy, const char *key,
                   size_t key_len, const char *key_hash, const char *who, sluice_time now,
                   sl_ovr_res *res);
+/* The same with the caller's reason (DELETE's body {"reason": ...}), in the audit entry. */
+int sl_ovr_remove_why(struct sl_server *s, const sl_engine *e, const char *policy, const char *key,
+                      size_t key_len, const char *key_hash, const char *who, const char *why,
+                      sluice_time now, sl_ovr_res *res);
 /* A record as the API shows it (export: a re-importable line). */
 json_t *sl_ovr_rec_json(const sl_ovr_rec *r, bool with_meta);
 /* Whether record r's policy (or plan) is missing from engine e (dormant). */
@@ -59,6 +63,13 @@ bool sl_ovr_key_hash(const sl_ovr_table *t, const char *policy, const char *key,
 /* 32 hex digits <-> hash. */
 void sl_ovr_hash_hex(sl_hash128 h, char out[33]);
 bool sl_ovr_hex_hash(const char *s, sl_hash128 *h);
+
+/* The Redis store (store/redis/override.h): overrides live in Redis, each instance follows
+ * the feed into its local table. Started by `serve` once the server is created (before its
+ * workers; a no-op for the memory store); sl_server_destroy stops it (sl_redis_ovr_stop)
+ * and a reload asks for a full pass (sl_redis_ovr_resync). */
+int sl_ovr_redis_start(struct sl_server *s, char *err, size_t errlen);
+uint64_t sl_ovr_redis_refused(void); /* feed changes this instance's config could not take */
 
 /* Decisions decided under an override, by kind (metrics; never per key). */
 extern _Atomic uint64_t sl_ovr_decisions[5];

@@ -166,7 +166,24 @@ static void one(octx *x, const char *rest, size_t rest_len) {
             fail(x, 403, "", "this token may not change overrides");
             return;
         }
-        if (sl_ovr_remove(s, e, policy, key, key_len, NULL, x->who, now, &res) != 0) {
+        /* an optional body {"reason": "..."}: the audit entry keeps it */
+        json_t *body = NULL;
+        const char *why = NULL;
+        if (x->req->body_len > 0) {
+            json_error_t jerr;
+            body = json_loadb(x->req->body, x->req->body_len, 0, &jerr);
+            json_t *jr = body != NULL ? json_object_get(body, "reason") : NULL;
+            if (body == NULL || !json_is_object(body) || json_object_size(body) != (jr ? 1u : 0u) ||
+                (jr != NULL && (!json_is_string(jr) || json_string_length(jr) > 1024))) {
+                json_decref(body);
+                fail(x, 400, "reason", "a DELETE body is {\"reason\": \"...\"} (at most 1024 bytes)");
+                return;
+            }
+            why = jr != NULL ? json_string_value(jr) : NULL;
+        }
+        int drc = sl_ovr_remove_why(s, e, policy, key, key_len, NULL, x->who, why, now, &res);
+        json_decref(body);
+        if (drc != 0) {
             send_problem(x, &res);
             return;
         }
@@ -181,10 +198,6 @@ static void one(octx *x, const char *rest, size_t rest_len) {
 static void list(octx *x) {
     sl_server *s = x->c->w->srv;
     const sl_engine *e = x->c->w->gen->engine;
-    if (s->redis) {
-        fail(x, 501, "", "overrides are kept by the memory store only in this build");
-        return;
-    }
     sl_ovr_table *t = sl_store_overrides(s->store);
     char pol[256], cur[64], lim[24], orph[8];
     bool has_pol = qget(x->req, "policy", pol, sizeof(pol)) > 0;
@@ -326,11 +339,6 @@ void sl_ovr_export_more(sl_conn *c) {
 }
 
 static void export_all(octx *x) {
-    sl_server *s = x->c->w->srv;
-    if (s->redis) {
-        fail(x, 501, "", "overrides are kept by the memory store only in this build");
-        return;
-    }
     struct sl_ovr_export *ex = calloc(1, sizeof(*ex));
     if (ex == NULL || sl_conn_reserve(x->c, 512) != 0) {
         free(ex);
@@ -420,13 +428,8 @@ static void import_line(imp *m, const char *p, size_t n) {
 }
 
 static void import_body(octx *x) {
-    sl_server *s = x->c->w->srv;
     if (!sl_admin_may(x->c->w->gen, x->who, SL_ADMIN_OVERRIDES)) {
         fail(x, 403, "", "this token may not change overrides");
-        return;
-    }
-    if (s->redis) {
-        fail(x, 501, "", "overrides are kept by the memory store only in this build");
         return;
     }
     imp m = {.x = x, .refused = json_array()};
@@ -475,7 +478,7 @@ bool sl_ovr_stream_begin(sl_conn *c, const sl_http_req *req) {
         n = n * 10 + (uint64_t)(cl->value[i] - '0');
     }
     const char *who = sl_admin_caller(c, req);
-    if (who == NULL || sl_admin_cross_site(req) || !sl_admin_may(c->w->gen, who, SL_ADMIN_OVERRIDES) || c->w->srv->redis)
+    if (who == NULL || sl_admin_cross_site(req) || !sl_admin_may(c->w->gen, who, SL_ADMIN_OVERRIDES))
         return false; /* answered by the ordinary path (401, 403 also cross-site, 501, or 413 if too large) */
     struct sl_ovr_stream *st = calloc(1, sizeof(*st));
     if (st == NULL) return false;

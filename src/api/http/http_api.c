@@ -17,6 +17,7 @@
 #include "core/json.h"
 #include "engine/answer.h"
 #include "server/grpc_conn.h"
+#include "api/http/llm_http.h"
 #include "server/observe.h"
 #include "server/pending.h"
 #include "server/rejections.h"
@@ -472,9 +473,115 @@ static void finish_check(sl_pending *p, int rc, bool later) {
 /* What POST /v1/check, /v1/acquire and /v1/challenge/pass ask of the engine. */
 typedef enum check_kind { CHECK_DECIDE, CHECK_ACQUIRE, CHECK_PASS } check_kind;
 
+/* The common body of /v1/check, {"policy": "...", "key": "...", "cost": N, "class": "..."}
+ * in any order, read without jansson (issue 28: jansson was most of the endpoint's CPU):
+ * plain strings (no escapes, ASCII), non-negative integers below 10^18, each name at most
+ * once, nothing else. Anything else (the request form, escapes, other values or names, a
+ * malformed body) returns false and goes through jansson, whose answers (and errors) are
+ * the endpoint's: both read a body of this form alike. */
+typedef struct fast_check {
+    sl_str policy, key, cls;
+    bool has_cost, has_cls;
+    uint64_t cost;
+} fast_check;
+
+static const char *jws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+static const char *jplain(const char *p, const char *e, sl_str *out) {
+    if (p >= e || *p != '"') return NULL;
+    const char *s = ++p;
+    while (p < e && *p != '"') {
+        unsigned char ch = (unsigned char)*p;
+        if (ch == '\\' || ch < 0x20 || ch >= 0x80) return NULL;
+        p++;
+    }
+    if (p >= e) return NULL;
+    *out = (sl_str){s, (size_t)(p - s)};
+    return p + 1;
+}
+
+static bool fast_body(const char *b, size_t n, fast_check *f) {
+    memset(f, 0, sizeof(*f));
+    const char *p = jws(b, b + n), *e = b + n;
+    if (p >= e || *p != '{') return false;
+    p = jws(p + 1, e);
+    bool seen[4] = {false, false, false, false};
+    for (;;) {
+        sl_str k;
+        if ((p = jplain(p, e, &k)) == NULL) return false;
+        p = jws(p, e);
+        if (p >= e || *p != ':') return false;
+        p = jws(p + 1, e);
+        int slot = k.len == 6 && memcmp(k.p, "policy", 6) == 0 ? 0
+                 : k.len == 3 && memcmp(k.p, "key", 3) == 0    ? 1
+                 : k.len == 4 && memcmp(k.p, "cost", 4) == 0   ? 2
+                 : k.len == 5 && memcmp(k.p, "class", 5) == 0  ? 3
+                                                               : -1;
+        if (slot < 0 || seen[slot]) return false;
+        seen[slot] = true;
+        if (slot == 2) {
+            const char *d = p;
+            uint64_t v = 0;
+            while (p < e && *p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
+            size_t nd = (size_t)(p - d);
+            if (nd == 0 || nd > 18 || (nd > 1 && *d == '0') || (p < e && (*p == '.' || *p == 'e' || *p == 'E')))
+                return false;
+            f->has_cost = true;
+            f->cost = v;
+        } else {
+            sl_str v;
+            if ((p = jplain(p, e, &v)) == NULL) return false;
+            if (slot == 0) f->policy = v;
+            else if (slot == 1) f->key = v;
+            else f->cls = v, f->has_cls = true;
+        }
+        p = jws(p, e);
+        if (p < e && *p == ',') {
+            p = jws(p + 1, e);
+            continue;
+        }
+        if (p < e && *p == '}') break;
+        return false;
+    }
+    return jws(p + 1, e) == e && seen[0] && seen[1];
+}
+
 static void handle_check(http_ctx *x, check_kind kind) {
     sl_conn *c = x->c;
     sl_worker *w = c->w;
+    fast_check f;
+    char pbuf[256], cbuf[128];
+    if (x->req->body_len > 0 && fast_body(x->req->body, x->req->body_len, &f) && f.policy.len < sizeof(pbuf) &&
+        f.cls.len < sizeof(cbuf)) {
+        memcpy(pbuf, f.policy.p, f.policy.len);
+        pbuf[f.policy.len] = '\0';
+        if (f.has_cls) {
+            memcpy(cbuf, f.cls.p, f.cls.len);
+            cbuf[f.cls.len] = '\0';
+        }
+        sl_pending *p = sl_pending_get(w, c, finish_check);
+        if (p == NULL) {
+            busy(c, x->req->minor);
+            return;
+        }
+        p->minor = x->req->minor;
+        p->is_head = x->is_head != 0;
+        set_client(p, (sl_str){NULL, 0});
+        const sl_engine *e = w->gen->engine;
+        bool one = kind != CHECK_DECIDE;
+        sl_engine_prepare_named_class(e, pbuf, f.key.p, f.key.len, one || f.has_cost, one ? 1 : f.cost,
+                                      f.has_cls ? cbuf : NULL, &p->v);
+        sl_pending_submit(p);
+        if (kind == CHECK_PASS)
+            sl_engine_pass(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+        else
+            sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+        if (sl_pending_park(p)) c->suspended = true;
+        return;
+    }
     json_t *j = parse_body(x);
     if (j == NULL) {
         char d[320];
@@ -514,6 +621,14 @@ static void handle_check(http_ctx *x, check_kind kind) {
         problem(c, x->req->minor, 400, "\"policy\" and \"key\" are required", 1);
         return;
     }
+    sl_llm_request lrq; /* issue 24: an LLM request body (server/llm_http.c) */
+    char lerr[200];
+    int has_llm = named ? 0 : sl_http_llm_request(j, &lrq, lerr, sizeof(lerr));
+    if (has_llm < 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, lerr, 1);
+        return;
+    }
     sl_pending *p = sl_pending_get(w, c, finish_check);
     if (p == NULL) {
         json_decref(j);
@@ -532,6 +647,7 @@ static void handle_check(http_ctx *x, check_kind kind) {
         sl_request r;
         sl_header hdrs[SL_HTTP_MAX_HEADERS];
         sl_http_json_request(j, &r, hdrs);
+        if (has_llm) r.llm = &lrq;
         if (has_cost) { /* the request's cost (an Envoy request's hits_addend too) */
             r.has_cost = true;
             r.cost = r.hits_addend = cost;
@@ -603,6 +719,15 @@ static void handle_token(http_ctx *x, token_kind settle) {
         tl = th->value_len;
         has_actual = header_u64(x->req, "x-sluice-actual", &actual);
     }
+    sl_llm_usage usage; /* issue 24: the provider's usage object as is (api/http/llm_http.c) */
+    char uerr[200];
+    int has_usage = j != NULL && settle != 0 ? sl_http_llm_usage(j, &usage, uerr, sizeof(uerr)) : 0;
+    if (has_usage < 0) {
+        json_decref(j);
+        problem(c, x->req->minor, 400, uerr, 1);
+        return;
+    }
+    if (has_usage) has_actual = 1;
     if (j == NULL || (tok == NULL && json_str(j, "token", &tok, &tl) != 0) ||
         (!has_actual && json_u64(j, "actual", &actual, &has_actual) != 0) || (settle == TOKEN_SETTLE && !has_actual)) {
         if (j) json_decref(j);
@@ -649,8 +774,12 @@ static void handle_token(http_ctx *x, token_kind settle) {
           : settle == TOKEN_FINISH ? (has_actual ? SL_TOKEN_SETTLE | SL_TOKEN_RELEASE : SL_TOKEN_RELEASE)
                         : SL_TOKEN_RELEASE;
     sl_pending_submit(p);
-    sl_engine_token_sample(w->gen->engine, w->lane, tok, tl, p->op, actual, has_lat, lat_ns, outcome,
-                           sl_worker_now(w), &p->v, sl_pending_done, p);
+    if (has_usage)
+        sl_engine_token_usage(w->gen->engine, w->lane, tok, tl, p->op, &usage, sl_worker_now(w), &p->v,
+                              sl_pending_done, p);
+    else
+        sl_engine_token_sample(w->gen->engine, w->lane, tok, tl, p->op, actual, has_lat, lat_ns, outcome,
+                               sl_worker_now(w), &p->v, sl_pending_done, p);
     json_decref(j); /* the token was read into the verdict before anything went out */
     if (sl_pending_park(p)) c->suspended = true;
 }

@@ -536,6 +536,8 @@ void sl_resp_batch_flush(sl_conn *c) {
 
 /* SL.CHECKREQ's (and SL.EXPLAIN's) attributes into r (hdrs: REQ_HEADERS entries);
  * 0, or -1 on a syntax error. */
+static _Thread_local char llm_err[160]; /* why an LLM body was refused (req_args: -2) */
+
 static int req_args(const sl_resp_cmd *cmd, sl_request *r, sl_header *hdrs) {
     memset(r, 0, sizeof(*r));
     size_t nh = 0;
@@ -551,7 +553,12 @@ static int req_args(const sl_resp_cmd *cmd, sl_request *r, sl_header *hdrs) {
             i += 3;
             continue;
         }
-        if (sl_resp_arg_is(cmd, i, "METHOD")) r->method = val;
+        if (sl_resp_arg_is(cmd, i, "LLM")) { /* issue 24: the LLM request body (src/llm) */
+            static _Thread_local sl_llm_request lrq; /* read while the verdict is prepared */
+            if (sl_llm_parse_request(val.p, val.len, SL_LLM_API_UNKNOWN, &lrq, llm_err, sizeof(llm_err)) != 0)
+                return -2;
+            r->llm = &lrq;
+        } else if (sl_resp_arg_is(cmd, i, "METHOD")) r->method = val;
         else if (sl_resp_arg_is(cmd, i, "PATH")) r->path = val;
         else if (sl_resp_arg_is(cmd, i, "HOST")) r->host = val;
         else if (sl_resp_arg_is(cmd, i, "IP")) r->client_ip = val;
@@ -583,7 +590,14 @@ static void cmd_checkreq(resp_ctx *x) {
     sl_worker *w = x->c->w;
     sl_request r;
     sl_header hdrs[REQ_HEADERS];
-    if (req_args(cmd, &r, hdrs) != 0) goto syntax;
+    int ra = req_args(cmd, &r, hdrs);
+    if (ra == -2) {
+        char e[200];
+        snprintf(e, sizeof(e), "ERR LLM body: %s", llm_err);
+        sl_resp_error(&x->wb, e);
+        return;
+    }
+    if (ra != 0) goto syntax;
     sl_pending *p = take(x, finish_verdict);
     if (p == NULL) return;
     p->op = REPLY_FULL;
@@ -592,7 +606,7 @@ static void cmd_checkreq(resp_ctx *x) {
     return;
 syntax:
     sl_resp_error(&x->wb, "ERR syntax error: SL.CHECKREQ [METHOD m] [PATH p] [HOST h] [IP addr] "
-                          "[ROUTE r] [BYTES n] [COST n] [HEADER name value]...");
+                          "[ROUTE r] [BYTES n] [COST n] [LLM body] [HEADER name value]...");
 }
 
 /* ---- SL.EXPLAIN (observe: the explanation comes from src/server/explain_api.c) ---- */
@@ -721,8 +735,26 @@ static bool arg_ms(const sl_resp_cmd *cmd, size_t i, int64_t *ns) {
 static void cmd_token(resp_ctx *x, int settle) {
     const sl_resp_cmd *cmd = x->cmd;
     sl_worker *w = x->c->w;
-    if (settle ? cmd->argc != 3u : (cmd->argc < 2u || cmd->argc > 6u || cmd->argc % 2 != 0)) {
+    bool usage = settle && cmd->argc == 4u && sl_resp_arg_is(cmd, 2, "USAGE");
+    if (settle ? cmd->argc != 3u && !usage : (cmd->argc < 2u || cmd->argc > 6u || cmd->argc % 2 != 0)) {
         err_arity(x);
+        return;
+    }
+    if (usage) { /* SL.SETTLE token USAGE json: the provider's usage object as is (issue 24) */
+        sl_llm_usage u = {0};
+        char why[128], e[200];
+        int ur = sl_llm_parse_usage(cmd->argv[3], cmd->argl[3], &u, why, sizeof(why));
+        if (ur <= 0) {
+            snprintf(e, sizeof(e), "ERR usage: %s", ur < 0 ? why : "no token counts found");
+            sl_resp_error(&x->wb, e);
+            return;
+        }
+        sl_pending *p = take(x, finish_token);
+        if (p == NULL) return;
+        sl_pending_submit(p);
+        sl_engine_token_usage(w->gen->engine, w->lane, cmd->argv[1], cmd->argl[1], SL_TOKEN_SETTLE, &u,
+                              sl_worker_now(w), &p->v, sl_pending_done, p);
+        if (sl_pending_park(p)) x->c->suspended = true;
         return;
     }
     int64_t actual = 0;
@@ -1213,7 +1245,7 @@ static const resp_command commands[] = {
     CMD("SL.CHECK", 3, 8, cmd_check, ROLE_DECISION, 0),
     CMD("SL.PEEK", 3, 4, cmd_peek, ROLE_DECISION, 0),
     CMD("SL.CHECKREQ", 1, 0, cmd_checkreq, ROLE_DECISION, 0),
-    CMD("SL.SETTLE", 3, 3, cmd_settle, ROLE_DECISION, 0),
+    CMD("SL.SETTLE", 3, 4, cmd_settle, ROLE_DECISION, 0),
     CMD("SL.ACQUIRE", 3, 5, cmd_acquire, ROLE_DECISION, 0),
     CMD("SL.RELEASE", 2, 6, cmd_release, ROLE_DECISION, 0),
     CMD("SL.PASS", 3, 3, cmd_pass, ROLE_DECISION, 0),

@@ -40,9 +40,10 @@ struct sl_ovr_table {
     atomic_uint_fast64_t live;  /* live records (what overrides.max bounds) */
     atomic_uint_fast64_t ver;
     oshard sh[OVR_SHARDS];
-    atomic_uint plock;
-    opol *pol[OVR_POLICIES];
-    unsigned npol;
+    atomic_uint plock;         /* adding a policy name (readers search without it) */
+    _Atomic(opol *) pol[OVR_POLICIES];
+    atomic_uint npol;          /* published after pol[npol - 1] (release) */
+    bool stateless;            /* no counter regimes kept (the Redis store: docs) */
     opol none; /* the counter of policies beyond OVR_POLICIES: never 0 once used */
 };
 
@@ -126,7 +127,7 @@ void sl_ovr_table_destroy(sl_ovr_table *t) {
         for (uint32_t j = 0; j < s->cap; j++) free(s->s[j].rec);
         free(s->s);
     }
-    for (unsigned i = 0; i < t->npol; i++) free(t->pol[i]);
+    for (unsigned i = 0; i < atomic_load(&t->npol); i++) free(atomic_load(&t->pol[i]));
     free(t);
 }
 
@@ -217,18 +218,32 @@ sl_hash128 sl_ovr_hash_parts(const sl_ovr_table *t, const char *policy, const vo
     return h;
 }
 
+/* Lock-free for a name already known (what every decision-path caller asks: a record's
+ * policy was registered when the record was stored); the lock only serialises adding. */
+static atomic_int_fast64_t *pol_find(sl_ovr_table *t, const char *policy, unsigned from,
+                                     unsigned *n) {
+    *n = atomic_load_explicit(&t->npol, memory_order_acquire);
+    for (unsigned i = from; i < *n; i++) {
+        opol *p = atomic_load_explicit(&t->pol[i], memory_order_relaxed);
+        if (strcmp(p->name, policy) == 0) return &p->n;
+    }
+    return NULL;
+}
+
 atomic_int_fast64_t *sl_ovr_policy_count(sl_ovr_table *t, const char *policy) {
+    unsigned n;
+    atomic_int_fast64_t *c = pol_find(t, policy, 0, &n);
+    if (c != NULL) return c;
     slock(&t->plock);
-    atomic_int_fast64_t *c = NULL;
-    for (unsigned i = 0; i < t->npol && c == NULL; i++)
-        if (strcmp(t->pol[i]->name, policy) == 0) c = &t->pol[i]->n;
-    if (c == NULL && t->npol < OVR_POLICIES && strlen(policy) < 256) {
+    c = pol_find(t, policy, n, &n);
+    if (c == NULL && n < OVR_POLICIES && strlen(policy) < 256) {
         opol *p = calloc(1, sizeof(*p));
         if (p != NULL) {
             memcpy(p->name, policy, strlen(policy));
             atomic_init(&p->n, 0);
             atomic_init(&p->live, 0);
-            t->pol[t->npol++] = p;
+            atomic_store_explicit(&t->pol[n], p, memory_order_relaxed);
+            atomic_store_explicit(&t->npol, n + 1, memory_order_release);
             c = &p->n;
         }
     }
@@ -242,11 +257,14 @@ atomic_int_fast64_t *sl_ovr_policy_count(sl_ovr_table *t, const char *policy) {
 
 void sl_ovr_policy_each(sl_ovr_table *t, void (*fn)(void *ud, const char *policy, int64_t n),
                         void *ud) {
-    slock(&t->plock);
-    unsigned n = t->npol;
-    sunlock(&t->plock);
-    for (unsigned i = 0; i < n; i++) fn(ud, t->pol[i]->name, atomic_load(&t->pol[i]->live));
+    unsigned n = atomic_load_explicit(&t->npol, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++) {
+        opol *p = atomic_load_explicit(&t->pol[i], memory_order_relaxed);
+        fn(ud, p->name, atomic_load(&p->live));
+    }
 }
+
+void sl_ovr_set_stateless(sl_ovr_table *t, bool on) { t->stateless = on; }
 
 static void pol_add(sl_ovr_table *t, const char *policy, int slots, int live) {
     if (policy == NULL) return;
@@ -402,7 +420,7 @@ sl_ovr_rec *sl_ovr_get(sl_ovr_table *t, sl_hash128 h, int64_t now_wall) {
  * out of memory (nothing changed). Shard locked. */
 static sl_ovr_rec *bury(sl_ovr_table *t, oshard *s, oslot *o, int64_t now_wall) {
     sl_ovr_rec *prev = o->rec;
-    bool o_gone = o->applied == 0;
+    bool o_gone = o->applied == 0 || t->stateless;
     if (o_gone) {
         unlink_slot(s, o);
     } else {
@@ -459,7 +477,8 @@ bool sl_ovr_lookup(sl_ovr_table *t, sl_hash128 h, int64_t now_wall, sl_ovr_view 
     out->live = sl_ovr_live(r, now_wall);
     out->kind = r->kind;
     out->ver = r->ver;
-    out->applied = o->applied;
+    /* stateless: the counters are always read under the numbers in force (no carry) */
+    out->applied = t->stateless ? (out->live ? r->ver : 0) : o->applied;
     out->nwin = r->nwin;
     out->from_ver = r->from_ver;
     out->nfrom = r->nfrom;

@@ -80,6 +80,10 @@ sl_ovr_table *sl_store_overrides(sluice_store *st);
 void sl_ovr_set_max(sl_ovr_table *t, uint64_t max);
 uint64_t sl_ovr_max(const sl_ovr_table *t);
 void sl_ovr_reseed(sl_ovr_table *t, const sl_hash_key *seed);
+/* A table whose store keeps the counters elsewhere (Redis): no regimes, no tombstones; a
+ * removed or expired override goes at once and the counters are read under the numbers
+ * in force (what Redis does on a reload). Set before the first record. */
+void sl_ovr_set_stateless(sl_ovr_table *t, bool on);
 
 /* The identity hash: the policy name, then each part of the key (decoded bytes). */
 typedef struct sl_ovr_hasher {

@@ -197,7 +197,9 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
     r->sk = sl_redis_secret_key(o->secret, o->secret_len);
     r->script = sl_redis_script(&r->script_len);
     r->sha = sl_redis_script_sha();
-    if (r->script == NULL) {
+    r->lib = sl_redis_library(&r->lib_len);
+    r->fname = sl_redis_function_name();
+    if (r->script == NULL || r->lib == NULL) {
         e = SLUICE_ENOMEM;
         goto fail;
     }

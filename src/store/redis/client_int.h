@@ -79,6 +79,10 @@ struct sl_redis_node {
     bool open_pub;        /* the breaker is open (for sl_redis_health) */
     char err[200];
     uint64_t auth_failures, tls_failures;
+    /* decisions on this connection go as FCALL of the function library (node.c), else
+     * as EVALSHA of the same code (Redis 6, FUNCTION renamed away or forbidden) */
+    bool fcall;
+    bool fn_ok; /* the last FUNCTION LOAD on this connection succeeded */
 };
 
 typedef struct retry_ent {
@@ -92,6 +96,10 @@ typedef struct rq_item {
     const sluice_limiter *lim;
     int64_t cost;
     uint64_t limit;      /* a limit override (fixed windows), 0 = the limiter's */
+    bool par;            /* a per-key override's numbers (sl_sitem.params) replace the limiter's */
+    uint32_t par_qp;
+    uint64_t par_limit, par_capacity;
+    int64_t par_period, par_delay, par_lease, par_emission;
     uint8_t sgroup;      /* store group: 0 enforced, g > 0 shadow group g */
     uint8_t sflags;      /* SL_SI_* */
     sl_redis_capx cx;    /* capacity protection (its x argument) */
@@ -117,6 +125,7 @@ typedef struct rq_group {
     bool done, failed, all_ok;
     uint32_t groups_ok; /* its shadow groups that admitted */
     bool sent;  /* handed to a connection at least once */
+    bool fcall; /* last sent as FCALL (else EVALSHA) */
     int8_t node; /* the node it was last handed to (-1: none): its breaker hears the outcome */
     bool late;  /* its decision timed out while it was in flight: the reply is awaited
                    only to undo what it applied (see late_reply) */
@@ -192,6 +201,9 @@ struct sl_redis {
     const char *script;
     size_t script_len;
     const char *sha;
+    const char *lib; /* the same code as a function library, and its function's name */
+    size_t lib_len;
+    const char *fname;
     sl_redis_node nodes[MAX_NODES];
     int nnodes;
     uint8_t slotmap[SL_REDIS_SLOTS]; /* node index, 0xFF = unknown (seed 0) */
@@ -266,6 +278,7 @@ void sl__redis_group_outcome(sl_redis *r, const rq_group *gr, bool ok);
 void sl__redis_node_connect(sl_redis_node *nd);
 int sl__redis_node_find(sl_redis *r, const char *host, int port, bool create);
 void sl__redis_queue_script_load(sl_redis_node *nd);
+void sl__redis_queue_function_load(sl_redis_node *nd);
 void sl__redis_refresh_topology(sl_redis *r, bool force);
 void sl__redis_on_primary(void *ud, const char *host, int port);
 /* request.c */

@@ -30,6 +30,7 @@ extern const char sl_lua_leaky_bucket[];
 extern const char sl_lua_sliding_log[];
 extern const char sl_lua_envoy_counter[];
 extern const char sl_lua_capacity[];
+extern const char sl_lua_fast[];
 extern const char sl_lua_main[];
 
 #define EXACT_MAX (INT64_C(1) << 52)
@@ -69,7 +70,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void compose(void) {
     const char *parts[] = {sl_lua_common, sl_lua_gcra, sl_lua_token_bucket, sl_lua_fixed_window,
                            sl_lua_sliding_window, sl_lua_concurrency, sl_lua_quota, sl_lua_leaky_bucket, sl_lua_sliding_log,
-                           sl_lua_envoy_counter, sl_lua_capacity, sl_lua_main};
+                           sl_lua_envoy_counter, sl_lua_capacity, sl_lua_fast, sl_lua_main};
     size_t total = 0;
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) total += strlen(parts[i]) + 1;
     g_script = malloc(total + 1);
@@ -86,15 +87,63 @@ static void compose(void) {
     sl_redis_sha1_hex(g_script, g_script_len, g_sha);
 }
 
+/* The same code as a Redis 7 function library: "#!lua name=L", the files up to
+ * capacity.lua at the library's top level (run once, at FUNCTION LOAD: the ~75 closures
+ * and tables the EVAL script makes again at every call), then main.lua as the body of
+ * the one registered function (KEYS and ARGV become its parameters). The library and
+ * the function are named after the script's SHA1 (sluice_<16 hex>): instances of two
+ * versions sharing a Redis (a rolling upgrade) load two libraries and never replace each
+ * other's code; an old version's library stays until FUNCTION DELETE (docs/scaling.md). */
+static char *g_lib;
+static size_t g_lib_len;
+static char g_fname[24];
+
+static void compose_lib(void) {
+    if (g_script == NULL) return;
+    snprintf(g_fname, sizeof(g_fname), "sluice_%.16s", g_sha);
+    size_t main_len = strlen(sl_lua_main);
+    size_t body = g_script_len - main_len - 1; /* everything before main.lua */
+    char head[64], reg[128];
+    int hl = snprintf(head, sizeof(head), "#!lua name=%s\n", g_fname);
+    int rl = snprintf(reg, sizeof(reg), "redis.register_function('%s', function(KEYS, ARGV)\n", g_fname);
+    static const char tail[] = "\nend)\n";
+    size_t total = (size_t)hl + body + (size_t)rl + main_len + sizeof(tail);
+    g_lib = malloc(total);
+    if (g_lib == NULL) return;
+    size_t off = 0;
+    memcpy(g_lib + off, head, (size_t)hl), off += (size_t)hl;
+    memcpy(g_lib + off, g_script, body), off += body;
+    memcpy(g_lib + off, reg, (size_t)rl), off += (size_t)rl;
+    memcpy(g_lib + off, sl_lua_main, main_len), off += main_len;
+    memcpy(g_lib + off, tail, sizeof(tail)), off += sizeof(tail) - 1;
+    g_lib_len = off;
+}
+
+static void compose_all(void) {
+    compose();
+    compose_lib();
+}
+
 const char *sl_redis_script(size_t *len) {
-    pthread_once(&g_once, compose);
+    pthread_once(&g_once, compose_all);
     if (len) *len = g_script_len;
     return g_script;
 }
 
 const char *sl_redis_script_sha(void) {
-    pthread_once(&g_once, compose);
+    pthread_once(&g_once, compose_all);
     return g_sha;
+}
+
+const char *sl_redis_library(size_t *len) {
+    pthread_once(&g_once, compose_all);
+    if (len) *len = g_lib_len;
+    return g_lib;
+}
+
+const char *sl_redis_function_name(void) {
+    pthread_once(&g_once, compose_all);
+    return g_fname;
 }
 
 /* ---- keys ------------------------------------------------------------------------- */

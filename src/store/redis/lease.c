@@ -97,7 +97,7 @@ bool sl__redis_lease_plan(sl_redis *r, rq *q) {
         int64_t hold = 0;
         /* enforced items of their own limit only: a shadow group, a charge or an override
          * decides in Redis */
-        uint32_t slice = it->sgroup == 0 && it->sflags == 0 && it->limit == 0 && it->xlen == 0
+        uint32_t slice = it->sgroup == 0 && it->sflags == 0 && it->limit == 0 && !it->par && it->xlen == 0
                              ? slice_of(r, it->lim, &hold) : 0;
         if (slice == 0 || it->cost <= 0) {
             all_local = false;

@@ -93,9 +93,35 @@ void sl__redis_queue_script_load(sl_redis_node *nd) {
     sl_conn_command(nd->c, on_script_load, NULL, 3, argv, len);
 }
 
-/* Starts a non-blocking connection (its handshake queued by conn.c); SCRIPT LOAD is
- * queued first so every EVALSHA sent on this connection finds the script (NOSCRIPT
- * stays possible after SCRIPT FLUSH). */
+/* FUNCTION LOAD's answer. Decisions go as FCALL from the connection's start, queued
+ * behind the load (optimistic: one load per connection, nothing else to wait for). An
+ * error (Redis 6: unknown command; FUNCTION renamed away or denied by an ACL; a managed
+ * offering forbidding it) turns the connection to EVALSHA of the same code as one
+ * script, loaded now: every behaviour is kept, only Redis's CPU per call differs. The
+ * FCALLs already sent behind the failed load fail without running and go again as
+ * EVALSHA (request.c). */
+static void on_function_load(void *owner, redisReply *rep, void *priv) {
+    sl_redis_node *nd = owner;
+    if (nd->c == NULL || priv != (void *)nd->c) return; /* a reply for an older connection */
+    nd->fn_ok = rep != NULL && rep->type != REDIS_REPLY_ERROR;
+    if (nd->fn_ok) {
+        nd->fcall = true;
+    } else if (nd->fcall) {
+        nd->fcall = false;
+        sl__redis_queue_script_load(nd);
+    }
+}
+
+void sl__redis_queue_function_load(sl_redis_node *nd) {
+    const char *argv[4] = {"FUNCTION", "LOAD", "REPLACE", nd->r->lib};
+    size_t len[4] = {8, 4, 7, nd->r->lib_len};
+    sl_conn_command(nd->c, on_function_load, nd->c, 4, argv, len);
+}
+
+/* Starts a non-blocking connection (its handshake queued by conn.c); FUNCTION LOAD is
+ * queued first so every FCALL sent on this connection finds the library (or, without
+ * FUNCTION, SCRIPT LOAD before the EVALSHAs; "Function not found" and NOSCRIPT stay
+ * possible after FUNCTION/SCRIPT FLUSH: request.c loads again). */
 void sl__redis_node_connect(sl_redis_node *nd) {
     sl_redis *r = nd->r;
     if (nd->host[0] == '\0' && r->o.unix_path[0] == '\0') { /* sentinel: no primary yet */
@@ -117,7 +143,8 @@ void sl__redis_node_connect(sl_redis_node *nd) {
     }
     nd->connect_by = mono_now() + 4 * r->o.timeout_ns + 100 * SLUICE_NS_PER_MS;
     sl__redis_arm(r, nd->connect_by);
-    sl__redis_queue_script_load(nd);
+    nd->fcall = true, nd->fn_ok = false;
+    sl__redis_queue_function_load(nd);
     if (r->o.cluster && !r->topo_pending) sl__redis_refresh_topology(r, true);
 }
 

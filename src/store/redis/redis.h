@@ -69,6 +69,11 @@ int sl_redis_parse_redirect(const char *s, size_t len, unsigned *slot, char *hos
 /* The script: common.lua + algorithms + main.lua, and its SHA1 (40 hex + NUL). */
 const char *sl_redis_script(size_t *len);
 const char *sl_redis_script_sha(void);
+/* The same code as a Redis 7 function library (FUNCTION LOAD REPLACE, called with FCALL
+ * under sl_redis_function_name(), "sluice_<16 hex of the SHA1>"): the library's top level
+ * runs once at load, the function's body (main.lua) at each call. */
+const char *sl_redis_library(size_t *len);
+const char *sl_redis_function_name(void);
 /* SHA1 of `len` bytes as 40 lowercase hex digits + NUL (used for EVALSHA). */
 void sl_redis_sha1_hex(const void *p, size_t len, char out[41]);
 

@@ -159,8 +159,14 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
     *p++ = '*';
     p = sl_redis_put_u64(p, 3 + (uint64_t)gr->n + SL_REDIS_HEAD_ARGS + (uint64_t)gr->n * SL_REDIS_ITEM_ARGS);
     *p++ = '\r', *p++ = '\n';
-    p = put_bulk(p, "EVALSHA", 7);
-    p = put_bulk(p, r->sha, 40);
+    gr->fcall = nd->fcall;
+    if (nd->fcall) { /* the function library (node.c): the same code, its top level not run again */
+        p = put_bulk(p, "FCALL", 5);
+        p = put_bulk(p, r->fname, strlen(r->fname));
+    } else {
+        p = put_bulk(p, "EVALSHA", 7);
+        p = put_bulk(p, r->sha, 40);
+    }
     p = put_bulk_i(p, gr->n);
     for (int k = 0; k < gr->n; k++) {
         rq_item *it = &q->it[gr->idx[k]];
@@ -201,6 +207,11 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
 static sl_limit item_limit(const rq_item *it) {
     sl_limit l = it->lim->lim;
     if (it->limit != 0) l.limit = l.capacity = it->limit;
+    if (it->par) { /* a per-key override (src/redis/override.c): other numbers, same state */
+        l.limit = it->par_limit, l.capacity = it->par_capacity, l.period_ns = it->par_period;
+        l.max_delay_ns = it->par_delay, l.lease_ns = it->par_lease;
+        l.quota_period = (sluice_period)it->par_qp, l.emission_ns = it->par_emission;
+    }
     return l;
 }
 
@@ -229,7 +240,7 @@ static bool decode_decide(sl_redis *r, rq *q, int g, const redisReply *rep, slui
                            .group = it->sgroup, .flags = it->sflags, .cls = it->cx.cls, .cap = it->cx.cap,
                            .pgrp = it->cx.pgrp, .bpath = it->cx.bpath, .blevel = it->cx.blevel,
                            .share = it->cx.share};
-        if (it->limit != 0) {
+        if (it->limit != 0 || it->par) {
             ovr[k] = item_limit(it);
             lims[k] = &ovr[k];
         } else {
@@ -352,7 +363,8 @@ static bool decode_group(sl_redis *r, rq *q, int g, const redisReply *rep) {
     for (int k = 0; k < gr->n; k++) {
         int i = gr->idx[k];
         rq_item *it = &q->it[i];
-        const sl_limit *l = &it->lim->lim;
+        const sl_limit lx = item_limit(it); /* an override's numbers, when it has some */
+        const sl_limit *l = &lx;
         size_t ss = l->state_size;
         const redisReply *b = rep->element[3 + gr->n + k];
         int pk = -1;
@@ -526,6 +538,21 @@ static void on_group_reply(void *owner, redisReply *rep, void *priv) {
             inc(&r->st.noscript);
             sl__redis_queue_script_load(nd);
             if (sl__redis_send_group(r, q, g, nd, false)) return;
+        } else if (gr->fcall &&
+                   (starts(rep, "ERR Function not found") || starts(rep, "ERR unknown command") ||
+                    (starts(rep, "NOPERM") && !nd->fcall)) && /* an ACL denying FUNCTION and FCALL */
+                   ++gr->redirects <= MAX_REDIRECTS) {
+            /* nothing ran: the library is not there (FUNCTION FLUSH or DELETE under a live
+             * connection; or no FUNCTION at all, its load failed: node.c). This call goes
+             * again as EVALSHA (SCRIPT LOAD queued first, once); after a flush the library
+             * is loaded again and FCALL resumes when its reply is in. */
+            inc(&r->st.noscript);
+            if (nd->fcall) {
+                nd->fcall = false;
+                sl__redis_queue_script_load(nd);
+                if (nd->fn_ok) sl__redis_queue_function_load(nd);
+            }
+            if (sl__redis_send_group(r, q, g, nd, false)) return;
         } else if (starts(rep, "TRYAGAIN") || starts(rep, "CLUSTERDOWN")) {
             /* nothing was applied; the cluster is moving slots or electing: try again
              * shortly, and if time runs out fail without counting toward the breaker */
@@ -638,6 +665,13 @@ static int build(sl_redis *r, rq *q, const sl_sitem *items, size_t n, unsigned f
         it->lim = items[i].lim;
         it->cost = (int64_t)items[i].cost;
         it->limit = items[i].limit;
+        it->par = items[i].params != NULL;
+        if (it->par) {
+            const sl_limit *pl = items[i].params;
+            it->par_limit = pl->limit, it->par_capacity = pl->capacity, it->par_period = pl->period_ns;
+            it->par_delay = pl->max_delay_ns, it->par_lease = pl->lease_ns;
+            it->par_qp = (uint32_t)pl->quota_period, it->par_emission = pl->emission_ns;
+        }
         it->sgroup = items[i].group;
         it->sflags = items[i].flags;
         it->cx = (sl_redis_capx){.cls = items[i].cls, .cap = items[i].cap, .pgrp = items[i].pgrp,
@@ -810,7 +844,7 @@ static bool answer_locally(sl_redis *r, const rq *b, sluice_time now, sl_sresult
     for (int i = 0; i < b->n && hit < 0; i++) {
         const rq_item *it = &b->it[i];
         if (it->sgroup != 0) continue;
-        if (!cacheable(it->lim->spec.algo) || it->limit != 0) continue;
+        if (!cacheable(it->lim->spec.algo) || it->limit != 0 || it->par) continue;
         cache_ent *e = cache_get(r, sl__redis_fp_of(it));
         if (e != NULL && now.mono_ns >= e->since && now.mono_ns < e->trust &&
             (uint64_t)it->cost >= e->min_cost && it->cost > 0) {
@@ -828,7 +862,8 @@ static bool answer_locally(sl_redis *r, const rq *b, sluice_time now, sl_sresult
     for (int i = 0; i < b->n; i++) {
         sluice_result *o = &d->r[i];
         memset(o, 0, sizeof(*o));
-        o->limit = b->it[i].limit != 0 ? b->it[i].limit : sluice_limiter_capacity(b->it[i].lim);
+        o->limit = b->it[i].limit != 0 ? b->it[i].limit
+                   : b->it[i].par ? b->it[i].par_capacity : sluice_limiter_capacity(b->it[i].lim);
         o->allowed = i != hit;
         o->remaining = i != hit ? o->limit : 0;
     }

@@ -73,6 +73,7 @@ int sl_redis_store_config(const char *url, const sl_settings *st, bool test_cloc
 }
 
 bool sl_redis_store_default_secret(void) { return g_opts.secret_len == 0; }
+const sl_redis_opts *sl_redis_store_opts(void) { return g_on ? &g_opts : NULL; }
 const char *sl_redis_store_seeds(void) { return g_desc; }
 
 /* In caller-time mode every instance must read the same clock: the wall clock (monotonic

@@ -1,7 +1,9 @@
 -- SPDX-License-Identifier: Apache-2.0
--- common.lua -- helpers shared by the sluice algorithm scripts. redis.c sends one script
--- made of common.lua, every algorithm file and main.lua (in that order), loaded once per
--- node with SCRIPT LOAD and called with EVALSHA. Lua numbers are doubles: every value is an
+-- common.lua -- helpers shared by the sluice algorithm scripts. codec.c composes
+-- common.lua, every algorithm file, capacity.lua, fast.lua and main.lua (in that order)
+-- into a function library (FUNCTION LOAD, called with FCALL: main.lua is the function's
+-- body, the rest runs once at load) and into one script (SCRIPT LOAD, EVALSHA: Redis 6 or
+-- no FUNCTION command; its whole body runs at every call). Lua numbers are doubles: every value is an
 -- integer below 2^53, absolute times are kept as (seconds, nanoseconds) pairs and all
 -- arithmetic is done on times relative to "now" (small), products through exact helpers.
 local E9 = 1000000000
@@ -10,9 +12,13 @@ local BIG = 4503599627370496 -- 2^52: relative times are clamped to +-BIG
 local SPLIT = 134217729      -- 2^27 + 1 (Veltkamp)
 local ALGO = {}
 
--- a*b as p + e exactly (a, b integers, |a|, |b| < 2^53)
+-- a*b as p + e exactly (a, b integers, |a|, |b| < 2^53). A product below 2^53 in
+-- magnitude is exact already (rounding is monotonic and 2^53 is a double: a rounded
+-- product below it was one), the common case, so the split is skipped.
+local EXACT = 9007199254740992 -- 2^53
 local function twoprod(a, b)
   local p = a * b
+  if p < EXACT and p > -EXACT then return p, 0 end
   local c = SPLIT * a
   local ah = c - (c - a)
   local al = a - ah

@@ -40,6 +40,10 @@ end
 local slack = tonumber(ARGV[7])
 local rflags = tonumber(ARGV[8])
 local n = #KEYS
+if op == 'd' and ARGV[8] == '0' then
+  local out = fast_decide(KEYS, ARGV, now, slack) -- the common case (fast.lua)
+  if out then return out end
+end
 if op == 'c' then
   local ok = redis.call('SET', KEYS[1], '1', 'NX', 'PX', tonumber(ARGV[10])) and 1 or 0
   return {ok, now.ms, now.mn, ok, ''}

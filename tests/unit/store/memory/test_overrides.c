@@ -305,8 +305,38 @@ static void storms_under_decisions(void) {
     sl_config_destroy(cfg);
 }
 
+/* The Redis store's table (sl_ovr_set_stateless): no counter regimes, so a removal leaves no
+ * tombstone and a lookup always reads the counters under the numbers in force; the policy
+ * counter the decision path reads goes back to 0 (the lookup is skipped again). */
+static void stateless_table(void) {
+    sluice_store *st = mkstore();
+    sl_ovr_table *t = sl_store_overrides(st);
+    sl_ovr_set_stateless(t, true);
+    atomic_int_fast64_t *n = sl_ovr_policy_count(t, "api");
+    bool created;
+    sl_ovr_rec *old;
+    T_EQ_I(sl_ovr_put(t, mkrec(t, "api", "s", SL_OVR_BLOCK, 0, NULL), 100, &created, &old), SLUICE_OK);
+    T_EQ_I((int)atomic_load(n), 1);
+    sl_ovr_view vw;
+    T_CHECK(sl_ovr_lookup(t, hkey(t, "api", "s"), 100, &vw));
+    T_CHECK(vw.live && vw.applied == vw.ver); /* no carry to make */
+    T_EQ_I(sl_ovr_del(t, hkey(t, "api", "s"), 200, &old), SLUICE_OK);
+    sl_ovr_rec_free(old);
+    T_EQ_U(sl_ovr_slots(t), 0); /* gone, not a tombstone */
+    T_EQ_I((int)atomic_load(n), 0);
+    T_CHECK(!sl_ovr_lookup(t, hkey(t, "api", "s"), 200, &vw));
+    /* expiry: not live, counters under the policy's numbers, swept away at once */
+    T_EQ_I(sl_ovr_put(t, mkrec(t, "api", "e", SL_OVR_BLOCK, 500, NULL), 100, &created, &old), SLUICE_OK);
+    T_CHECK(sl_ovr_lookup(t, hkey(t, "api", "e"), 600, &vw));
+    T_CHECK(!vw.live && vw.applied == 0);
+    T_EQ_U(sl_ovr_sweep(t, 600), 1);
+    T_EQ_U(sl_ovr_slots(t), 0);
+    sluice_store_destroy(st);
+}
+
 int main(void) {
     T_RUN(table_basics);
+    T_RUN(stateless_table);
     T_RUN(paging_is_ordered_and_complete);
     T_RUN(snapshot_section);
     T_RUN(storms_under_decisions);

@@ -633,10 +633,87 @@ static void test_noscript(void) {
     T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
     redisReply *fl = rt_cmd(g_port, "SCRIPT FLUSH");
     if (fl) freeReplyObject(fl);
+    fl = rt_cmd(g_port, "FUNCTION FLUSH");
+    if (fl) freeReplyObject(fl);
     T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
     T_EQ_I(d.allowed, 1);
     T_EQ_U(d.results[0].remaining, 3);
     T_CHECK(atomic_load(&sl_redis_stats_get(p.rd)->noscript) >= 1);
+    sluice_limiter_destroy(l);
+    pair_close(&p);
+}
+
+/* calls=N of one command in INFO commandstats (0 when absent) */
+static long cmd_calls(int port, const char *name) {
+    redisReply *r = rt_cmd(port, "INFO commandstats");
+    long n = 0;
+    if (r && r->str) {
+        char want[64];
+        snprintf(want, sizeof(want), "cmdstat_%s:calls=", name);
+        const char *at = strstr(r->str, want);
+        if (at) n = atol(at + strlen(want));
+    }
+    if (r) freeReplyObject(r);
+    return n;
+}
+
+/* On a Redis with FUNCTION (7+), decisions go as FCALL of the loaded library, whose top
+ * level is not run again at each call; FUNCTION FLUSH under a live connection: the call
+ * that finds no function goes again as EVALSHA, the library is loaded again and FCALL
+ * resumes. On a Redis without it (rt_no_function), every call is EVALSHA. */
+static void test_function_calls(void) {
+    pair p;
+    if (!pair_open(&p, 1)) {
+        T_FAIL("open");
+        pair_close(&p);
+        return;
+    }
+    sluice_limiter *l = mk(SPEC(.algo = SLUICE_GCRA, .name = "fn", .limit = 100, .period_ns = SLUICE_NS_PER_S));
+    sluice_item it = {l, "k", 1, 1};
+    sluice_decision d;
+    T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK); /* the loads' replies in */
+    redisReply *x = rt_cmd(g_port, "CONFIG RESETSTAT");
+    if (x) freeReplyObject(x);
+    for (int i = 0; i < 3; i++) {
+        T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
+        T_EQ_I(d.allowed, 1);
+    }
+    if (rt_no_function) {
+        T_EQ_I(cmd_calls(g_port, "fcall"), 0);
+        T_EQ_I(cmd_calls(g_port, "evalsha"), 3);
+    } else {
+        T_EQ_I(cmd_calls(g_port, "fcall"), 3);
+        T_EQ_I(cmd_calls(g_port, "evalsha"), 0);
+        uint64_t ns0 = atomic_load(&sl_redis_stats_get(p.rd)->noscript);
+        x = rt_cmd(g_port, "FUNCTION FLUSH");
+        if (x) freeReplyObject(x);
+        T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
+        T_EQ_I(d.allowed, 1);
+        T_EQ_U(d.results[0].remaining, 95);
+        T_CHECK(atomic_load(&sl_redis_stats_get(p.rd)->noscript) > ns0);
+        T_EQ_I(cmd_calls(g_port, "evalsha"), 1); /* the retry */
+        x = rt_cmd(g_port, "CONFIG RESETSTAT");
+        if (x) freeReplyObject(x);
+        T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
+        T_EQ_I(cmd_calls(g_port, "fcall"), 1); /* loaded again */
+        /* an ACL that denies FUNCTION and FCALL (scripts allowed): a new connection's
+         * FCALLs behind the refused load go again as EVALSHA, the connection stays */
+        pair_close(&p);
+        x = rt_cmd(g_port, "ACL SETUSER default -function -fcall");
+        if (x) freeReplyObject(x);
+        if (!pair_open(&p, 1)) T_FAIL("open with the ACL");
+        uint64_t rc0 = atomic_load(&sl_redis_stats_get(p.rd)->reconnects);
+        x = rt_cmd(g_port, "CONFIG RESETSTAT");
+        if (x) freeReplyObject(x);
+        for (int i = 0; i < 3; i++) {
+            T_EQ_I(sl_redis_decide_sync(p.rd, &it, 1, sluice_clock_now(p.clk), &d), SLUICE_OK);
+            T_EQ_I(d.allowed, 1);
+        }
+        T_EQ_I(cmd_calls(g_port, "evalsha"), 3);
+        T_EQ_U(atomic_load(&sl_redis_stats_get(p.rd)->reconnects), rc0);
+        x = rt_cmd(g_port, "ACL SETUSER default +@all");
+        if (x) freeReplyObject(x);
+    }
     sluice_limiter_destroy(l);
     pair_close(&p);
 }
@@ -816,6 +893,27 @@ int main(void) {
     T_RUN(test_noscript);
     T_RUN(test_timeout_and_breaker);
     T_RUN(test_kill_restart);
+    T_RUN(test_function_calls);
+    /* again on a Redis without FUNCTION: the EVALSHA fallback keeps every behaviour */
+    rt_stop(g_srv);
+    rt_no_function = true;
+    g_port = rt_free_port();
+    g_srv = rt_start(g_port, 0);
+    if (g_srv < 0) {
+        fprintf(stderr, "could not start redis-server on port %d\n", g_port);
+        return 1;
+    }
+    T_RUN(test_function_calls);
+    T_RUN(test_equiv_gcra);
+    T_RUN(test_equiv_token_bucket);
+    T_RUN(test_equiv_fixed);
+    T_RUN(test_equiv_sliding);
+    T_RUN(test_equiv_concurrency);
+    T_RUN(test_equiv_quota);
+    T_RUN(test_equiv_leaky);
+    T_RUN(test_equiv_sliding_log);
+    T_RUN(test_equiv_multi);
+    T_RUN(test_noscript);
     rt_kill_all();
     return T_DONE();
 }
