@@ -274,8 +274,15 @@ def test_control_fields_and_symbols(debs):
         m = re.search(r"^Maintainer: .*<([^>]+)>$", f, re.M)
         assert m and not m.group(1).endswith("@localhost"), (p, f)
     dev = re.search(r"^Depends: (.*)$", fields["libsluice-dev"], re.M).group(1)
-    # libsluice links only libc: its users need neither libyaml nor jansson
-    assert "libyaml" not in dev and "libjansson" not in dev, dev
+    # libsluice holds the policy engine (issue 25): it links libyaml (configuration) and
+    # libcrypto (sealed tokens), so its static users need their -dev packages (sluice.pc's
+    # Requires.private); never the server's libraries (jansson, hiredis, nghttp2)
+    assert "libyaml-dev" in dev and "libssl-dev" in dev, dev
+    assert not any(x in dev for x in ("libjansson", "libhiredis", "libnghttp2", "libprotobuf")), dev
+    needed = subprocess.run(["objdump", "-p", os.path.join(BUILD, "libsluice.so")], check=True,
+                            capture_output=True, text=True).stdout
+    libs = sorted(l.split()[1] for l in needed.splitlines() if l.strip().startswith("NEEDED"))
+    assert not any(x in " ".join(libs) for x in ("jansson", "hiredis", "nghttp2", "protobuf")), libs
     sym = subprocess.run(["dpkg-deb", "-I", debs["libsluice0"], "symbols"], capture_output=True,
                          text=True).stdout
     assert sym.startswith("libsluice.so.0 libsluice0 #MINVER#"), sym[:200]
