@@ -113,9 +113,11 @@ CONF
   redis-benchmark -p "$sresp" -c 50 -P 32 -n 20000 -r 100000 -q SL.CHECK bench k:__rand_int__ >/dev/null  # warm-up
   redis-cli -p "$port" config resetstat >/dev/null
   srate=$(redis-benchmark -p "$sresp" -c 50 -P 32 -n "$sn" -r 100000 -q SL.CHECK bench k:__rand_int__ | rb_rate)
-  calls=$(redis-cli -p "$port" info commandstats | tr -d '\r' | grep '^cmdstat_evalsha:' | sed 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/')
+  # decision calls: FCALL (the function library, Redis 7) plus EVALSHA (the fallback)
+  calls=$(redis-cli -p "$port" info commandstats | tr -d '\r' | grep -E '^cmdstat_(evalsha|fcall):' |
+          sed 's/^cmdstat_[a-z]*:calls=\([0-9]*\),.*/\1/' | awk '{s += $1} END {print s + 0}')
   kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
-  python3 -c "r=float('$srate'); c=float('${calls:-0}'); n=float('$sn'); b=float('$best_rb'); print(f'server: sluice serve SL.CHECK on the Redis store: {r:.0f} decisions/s ({r/b:.2f}x the EVALSHA ceiling, 3 processes on the cores), {c/n:.3f} EVALSHA per decision')"
+  python3 -c "r=float('$srate'); c=float('${calls:-0}'); n=float('$sn'); b=float('$best_rb'); print(f'server: sluice serve SL.CHECK on the Redis store: {r:.0f} decisions/s ({r/b:.2f}x the EVALSHA ceiling, 3 processes on the cores), {c/n:.3f} script calls (FCALL + EVALSHA) per decision')"
 fi
 redis-cli -p "$port" config resetstat >/dev/null
 "$work/redis_bench" "$port" 1 32 reject
