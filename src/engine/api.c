@@ -448,49 +448,11 @@ int sluice_engine_release_token(sluice_engine *e, const char *token, size_t len,
 
 /* ---- overrides -------------------------------------------------------------------------- */
 
-static int hexv(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* The identity hash of a path-form key (parts joined by '|', each percent-encoded), as
- * the admin API computes it (src/server/overrides.c sl_ovr_key_hash). */
+/* The identity hash of a path-form key: the admin API's own (sl_ovr_key_hash). */
 static int key_hash(const sl_ovr_table *t, const char *policy, const char *key, size_t key_len,
                     sl_hash128 *h) {
-    if (key == NULL || key_len == 0) return SLUICE_EINVAL;
-    char *buf = malloc(key_len);
-    if (buf == NULL) return SLUICE_ENOMEM;
-    const void *parts[SL_MAX_PARTS];
-    size_t lens[SL_MAX_PARTS], np = 0, o = 0, start = 0;
-    int rc = SLUICE_OK;
-    for (size_t i = 0; i <= key_len && rc == SLUICE_OK; i++) {
-        if (i == key_len || key[i] == '|') {
-            if (np == SL_MAX_PARTS) {
-                rc = SLUICE_EINVAL;
-                break;
-            }
-            parts[np] = buf + start;
-            lens[np++] = o - start;
-            start = o;
-            continue;
-        }
-        if (key[i] == '%') {
-            int a = i + 2 < key_len ? hexv(key[i + 1]) : -1, b = a >= 0 ? hexv(key[i + 2]) : -1;
-            if (b < 0) {
-                rc = SLUICE_EINVAL;
-                break;
-            }
-            buf[o++] = (char)(a * 16 + b);
-            i += 2;
-        } else {
-            buf[o++] = key[i];
-        }
-    }
-    if (rc == SLUICE_OK) *h = sl_ovr_hash_parts(t, policy, parts, lens, np);
-    free(buf);
-    return rc;
+    if (key == NULL) return SLUICE_EINVAL;
+    return sl_ovr_key_hash(t, policy, key, key_len, h) ? SLUICE_OK : SLUICE_EINVAL;
 }
 
 static const sl_cpolicy *find_cpolicy(const sl_config *cfg, const char *name) {

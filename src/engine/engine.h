@@ -449,6 +449,13 @@ const char *sl_engine_class_name(const sl_engine *e, const char *policy, unsigne
 
 /* ---- per-key overrides (override.c; docs/overrides.md) ---------------------------------- */
 
+/* The hash of (policy, key) for a key in the admin API's path form (its parts in the
+ * policy's order, each percent-encoded, joined by '|'), as the store keys overrides:
+ * one function for the admin API, RESP and the library. False when the key is empty,
+ * has more than SL_MAX_PARTS parts or a bad %XX, or memory runs out. */
+bool sl_ovr_key_hash(const sl_ovr_table *t, const char *policy, const char *key, size_t key_len,
+                     sl_hash128 *h);
+
 /* The first override that applied to a decided verdict (NULL: none). */
 const sl_vovr *sl_verdict_override(const sl_verdict *v);
 /* The identity hash input of a composed key of `policy` (false: a key with none). */

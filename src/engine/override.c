@@ -9,6 +9,7 @@
  */
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/internal.h"
@@ -346,4 +347,49 @@ int sl_engine_ovr_policy(const sl_engine *e, const char *policy, const char *pla
         return 1;
     }
     return 0;
+}
+
+/* ---- keys in the admin API's path form ------------------------------------------- */
+
+static int hexv(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+bool sl_ovr_key_hash(const sl_ovr_table *t, const char *policy, const char *key, size_t key_len,
+                     sl_hash128 *h) {
+    if (key_len == 0) return false;
+    char *buf = malloc(key_len);
+    if (buf == NULL) return false;
+    const void *parts[SL_MAX_PARTS];
+    size_t lens[SL_MAX_PARTS], np = 0, o = 0, start = 0;
+    bool ok = true;
+    for (size_t i = 0; i <= key_len && ok; i++) {
+        if (i == key_len || key[i] == '|') {
+            if (np == SL_MAX_PARTS) {
+                ok = false;
+                break;
+            }
+            parts[np] = buf + start;
+            lens[np++] = o - start;
+            start = o;
+            continue;
+        }
+        if (key[i] == '%') {
+            int a = i + 2 < key_len ? hexv(key[i + 1]) : -1, b = a >= 0 ? hexv(key[i + 2]) : -1;
+            if (b < 0) {
+                ok = false;
+                break;
+            }
+            buf[o++] = (char)(a * 16 + b);
+            i += 2;
+        } else {
+            buf[o++] = key[i];
+        }
+    }
+    if (ok) *h = sl_ovr_hash_parts(t, policy, parts, lens, np);
+    free(buf);
+    return ok;
 }

@@ -51,42 +51,6 @@ static int hexv(char c) {
     return -1;
 }
 
-bool sl_ovr_key_hash(const sl_ovr_table *t, const char *policy, const char *key, size_t key_len,
-                     sl_hash128 *h) {
-    if (key_len == 0) return false;
-    char *buf = malloc(key_len);
-    if (buf == NULL) return false;
-    const void *parts[SL_MAX_PARTS];
-    size_t lens[SL_MAX_PARTS], np = 0, o = 0, start = 0;
-    bool ok = true;
-    for (size_t i = 0; i <= key_len && ok; i++) {
-        if (i == key_len || key[i] == '|') {
-            if (np == SL_MAX_PARTS) {
-                ok = false;
-                break;
-            }
-            parts[np] = buf + start;
-            lens[np++] = o - start;
-            start = o;
-            continue;
-        }
-        if (key[i] == '%') {
-            int a = i + 2 < key_len ? hexv(key[i + 1]) : -1, b = a >= 0 ? hexv(key[i + 2]) : -1;
-            if (b < 0) {
-                ok = false;
-                break;
-            }
-            buf[o++] = (char)(a * 16 + b);
-            i += 2;
-        } else {
-            buf[o++] = key[i];
-        }
-    }
-    if (ok) *h = sl_ovr_hash_parts(t, policy, parts, lens, np);
-    free(buf);
-    return ok;
-}
-
 void sl_ovr_hash_hex(sl_hash128 h, char out[33]) {
     snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.hi, (unsigned long long)h.lo);
 }

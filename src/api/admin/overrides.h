@@ -57,9 +57,7 @@ int sl_ovr_remove_why(struct sl_server *s, const sl_engine *e, const char *polic
 json_t *sl_ovr_rec_json(const sl_ovr_rec *r, bool with_meta);
 /* Whether record r's policy (or plan) is missing from engine e (dormant). */
 bool sl_ovr_orphaned(const sl_engine *e, const sl_ovr_rec *r);
-/* The hash of (policy, path-form key); false when the key's encoding is bad. */
-bool sl_ovr_key_hash(const sl_ovr_table *t, const char *policy, const char *key, size_t key_len,
-                     sl_hash128 *h);
+/* The hash of (policy, path-form key): sl_ovr_key_hash, engine/engine.h. */
 /* 32 hex digits <-> hash. */
 void sl_ovr_hash_hex(sl_hash128 h, char out[33]);
 bool sl_ovr_hex_hash(const char *s, sl_hash128 *h);
