@@ -23,7 +23,7 @@ struct sluice_limiter {
      * long a slice is spent locally. */
     uint32_t lease_slice;
     int64_t lease_hold_ns;
-    /* on_store_error: local (set like the leasing fields; src/redis/local.c): decided
+    /* on_store_error: local (set like the leasing fields; src/store/redis/local.c): decided
      * in this instance's memory at its share of the limit while Redis is unreachable */
     bool fail_local;
     _Atomic uint32_t refs; /* 1 from create; freed when the last reference goes */

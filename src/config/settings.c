@@ -52,7 +52,7 @@ static void copy_str(sl__ctx *cx, const sl_ynode *n, const char *what, char *out
     memcpy(out, s, strlen(s) + 1);
 }
 
-/* store.local: what on_store_error: local needs (src/redis/local.c). floor is a fraction
+/* store.local: what on_store_error: local needs (src/store/redis/local.c). floor is a fraction
  * written as a decimal (0.1) or a ratio (1/6), kept in parts per million. */
 static void parse_store_local(sl__ctx *cx, const sl_ynode *n, sl_settings *st) {
     static const char *const f[] = {"instances", "floor", "heartbeat", NULL};

@@ -70,7 +70,7 @@ typedef struct sl_sresult {
     int allowed;        /* group 0 admitted: the decision's answer */
     uint32_t groups_ok; /* bit g: shadow group g admitted (consumed when `allowed`) */
     bool local;         /* decided in this instance's memory at its share (on_store_error:
-                           local, src/redis/local.c): the shared store was unreachable */
+                           local, src/store/redis/local.c): the shared store was unreachable */
     size_t n;
     sluice_result r[SLUICE_MAX_ITEMS];
     /* per item: what the capacity mechanisms said (kind 0: nothing; set for every item of

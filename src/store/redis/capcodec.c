@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * capcodec.c -- what capacity protection sends to and reads from the Redis script
- * (src/redis/lua/capacity.lua): the parameters of adaptive concurrency and penalties,
+ * (src/store/redis/lua/capacity.lua): the parameters of adaptive concurrency and penalties,
  * each item's x argument (class and shedding shares, penalty group, borrowing tier,
  * controller and penalty parameters, a release's sample), and the stored states of those
  * algorithms and of the tails (per-class slots, borrowing marks). Pure functions.

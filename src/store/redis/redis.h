@@ -2,7 +2,7 @@
 /*
  * redis.h -- the Redis store (one node, a Redis Cluster, or a primary found through
  * sentinels): per-worker connections (conn.c: our sockets and OpenSSL, hiredis's reply
- * reader) driven by the worker's sl_loop, one Lua script (src/redis/lua: common + one
+ * reader) driven by the worker's sl_loop, one Lua script (src/store/redis/lua: common + one
  * file per algorithm + main) called with EVALSHA, all limits of a decision that share a
  * slot in one call.
  * Invariants: Redis holds only keyed hashes of (limiter name, key) (never raw identities);
@@ -84,7 +84,7 @@ sl_hash_key sl_redis_secret_key(const void *secret, size_t len);
  * length (always < SL_REDIS_KEY_MAX). */
 size_t sl_redis_key(const sl_hash_key *sk, const sluice_limiter *lim, const void *key,
                     size_t key_len, char out[SL_REDIS_KEY_MAX]);
-/* envoyproxy/ratelimit's counter layout (compat mode, src/redis/lua/envoy_counter.lua):
+/* envoyproxy/ratelimit's counter layout (compat mode, src/store/redis/lua/envoy_counter.lua):
  * an item whose key starts with SL_REDIS_ENVOY_TAG (the engine's SL_ENVOY_KEY_TAG) is the
  * plain integer at <prefix><key text up to its NUL><window start, unix seconds>, decided by
  * script algorithm SL_REDIS_ALGO_ENVOY. The key into out (NUL-terminated); its length, 0

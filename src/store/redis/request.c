@@ -207,7 +207,7 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
 static sl_limit item_limit(const rq_item *it) {
     sl_limit l = it->lim->lim;
     if (it->limit != 0) l.limit = l.capacity = it->limit;
-    if (it->par) { /* a per-key override (src/redis/override.c): other numbers, same state */
+    if (it->par) { /* a per-key override (src/store/redis/override.c): other numbers, same state */
         l.limit = it->par_limit, l.capacity = it->par_capacity, l.period_ns = it->par_period;
         l.max_delay_ns = it->par_delay, l.lease_ns = it->par_lease;
         l.quota_period = (sluice_period)it->par_qp, l.emission_ns = it->par_emission;

@@ -30,7 +30,7 @@ int sl_redis_store_config(const char *url, const sl_settings *st, bool test_cloc
                           size_t errlen);
 bool sl_redis_store_default_secret(void);
 /* The client options of the configured store (NULL: not configured); overrides.c's
- * sync thread (src/redis/override.h) opens its own client with them. */
+ * sync thread (src/store/redis/override.h) opens its own client with them. */
 struct sl_redis_opts;
 const struct sl_redis_opts *sl_redis_store_opts(void);
 /* What the store connects to, for the start-up line: never a credential. */

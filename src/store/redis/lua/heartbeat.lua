@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: Apache-2.0
--- heartbeat.lua -- on_store_error: local (src/redis/local.c). One hash per deployment,
+-- heartbeat.lua -- on_store_error: local (src/store/redis/local.c). One hash per deployment,
 -- KEYS[1], one field per instance: ARGV[1] its identity, the value "<expiry ms> <demand>"
 -- where <demand> (ARGV[3]) is "slot:count ..." (decisions over the demand window per
 -- policy slot). ARGV[2] is the TTL in ms: a field older than that is an instance gone and
