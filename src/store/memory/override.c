@@ -651,7 +651,7 @@ bool sl_ovr_scan(sl_ovr_table *t, unsigned *shard, uint32_t *slot, size_t max, i
  * i64 max_delay i64 lease i64 emission), then u32 key_len (0xffffffff: none) and key,
  * u32-length strings policy plan reason label set_by body (0xffffffff: NULL). */
 
-static void wput(sl_ovr_wbuf *w, const void *src, size_t n) {
+void sl_ovr_wput(sl_ovr_wbuf *w, const void *src, size_t n) {
     if (w->oom) return;
     if (w->len + n > w->cap) {
         size_t cap = w->cap ? w->cap : 4096;
@@ -668,47 +668,47 @@ static void wput(sl_ovr_wbuf *w, const void *src, size_t n) {
     w->len += n;
 }
 
-static void wu(sl_ovr_wbuf *w, uint64_t v, int bytes) {
+void sl_ovr_wu(sl_ovr_wbuf *w, uint64_t v, int bytes) {
     unsigned char b[8];
     for (int i = 0; i < bytes; i++) b[i] = (unsigned char)(v >> (8 * i));
-    wput(w, b, (size_t)bytes);
+    sl_ovr_wput(w, b, (size_t)bytes);
 }
 
 static void wstr(sl_ovr_wbuf *w, const char *s, size_t n) {
     if (s == NULL) {
-        wu(w, 0xffffffffu, 4);
+        sl_ovr_wu(w, 0xffffffffu, 4);
         return;
     }
-    wu(w, n, 4);
-    wput(w, s, n);
+    sl_ovr_wu(w, n, 4);
+    sl_ovr_wput(w, s, n);
 }
 
 static void wnum(sl_ovr_wbuf *w, const sl_ovr_num *n) {
-    wu(w, n->target, 1);
-    wu(w, n->algo, 4);
-    wu(w, n->state_size, 4);
-    wu(w, n->quota_period, 4);
-    wu(w, n->limit, 8);
-    wu(w, n->capacity, 8);
-    wu(w, (uint64_t)n->period_ns, 8);
-    wu(w, (uint64_t)n->max_delay_ns, 8);
-    wu(w, (uint64_t)n->lease_ns, 8);
-    wu(w, (uint64_t)n->emission_ns, 8);
+    sl_ovr_wu(w, n->target, 1);
+    sl_ovr_wu(w, n->algo, 4);
+    sl_ovr_wu(w, n->state_size, 4);
+    sl_ovr_wu(w, n->quota_period, 4);
+    sl_ovr_wu(w, n->limit, 8);
+    sl_ovr_wu(w, n->capacity, 8);
+    sl_ovr_wu(w, (uint64_t)n->period_ns, 8);
+    sl_ovr_wu(w, (uint64_t)n->max_delay_ns, 8);
+    sl_ovr_wu(w, (uint64_t)n->lease_ns, 8);
+    sl_ovr_wu(w, (uint64_t)n->emission_ns, 8);
 }
 
 static void enc_rec(sl_ovr_wbuf *w, const sl_ovr_rec *r, uint64_t applied) {
-    wu(w, r->h.lo, 8);
-    wu(w, r->h.hi, 8);
-    wu(w, r->ver, 8);
-    wu(w, applied, 8);
-    wu(w, r->from_ver, 8);
-    wu(w, r->kind, 1);
-    wu(w, r->nwin, 1);
-    wu(w, r->nfrom, 1);
-    wu(w, 0, 1);
-    wu(w, (uint64_t)r->expires_ns, 8);
-    wu(w, (uint64_t)r->set_at_ns, 8);
-    wu(w, (uint64_t)r->dead_at_ns, 8);
+    sl_ovr_wu(w, r->h.lo, 8);
+    sl_ovr_wu(w, r->h.hi, 8);
+    sl_ovr_wu(w, r->ver, 8);
+    sl_ovr_wu(w, applied, 8);
+    sl_ovr_wu(w, r->from_ver, 8);
+    sl_ovr_wu(w, r->kind, 1);
+    sl_ovr_wu(w, r->nwin, 1);
+    sl_ovr_wu(w, r->nfrom, 1);
+    sl_ovr_wu(w, 0, 1);
+    sl_ovr_wu(w, (uint64_t)r->expires_ns, 8);
+    sl_ovr_wu(w, (uint64_t)r->set_at_ns, 8);
+    sl_ovr_wu(w, (uint64_t)r->dead_at_ns, 8);
     for (unsigned i = 0; i < r->nwin; i++) wnum(w, &r->win[i]);
     for (unsigned i = 0; i < r->nfrom; i++) wnum(w, &r->from[i]);
     wstr(w, r->key, r->key_len);
@@ -717,9 +717,9 @@ static void enc_rec(sl_ovr_wbuf *w, const sl_ovr_rec *r, uint64_t applied) {
 }
 
 void sl_ovr_encode(sl_ovr_table *t, sl_ovr_wbuf *w) {
-    wput(w, "OVR1", 4);
+    sl_ovr_wput(w, "OVR1", 4);
     size_t count_at = w->len;
-    wu(w, 0, 8);
+    sl_ovr_wu(w, 0, 8);
     uint64_t n = 0;
     for (unsigned i = 0; i < OVR_SHARDS; i++) {
         oshard *s = &t->sh[i];

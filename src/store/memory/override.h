@@ -172,6 +172,10 @@ typedef struct sl_ovr_wbuf {
     size_t len, cap;
     bool oom;
 } sl_ovr_wbuf;
+/* Appends n bytes (on out of memory: oom set, later appends ignored); an unsigned number
+ * in `bytes` little-endian bytes. The snapshot's own sections are written with them too. */
+void sl_ovr_wput(sl_ovr_wbuf *w, const void *src, size_t n);
+void sl_ovr_wu(sl_ovr_wbuf *w, uint64_t v, int bytes);
 void sl_ovr_encode(sl_ovr_table *t, sl_ovr_wbuf *w);
 /* Validates and loads a section (the table must be empty; t NULL: validates only):
  * SLUICE_ECORRUPT with a reason. */

@@ -59,35 +59,6 @@ static const sl_hash_key checksum_key = {UINT64_C(0x736c756963652d63), UINT64_C(
 
 /* ---- encoding --------------------------------------------------------------------- */
 
-typedef struct wbuf {
-    unsigned char *p;
-    size_t len, cap;
-    bool oom;
-} wbuf;
-
-static void put(wbuf *w, const void *src, size_t n) {
-    if (w->oom) return;
-    if (w->len + n > w->cap) {
-        size_t cap = w->cap ? w->cap : 4096;
-        while (cap < w->len + n) cap *= 2;
-        unsigned char *p = realloc(w->p, cap);
-        if (p == NULL) {
-            w->oom = true;
-            return;
-        }
-        w->p = p;
-        w->cap = cap;
-    }
-    memcpy(w->p + w->len, src, n);
-    w->len += n;
-}
-
-static void put_u(wbuf *w, uint64_t v, int bytes) {
-    unsigned char b[8];
-    for (int i = 0; i < bytes; i++) b[i] = (unsigned char)(v >> (8 * i));
-    put(w, b, (size_t)bytes);
-}
-
 typedef struct rbuf {
     const unsigned char *p;
     size_t len, off;
@@ -127,30 +98,30 @@ static int fail(char *eb, size_t n, int code, const char *fmt, ...) {
     return code;
 }
 
-static void put_limit(wbuf *w, const sl_family *f, const sl_limit *l) {
-    put_u(w, f->name_len, 2);
-    put(w, f->name, f->name_len);
-    put_u(w, f->index, 4);
-    put_u(w, (uint32_t)l->algo, 4);
-    put_u(w, l->state_size, 4);
-    put_u(w, (uint32_t)l->quota_period, 4);
-    put_u(w, l->limit, 8);
-    put_u(w, l->capacity, 8);
-    put_u(w, (uint64_t)l->period_ns, 8);
-    put_u(w, (uint64_t)l->max_delay_ns, 8);
-    put_u(w, (uint64_t)l->lease_ns, 8);
-    put_u(w, (uint64_t)l->emission_ns, 8);
+static void put_limit(sl_ovr_wbuf *w, const sl_family *f, const sl_limit *l) {
+    sl_ovr_wu(w, f->name_len, 2);
+    sl_ovr_wput(w, f->name, f->name_len);
+    sl_ovr_wu(w, f->index, 4);
+    sl_ovr_wu(w, (uint32_t)l->algo, 4);
+    sl_ovr_wu(w, l->state_size, 4);
+    sl_ovr_wu(w, (uint32_t)l->quota_period, 4);
+    sl_ovr_wu(w, l->limit, 8);
+    sl_ovr_wu(w, l->capacity, 8);
+    sl_ovr_wu(w, (uint64_t)l->period_ns, 8);
+    sl_ovr_wu(w, (uint64_t)l->max_delay_ns, 8);
+    sl_ovr_wu(w, (uint64_t)l->lease_ns, 8);
+    sl_ovr_wu(w, (uint64_t)l->emission_ns, 8);
     const char *tz = l->tz != NULL ? sl_tz_name(l->tz) : "";
     size_t tzl = tz != NULL ? strnlen(tz, 127) : 0;
-    put_u(w, tzl, 2);
-    put(w, tz, tzl);
+    sl_ovr_wu(w, tzl, 2);
+    sl_ovr_wput(w, tz, tzl);
     bool cap = sl_cap_present(l);
-    put_u(w, (l->cell ? 1u : 0u) | (cap ? 2u : 0u), 4);
+    sl_ovr_wu(w, (l->cell ? 1u : 0u) | (cap ? 2u : 0u), 4);
     if (cap) {
         uint64_t cw[SL_CAP_WORDS];
         size_t n = sl_cap_encode(l, cw);
-        put_u(w, n, 4);
-        for (size_t i = 0; i < n; i++) put_u(w, cw[i], 8);
+        sl_ovr_wu(w, n, 4);
+        for (size_t i = 0; i < n; i++) sl_ovr_wu(w, cw[i], 8);
     }
 }
 
@@ -179,7 +150,7 @@ static int sys_fail(int *sys_errno, int e, char *eb, size_t ebn, const char *wha
 /* Writes `w` to path via a temporary file in the same directory: fsync, rename, fsync
  * of the directory, so a crash leaves either the old snapshot or the new one. Every
  * failure names its step and keeps its errno. */
-static int write_atomically(const char *path, const wbuf *w, int *sys_errno, char *eb,
+static int write_atomically(const char *path, const sl_ovr_wbuf *w, int *sys_errno, char *eb,
                             size_t ebn) {
     size_t pl = strlen(path);
     char *tmp = malloc(pl + 16);
@@ -241,22 +212,22 @@ int sluice_store_snapshot_ex(sluice_store *st, const char *path, sluice_time now
     if (errbuf != NULL && errbuf_len > 0) errbuf[0] = '\0';
     if (st == NULL || path == NULL)
         return fail(errbuf, errbuf_len, SLUICE_EINVAL, "no store or no path");
-    wbuf w = {0};
+    sl_ovr_wbuf w = {0};
     pthread_mutex_lock(&st->reg_lock);
-    put(&w, SNAP_MAGIC, 8);
-    put_u(&w, SNAP_VERSION, 4);
-    put_u(&w, 0, 4);
-    put_u(&w, 0, 8); /* file_len, written last */
+    sl_ovr_wput(&w, SNAP_MAGIC, 8);
+    sl_ovr_wu(&w, SNAP_VERSION, 4);
+    sl_ovr_wu(&w, 0, 4);
+    sl_ovr_wu(&w, 0, 8); /* file_len, written last */
     uint8_t seed[16];
     sl_hash_key_to_bytes(&st->seed, seed);
-    put(&w, seed, 16);
-    put_u(&w, (uint64_t)now.mono_ns, 8);
-    put_u(&w, (uint64_t)now.wall_ns, 8);
-    put_u(&w, st->nfams, 4);
-    put_u(&w, 0, 4);
+    sl_ovr_wput(&w, seed, 16);
+    sl_ovr_wu(&w, (uint64_t)now.mono_ns, 8);
+    sl_ovr_wu(&w, (uint64_t)now.wall_ns, 8);
+    sl_ovr_wu(&w, st->nfams, 4);
+    sl_ovr_wu(&w, 0, 4);
     size_t count_at = w.len;
-    put_u(&w, 0, 8);
-    put_u(&w, 0, 8);
+    sl_ovr_wu(&w, 0, 8);
+    sl_ovr_wu(&w, 0, 8);
     for (unsigned i = 1; i <= st->nfams; i++) {
         sl_family *f = sl_store_family(st, (uint16_t)i);
         if (f != NULL) put_limit(&w, f, &sl_family_cur(f)->lim);
@@ -281,12 +252,12 @@ int sluice_store_snapshot_ex(sluice_store *st, const char *path, sluice_time now
                 const sl_limit *l = &sl_family_cur(f)->lim;
                 memcpy(tmp.b, sl_entry_state(e), t->ssize);
                 sl_algo_rebase(l, tmp.b, to_wall);
-                put_u(&w, (uint32_t)(e->fam - 1), 4);
-                put_u(&w, e->k1, 4);
-                put_u(&w, e->k0, 8);
-                put_u(&w, (stamp - (e->meta >> 9)) & SL_STAMP_MASK, 4);
-                put_u(&w, e->meta & (SL_META_USES | SL_META_LIMITED), 4);
-                put(&w, tmp.b, t->ssize);
+                sl_ovr_wu(&w, (uint32_t)(e->fam - 1), 4);
+                sl_ovr_wu(&w, e->k1, 4);
+                sl_ovr_wu(&w, e->k0, 8);
+                sl_ovr_wu(&w, (stamp - (e->meta >> 9)) & SL_STAMP_MASK, 4);
+                sl_ovr_wu(&w, e->meta & (SL_META_USES | SL_META_LIMITED), 4);
+                sl_ovr_wput(&w, tmp.b, t->ssize);
                 n++;
             }
             sl_shard_unlock(&t->shards[s]);
@@ -297,8 +268,8 @@ int sluice_store_snapshot_ex(sluice_store *st, const char *path, sluice_time now
         sl_ovr_wbuf ow = {0};
         sl_ovr_encode(st->ovr, &ow);
         if (ow.oom) w.oom = true;
-        put_u(&w, ow.len, 8);
-        put(&w, ow.p, ow.len);
+        sl_ovr_wu(&w, ow.len, 8);
+        sl_ovr_wput(&w, ow.p, ow.len);
         free(ow.p);
         if (!w.oom) w.p[12] = 1;
     }
@@ -311,8 +282,8 @@ int sluice_store_snapshot_ex(sluice_store *st, const char *path, sluice_time now
     uint64_t total = w.len + TRAILER;
     for (int i = 0; i < 8; i++) w.p[FILE_LEN_AT + (size_t)i] = (unsigned char)(total >> (8 * i));
     sl_hash128 h = sl_siphash128(&checksum_key, w.p, w.len, 2, 4);
-    put_u(&w, h.lo, 8);
-    put_u(&w, h.hi, 8);
+    sl_ovr_wu(&w, h.lo, 8);
+    sl_ovr_wu(&w, h.hi, 8);
     int rc = w.oom ? fail(errbuf, errbuf_len, SLUICE_ENOMEM, "out of memory building snapshot %s",
                           path)
                    : write_atomically(path, &w, sys_errno, errbuf, errbuf_len);
