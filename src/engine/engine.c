@@ -70,6 +70,8 @@ int sl__make_win(sl_engine *e, sl__epol *ep, sl__ewin *w, const sl_cwindow *cw, 
     w->info.requests_per_unit = cw->requests_per_unit;
     w->info.objective = cp->objective;
     w->info.detailed_metric = cp->detailed_metric || cp->value_to_metric;
+    w->info.counts = cw->counts;
+    w->info.llm = cp->llm;
     if (cw->spec.algo == SLUICE_CONCURRENCY || cw->spec.algo == SLUICE_ADAPTIVE_CONCURRENCY)
         w->info.qu = SL_QU_CONCURRENT;
     if (cw->deny_all) {

@@ -120,6 +120,8 @@ typedef struct sl_window_info {
     const char *objective;     /* the policy's objective (protection, fairness, ...) */
     bool detailed_metric;      /* envoy detailed_metric / value_to_metric: metrics may
                                   label this rule by the descriptor's values */
+    uint8_t counts;            /* issue 24: sl_llm_count of the window (0: its cost) */
+    const struct sl_cllm *llm; /* its policy's `llm:` section, NULL for none */
 } sl_window_info;
 
 #define SL_VERDICT_KEYS 4096 /* bytes of composed keys one verdict can hold */

@@ -13,8 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api/grpc/ext_proc.h"
 #include "api/grpc/rls.h"
 #include "server/envoy_stats.h"
+#include "server/observe.h"
 #include "server/pending.h"
 #include "server/rejections.h"
 #include "server/server.h"
@@ -159,9 +161,103 @@ static void pull_output(sl_conn *c, sl_h2 *h) {
     }
 }
 
+
+/* ---- ext_proc (issue 24): the engine and the store behind api/grpc/ext_proc.c ---- */
+
+#define XP_KINDS SL_XP_SETTLE_KINDS
+static _Atomic uint64_t xp_settled[SL_MAX_WORKERS][XP_KINDS];
+
+/* A decision whose stream went away before its verdict came: nothing was forwarded, so
+ * what it reserved is given back (a usage of no tokens; the request still counts). */
+static void xp_orphan(sl_pending *p, int rc);
+
+static void finish_xp(sl_pending *p, int rc, bool later) {
+    sl_conn *c = p->c;
+    sl_server_count_verdict(p->w, rc, &p->v);
+    if (p->call == NULL || c == NULL || c->h2 == NULL) {
+        xp_orphan(p, rc);
+        return;
+    }
+    sl_xp_decided(c->h2, p->call, rc, &p->v);
+    if (!later) return; /* inline: the feed that started it pulls the output */
+    pull_output(c, c->h2);
+    if (!sl_h2_alive(c->h2)) c->close_after = true;
+    sl_conn_flush_later(c);
+}
+
+static int xp_decide(void *owner, sl_xp_call *x, const sl_request *r) {
+    sl_conn *c = owner;
+    sl_worker *w = c->w;
+    if (w->gen == NULL || w->gen->engine == NULL) return -1;
+    sl_pending *p = sl_pending_get(w, c, finish_xp);
+    if (p == NULL) return -1;
+    const sl_engine *e = w->gen->engine;
+    p->call = x;
+    p->client[0] = '\0';
+    sl_engine_prepare(e, r, &p->v);
+    sl_pending_submit(p);
+    sl_engine_decide(e, w->lane, &p->v, sl_worker_now(w), sl_pending_done, p);
+    return sl_pending_park(p) ? 1 : 0;
+}
+
+static void xp_forget(void *owner, sl_xp_call *x) { sl_pending_call_gone(owner, x); }
+
+static void finish_xp_settle(sl_pending *p, int rc, bool later) {
+    (void)later;
+    sl_server_count_settle(p->w, rc, &p->v);
+}
+
+/* Fire and forget: the record answers nobody (no connection), so a settle survives the
+ * stream and the connection that asked for it. */
+static void xp_settle_on(sl_worker *w, const char *tok, size_t tl, const sl_llm_usage *u) {
+    if (w->gen == NULL || w->gen->engine == NULL) return;
+    sl_pending *p = sl_pending_get(w, NULL, finish_xp_settle);
+    if (p == NULL) return; /* refused (counted): the reservation stands until it expires */
+    p->op = SL_TOKEN_SETTLE;
+    sl_pending_submit(p);
+    sl_engine_token_usage(w->gen->engine, w->lane, tok, tl, SL_TOKEN_SETTLE, u, sl_worker_now(w), &p->v,
+                          sl_pending_done, p);
+    (void)sl_pending_park(p);
+}
+
+static void xp_settle(void *owner, const char *tok, size_t tl, const sl_llm_usage *u) {
+    xp_settle_on(((sl_conn *)owner)->w, tok, tl, u);
+}
+
+static void xp_orphan(sl_pending *p, int rc) {
+    sl_verdict *v = &p->v;
+    if (rc != 0 || (v->action != SL_ALLOW && v->action != SL_DELAY) || !sl_verdict_needs_token(v)) return;
+    char tok[SL_TOKEN_MAX + 1];
+    int tl = sl_verdict_token(v, tok, sizeof(tok));
+    if (tl <= 0) return;
+    sl_llm_usage u = {.have = SL_LLM_U_PROMPT | SL_LLM_U_COMPLETION};
+    xp_settle_on(p->w, tok, (size_t)tl, &u);
+}
+
+static void xp_settled_count(void *owner, sl_xp_settle_kind k, const char *policy) {
+    sl_worker *w = ((sl_conn *)owner)->w;
+    if (w->id < SL_MAX_WORKERS && (unsigned)k < XP_KINDS) sl_met_inc(&xp_settled[w->id][k], 1);
+    if (k == SL_XP_RESERVATION_KEPT) {
+        sl_log *log = w->srv->obs ? w->srv->obs->log : NULL;
+        SL_LOG(log, SL_LOG_INFO, "llm_reservation_kept",
+               "an LLM response ended without a usage: its reservation stands",
+               SL_LOG_STR("policy", policy ? policy : ""));
+    }
+}
+
+static unsigned xp_render_flags(void *owner) { return render_flags(((sl_conn *)owner)->w); }
+
+static const sl_xp_hooks xp_hooks = {
+    .decide = xp_decide,
+    .forget = xp_forget,
+    .settle = xp_settle,
+    .settled = xp_settled_count,
+    .render_flags = xp_render_flags,
+};
+
 int sl_grpc_conn_feed(sl_conn *c, sl_h2 **hp) {
     if (*hp == NULL) {
-        sl_h2_opts o = {.forget = grpc_forget, .owner = c};
+        sl_h2_opts o = {.forget = grpc_forget, .owner = c, .xp = &xp_hooks};
         *hp = sl_h2_create(&o);
         if (*hp == NULL) {
             c->close_after = true;
@@ -321,5 +417,15 @@ void sl_grpc_metrics_render(const sl_server *s, sl_wbuf *out) {
             t += atomic_load_explicit(&grpc_calls[i][k], memory_order_relaxed);
         if (t == 0 && k != 0) continue;
         sl_wbuf_printf(out, "sluice_grpc_calls_total{code=\"%d\"} %llu\n", k, (unsigned long long)t);
+    }
+    static const char *const kinds[XP_KINDS] = {"usage", "estimate", "reservation_kept"};
+    sl_wbuf_puts(out, "# HELP sluice_llm_settlements_total LLM reservations ended through ext_proc, by how: "
+                      "the provider's usage, an estimate of what streamed, or the reservation kept.\n"
+                      "# TYPE sluice_llm_settlements_total counter\n");
+    for (int k = 0; k < XP_KINDS; k++) {
+        uint64_t t = 0;
+        for (unsigned i = 0; i < s->nworkers && i < SL_MAX_WORKERS; i++)
+            t += atomic_load_explicit(&xp_settled[i][k], memory_order_relaxed);
+        sl_wbuf_printf(out, "sluice_llm_settlements_total{result=\"%s\"} %llu\n", kinds[k], (unsigned long long)t);
     }
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/grpc/h2.h"
+#include "api/grpc/ext_proc.h"
 #include "api/grpc/rls.h"
 #include "health.pb-c.h"
 
@@ -22,7 +23,8 @@ static bool path_is(const char *p, size_t len, const char *want) {
 }
 
 bool sl_grpc_known_method(const char *path, size_t len) {
-    return path_is(path, len, RLS_PATH) || path_is(path, len, HEALTH_CHECK_PATH);
+    return path_is(path, len, RLS_PATH) || path_is(path, len, HEALTH_CHECK_PATH) ||
+           sl_grpc_streaming_method(path, len);
 }
 
 /* ---- unpack arena ------------------------------------------------------------------- */

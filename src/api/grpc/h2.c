@@ -41,6 +41,19 @@ typedef struct h2_stream {
     size_t unconsumed;             /* DATA bytes not yet handed back to the windows */
     uint8_t *wbuf;                 /* framed response message */
     size_t wlen, woff;
+    /* streaming calls (ext_proc): each request message is handed over as it completes;
+     * responses are queued in obuf and sent without END_STREAM, then trailers */
+    bool streaming;
+    bool busy;                     /* the handler waits (store): the current message stays
+                                      at rbuf+roff, later ones wait behind it */
+    bool resp_started, deferred, want_trailers;
+    int close_status;
+    char close_msg[160];
+    size_t roff;                   /* bytes of rbuf already handled */
+    size_t cur;                    /* framed length of the message the busy handler holds */
+    void *app;                     /* the handler's per-stream state */
+    uint8_t *obuf;                 /* framed response messages not yet sent */
+    size_t olen, ooff, ocap;
 } h2_stream;
 
 struct sl_h2 {
@@ -59,6 +72,8 @@ struct sl_h2 {
     bool notice_sent, goaway_sent;  /* drain: shutdown notice, then the final GOAWAY */
     int64_t notice_ns;
 };
+
+static void stream_pump(sl_h2 *h, struct h2_stream *st);
 
 /* ---- stream records ---------------------------------------------------------------- */
 
@@ -88,7 +103,18 @@ static h2_stream *stream_new(sl_h2 *h, int32_t id) {
 static void stream_free_mem(h2_stream *st) {
     free(st->rbuf);
     free(st->wbuf);
+    free(st->obuf);
     free(st);
+}
+
+/* A streaming call's handler learns that its stream is over (reset, closed, session
+ * gone): it settles what it must and frees its state. */
+static void app_gone(sl_h2 *h, h2_stream *st) {
+    if (st->streaming && st->app != NULL) {
+        void *a = st->app;
+        st->app = NULL;
+        sl_grpc_stream_gone(h, st, a);
+    }
 }
 
 /* The call no longer waits for its answer: the owner forgets it. */
@@ -101,6 +127,10 @@ static void stop_waiting(sl_h2 *h, h2_stream *st) {
 
 static void stream_release(sl_h2 *h, h2_stream *st) {
     stop_waiting(h, st);
+    app_gone(h, st);
+    free(st->obuf); /* streaming output is never pooled */
+    st->obuf = NULL;
+    st->ocap = st->olen = st->ooff = 0;
     if (!st->answered && st->deadline_ns != 0) h->ndeadlines--;
     if (st->unconsumed > 0) nghttp2_session_consume_connection(h->s, st->unconsumed);
     if (st->prev)
@@ -220,6 +250,10 @@ static void run_call(sl_h2 *h, h2_stream *st) {
 static void finish_call(sl_h2 *h, h2_stream *st) {
     st->ended = true;
     if (st->answered) return;
+    if (st->streaming) { /* the client half-closed: its handler ends the call */
+        stream_pump(h, st);
+        return;
+    }
     const sl_grpc_env *env = h->env;
     if (st->deadline_ns != 0 && env != NULL && env->mono_ns >= st->deadline_ns) {
         reply_status(h, st, 200, SL_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
@@ -287,6 +321,185 @@ static void take_data(sl_h2 *h, h2_stream *st, const uint8_t *p, size_t len) {
         }
     }
 }
+
+/* ---- streaming calls ----------------------------------------------------------------- */
+
+/* Why the bytes of a streaming call are given back to the windows only once its handler
+ * is done with their message: a peer then holds at most one stream window (SL_H2_XP_WINDOW)
+ * of unhandled bytes per stream and the connection window per connection, whatever it
+ * sends, and a handler that waits for its store needs no copy of the message it holds. */
+static void stream_pump(sl_h2 *h, h2_stream *st) {
+    while (!st->busy && !st->answered) {
+        size_t avail = st->rlen - st->roff;
+        if (avail < 5) break;
+        const uint8_t *p = st->rbuf + st->roff;
+        uint32_t ml = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+        if (p[0] != 0) {
+            sl_h2_stream_close(h, st, SL_GRPC_UNIMPLEMENTED, "compressed messages are not supported (send identity)");
+            break;
+        }
+        if (ml > SL_H2_XP_MAX_MESSAGE) {
+            /* refused from its prefix: the rest is never buffered */
+            sl_grpc_stream_oversize(h, st, &st->app, ml);
+            if (!st->answered) sl_h2_stream_close(h, st, SL_GRPC_RESOURCE_EXHAUSTED, "message too large");
+            break;
+        }
+        if (avail < 5 + (size_t)ml) break;
+        st->cur = 5 + (size_t)ml;
+        if (sl_grpc_stream_message(h, st, &st->app, p + 5, ml) == 1) {
+            st->busy = true; /* sl_h2_stream_resume hands the message back */
+            return;
+        }
+        st->roff += st->cur;
+        if (!st->answered) {
+            give_back(h, st->id, st->cur);
+            st->unconsumed -= st->cur;
+        }
+        st->cur = 0;
+    }
+    if (st->roff > 0 && st->roff == st->rlen) st->roff = st->rlen = 0;
+    if (!st->busy && !st->answered && st->ended && st->rlen - st->roff < 5) {
+        if (st->rlen != st->roff)
+            sl_h2_stream_close(h, st, SL_GRPC_INTERNAL, "truncated request message");
+        else
+            sl_grpc_stream_halfclose(h, st, &st->app);
+    }
+}
+
+static void take_stream_data(sl_h2 *h, h2_stream *st, const uint8_t *p, size_t len) {
+    if (st->roff > 0 && !st->busy) { /* compact: what is handled goes */
+        memmove(st->rbuf, st->rbuf + st->roff, st->rlen - st->roff);
+        st->rlen -= st->roff;
+        st->roff = 0;
+    }
+    if (st->rlen + len > st->rcap) {
+        size_t cap = st->rcap ? st->rcap : 256;
+        while (cap < st->rlen + len) cap *= 2;
+        uint8_t *nb = realloc(st->rbuf, cap);
+        if (nb == NULL) {
+            sl_h2_stream_close(h, st, SL_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
+        st->rbuf = nb;
+        st->rcap = cap;
+    }
+    memcpy(st->rbuf + st->rlen, p, len);
+    st->rlen += len;
+    stream_pump(h, st);
+}
+
+static ssize_t read_stream(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
+                           uint32_t *flags, nghttp2_data_source *src, void *ud) {
+    (void)ud;
+    h2_stream *st = src->ptr;
+    size_t n = st->olen - st->ooff;
+    if (n == 0) {
+        if (!st->want_trailers) {
+            st->deferred = true;
+            return NGHTTP2_ERR_DEFERRED;
+        }
+        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        char gs[8], enc[512];
+        int gl = snprintf(gs, sizeof(gs), "%d", st->close_status);
+        size_t el = st->close_msg[0] ? sl_grpc_pct_encode(st->close_msg, enc, sizeof(enc)) : 0;
+        nghttp2_nv tr[2] = {NV("grpc-status", gs, (size_t)gl), NV("grpc-message", enc, el)};
+        if (nghttp2_submit_trailer(s, id, tr, el ? 2 : 1) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        return 0;
+    }
+    if (n > length) n = length;
+    memcpy(buf, st->obuf + st->ooff, n);
+    st->ooff += n;
+    if (st->ooff == st->olen) st->ooff = st->olen = 0;
+    return (ssize_t)n;
+}
+
+/* Starts the response (HEADERS, then DATA as messages are queued) or wakes its data
+ * provider. */
+static void stream_kick(sl_h2 *h, h2_stream *st) {
+    if (!st->resp_started) {
+        st->resp_started = true;
+        nghttp2_nv nva[2] = {NV(":status", "200", 3), NV("content-type", "application/grpc", 16)};
+        nghttp2_data_provider prd = {.source = {.ptr = st}, .read_callback = read_stream};
+        if (nghttp2_submit_response(h->s, st->id, nva, 2, &prd) != 0)
+            nghttp2_submit_rst_stream(h->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    } else if (st->deferred) {
+        st->deferred = false;
+        nghttp2_session_resume_data(h->s, st->id);
+    }
+}
+
+uint8_t *sl_h2_stream_reserve(sl_h2 *h, void *call, size_t max) {
+    (void)h;
+    h2_stream *st = call;
+    if (st->answered || st->want_trailers) return NULL;
+    if (st->olen - st->ooff + 5 + max > SL_H2_XP_OUT_MAX) return NULL;
+    if (st->ooff > 0) {
+        memmove(st->obuf, st->obuf + st->ooff, st->olen - st->ooff);
+        st->olen -= st->ooff;
+        st->ooff = 0;
+    }
+    if (st->olen + 5 + max > st->ocap) {
+        size_t cap = st->olen + 5 + max;
+        if (cap < 1024) cap = 1024;
+        uint8_t *nb = realloc(st->obuf, cap);
+        if (nb == NULL) return NULL;
+        st->obuf = nb;
+        st->ocap = cap;
+    }
+    return st->obuf + st->olen + 5;
+}
+
+void sl_h2_stream_commit(sl_h2 *h, void *call, size_t len) {
+    h2_stream *st = call;
+    uint8_t *f = st->obuf + st->olen;
+    f[0] = 0;
+    f[1] = (uint8_t)(len >> 24);
+    f[2] = (uint8_t)(len >> 16);
+    f[3] = (uint8_t)(len >> 8);
+    f[4] = (uint8_t)len;
+    st->olen += 5 + len;
+    stream_kick(h, st);
+}
+
+void sl_h2_stream_close(sl_h2 *h, void *call, int status, const char *msg) {
+    h2_stream *st = call;
+    if (st->answered) return;
+    if (!st->resp_started) { /* nothing sent: Trailers-Only */
+        reply_status(h, st, 200, status, msg);
+        return;
+    }
+    set_answered(h, st, status);
+    st->want_trailers = true;
+    st->close_status = status;
+    snprintf(st->close_msg, sizeof(st->close_msg), "%s", msg ? msg : "");
+    stream_kick(h, st);
+}
+
+void sl_h2_stream_resume(sl_h2 *h, void *call) {
+    h2_stream *st = call;
+    if (!st->busy) return;
+    st->busy = false;
+    st->roff += st->cur;
+    if (!st->answered) {
+        give_back(h, st->id, st->cur);
+        st->unconsumed -= st->cur;
+    }
+    st->cur = 0;
+    stream_pump(h, st);
+}
+
+const uint8_t *sl_h2_stream_current(sl_h2 *h, void *call, size_t *len) {
+    (void)h;
+    h2_stream *st = call;
+    if (!st->busy || st->cur < 5) {
+        *len = 0;
+        return NULL;
+    }
+    *len = st->cur - 5;
+    return st->rbuf + st->roff + 5;
+}
+
+const sl_h2_opts *sl_h2_options(const sl_h2 *h) { return &h->o; }
 
 /* ---- nghttp2 callbacks -------------------------------------------------------------- */
 
@@ -366,6 +579,11 @@ static void begin_call(sl_h2 *h, h2_stream *st, bool end_stream) {
         reply_status(h, st, 200, SL_GRPC_UNIMPLEMENTED, m);
     } else if (st->deadline_ns != 0 && h->env != NULL && h->env->mono_ns >= st->deadline_ns)
         reply_status(h, st, 200, SL_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
+    else if (sl_grpc_streaming_method(st->path, st->path_len)) {
+        /* a stream window that holds one whole message of a streaming call */
+        st->streaming = true;
+        nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, st->id, (int32_t)SL_H2_XP_WINDOW);
+    }
     if (end_stream) finish_call(h, st);
 }
 
@@ -401,7 +619,10 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
         return 0;
     }
     st->unconsumed += len; /* an answer (even one take_data gives now) hands it back */
-    take_data(h, st, data, len);
+    if (st->streaming)
+        take_stream_data(h, st, data, len);
+    else
+        take_data(h, st, data, len);
     return 0;
 }
 
@@ -468,6 +689,9 @@ sl_h2 *sl_h2_create(const sl_h2_opts *opts) {
     uint64_t sw = (uint64_t)h->o.max_message + 5;
     uint32_t stream_window = sw < 65535 ? 65535 : sw > INT32_MAX ? INT32_MAX : (uint32_t)sw;
     uint32_t conn_window = stream_window > SL_H2_CONN_WINDOW ? stream_window : SL_H2_CONN_WINDOW;
+    /* room for two whole messages of streaming calls at once, so one stream's unhandled
+     * message never holds the others back */
+    if (conn_window < 2 * SL_H2_XP_WINDOW) conn_window = 2 * SL_H2_XP_WINDOW;
     nghttp2_settings_entry iv[4] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, h->o.max_streams},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, h->o.max_header_list},
@@ -488,6 +712,7 @@ void sl_h2_destroy(sl_h2 *h) {
         h2_stream *st = h->active;
         h->active = st->next;
         if (st->waiting && h->o.forget != NULL) h->o.forget(h->o.owner, st); /* never delivered */
+        app_gone(h, st);
         stream_free_mem(st);
     }
     while (h->pool) {
@@ -548,8 +773,12 @@ void sl_h2_tick(sl_h2 *h, const sl_grpc_env *env) {
     if (h->ndeadlines == 0) return;
     h->env = env;
     for (h2_stream *st = h->active; st != NULL; st = st->next)
-        if (!st->answered && st->deadline_ns != 0 && env->mono_ns >= st->deadline_ns)
-            reply_status(h, st, 200, SL_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
+        if (!st->answered && st->deadline_ns != 0 && env->mono_ns >= st->deadline_ns) {
+            if (st->streaming)
+                sl_h2_stream_close(h, st, SL_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
+            else
+                reply_status(h, st, 200, SL_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
+        }
     h->env = NULL;
 }
 

@@ -56,6 +56,8 @@ typedef struct sl_h2_opts {
      * delivered; may be NULL */
     void (*forget)(void *owner, void *call);
     void *owner;               /* passed to forget (the connection) */
+    /* streaming methods (ext_proc): the server's hooks, opaque here (ext_proc.h) */
+    const void *xp;
 } sl_h2_opts;
 
 typedef struct sl_h2 sl_h2;
@@ -89,6 +91,39 @@ bool sl_h2_alive(const sl_h2 *h);
 size_t sl_h2_open_calls(const sl_h2 *h);
 /* Earliest pending deadline or drain step (monotonic ns), 0 when none. */
 int64_t sl_h2_next_deadline(const sl_h2 *h);
+
+/* ---- streaming calls (bidirectional: ext_proc), for their handler ----
+ * A streaming call's request messages are handed to sl_grpc_stream_message one at a time
+ * as each completes, in order; its responses are queued with reserve/commit and sent as
+ * DATA without END_STREAM; sl_h2_stream_close ends it with trailers. Memory: at most
+ * SL_H2_XP_WINDOW unhandled request bytes per stream (its flow-control window), the
+ * connection window per connection, SL_H2_XP_OUT_MAX queued response bytes per stream. */
+#define SL_H2_XP_MAX_MESSAGE (1u << 20)                  /* a larger message is refused */
+#define SL_H2_XP_WINDOW (SL_H2_XP_MAX_MESSAGE + 4096u)
+#define SL_H2_XP_OUT_MAX (4u << 20)
+
+/* Room for one response message of at most max bytes (NULL: the call is over, or too much
+ * is queued); then commit its length. */
+uint8_t *sl_h2_stream_reserve(sl_h2 *h, void *call, size_t max);
+void sl_h2_stream_commit(sl_h2 *h, void *call, size_t len);
+/* Ends the call with trailers (grpc-status, grpc-message); later messages are dropped. */
+void sl_h2_stream_close(sl_h2 *h, void *call, int status, const char *msg);
+/* A handler that answered 1 (busy) is done with its message: the next ones follow. */
+void sl_h2_stream_resume(sl_h2 *h, void *call);
+/* The message a busy handler holds (it stays in place until resume). */
+const uint8_t *sl_h2_stream_current(sl_h2 *h, void *call, size_t *len);
+const sl_h2_opts *sl_h2_options(const sl_h2 *h);
+
+/* The streaming method's handler (ext_proc.c). message: 0 handled, 1 busy (waits: it
+ * calls sl_h2_stream_resume later). oversize: a message above SL_H2_XP_MAX_MESSAGE was
+ * announced (the handler answers and closes). halfclose: the client ended its side.
+ * gone: the stream is over (reset, closed, session destroyed): free *app; the session
+ * must not be used from it. */
+bool sl_grpc_streaming_method(const char *path, size_t len);
+int sl_grpc_stream_message(sl_h2 *h, void *call, void **app, const uint8_t *msg, size_t len);
+void sl_grpc_stream_oversize(sl_h2 *h, void *call, void **app, uint32_t declared);
+void sl_grpc_stream_halfclose(sl_h2 *h, void *call, void **app);
+void sl_grpc_stream_gone(sl_h2 *h, void *call, void *app);
 
 /* ---- the call layer (grpc.c), used by the session ---- */
 
