@@ -715,7 +715,10 @@ void sl_grpc_stream_oversize(sl_h2 *h, void *call, void **app, uint32_t declared
 
 void sl_grpc_stream_halfclose(sl_h2 *h, void *call, void **app) {
     sl_xp_call *x = *app;
-    if (x != NULL) settle_once(x, x->resp_eos);
+    /* Envoy ends the stream when the exchange is over: a response that sent no body to
+     * be seen is complete as far as sluice can tell (its reservation stands); one whose
+     * body stopped midway is settled from what streamed */
+    if (x != NULL) settle_once(x, x->resp_eos || !x->resp_body_seen);
     sl_h2_stream_close(h, call, SL_GRPC_OK, NULL);
 }
 
