@@ -27,6 +27,7 @@ set(SLUICE_SERIAL_TESTS
   test_store_path
   test_client_paced           # pacing on the real clock
   test_conn_budget            # resident memory of 300 stalled connections
+  test_ext_proc               # resident memory of 2,000 concurrent ext_proc streams, a 100 MB body
   test_footprint              # resident memory of the installed config
   test_redis_failover         # failover within deadlines, under load
   test_redis_leasing          # adversarial timing of leases

@@ -560,7 +560,9 @@ def test_many_concurrent_streams_each_settled_once(make_server, xp):
 
     async def main():
         nch = max(1, N_STREAMS // 500)  # at most 500 streams a connection (the cap is 1024)
-        chans = [grpc.aio.insecure_channel(s.grpc) for _ in range(nch)]
+        # a channel of its own each (grpc shares one connection between equal channels)
+        chans = [grpc.aio.insecure_channel(s.grpc, options=[("grpc.use_local_subchannel_pool", 1)])
+                 for _ in range(nch)]
         gate = asyncio.Event()
         tasks = [asyncio.ensure_future(one(chans[i % nch], gate)) for i in range(N_STREAMS)]
         t0 = time.time()
