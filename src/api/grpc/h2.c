@@ -69,6 +69,7 @@ struct sl_h2 {
     const uint8_t *pend;           /* output chunk from nghttp2 not yet copied out */
     size_t pend_len;
     bool fatal;
+    bool xp_window;                /* the connection window was raised for streaming calls */
     bool notice_sent, goaway_sent;  /* drain: shutdown notice, then the final GOAWAY */
     int64_t notice_ns;
 };
@@ -583,6 +584,13 @@ static void begin_call(sl_h2 *h, h2_stream *st, bool end_stream) {
         /* a stream window that holds one whole message of a streaming call */
         st->streaming = true;
         nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, st->id, (int32_t)SL_H2_XP_WINDOW);
+        /* and, from the first streaming call on, a connection window with room for two
+         * whole messages, so one stream's unhandled message never holds the others back
+         * (a connection of unary calls only keeps its 1 MiB) */
+        if (!h->xp_window) {
+            h->xp_window = true;
+            nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, (int32_t)(2 * SL_H2_XP_WINDOW));
+        }
     }
     if (end_stream) finish_call(h, st);
 }
@@ -689,9 +697,6 @@ sl_h2 *sl_h2_create(const sl_h2_opts *opts) {
     uint64_t sw = (uint64_t)h->o.max_message + 5;
     uint32_t stream_window = sw < 65535 ? 65535 : sw > INT32_MAX ? INT32_MAX : (uint32_t)sw;
     uint32_t conn_window = stream_window > SL_H2_CONN_WINDOW ? stream_window : SL_H2_CONN_WINDOW;
-    /* room for two whole messages of streaming calls at once, so one stream's unhandled
-     * message never holds the others back */
-    if (conn_window < 2 * SL_H2_XP_WINDOW) conn_window = 2 * SL_H2_XP_WINDOW;
     nghttp2_settings_entry iv[4] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, h->o.max_streams},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, h->o.max_header_list},
