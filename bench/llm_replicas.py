@@ -11,11 +11,16 @@ three set-ups:
   at-end   - one Redis, but only 1 token reserved and the usage charged at the end (what a
              gateway that settles only at stream end does: the LiteLLM / ai-gateway #2394 shape)
   local    - each instance its own memory store (the limit x replicas failure)
+  extproc  - one Redis, each request through Envoy's ext_proc protocol on the gRPC listener (a
+             grpcio client plays Envoy): the body reserves max_tokens, clamped to what is
+             left (on_short: clamp), the response streams through sluice in chunks at the
+             generation's pace and is cut at its budget, the final usage event settles
 Usage: llm_replicas.py SLUICE_BIN [--seconds 60] [--instances 3] [--clients 30] [--tpm 100000]
 Needs redis-server. Loopback only; every server on a free port; everything stopped at the end."""
 import argparse
 import json
 import os
+import queue
 import random
 import shutil
 import socket
@@ -71,6 +76,26 @@ def post(url, obj):
         return e.code, json.loads(e.read() or b"{}")
 
 
+_STUBS = []
+_STUBS_LOCK = threading.Lock()
+
+
+def xp_stubs(tmp):
+    """ext_proc's protobuf classes, generated once from src/api/grpc/*.proto."""
+    with _STUBS_LOCK:
+        if not _STUBS:
+            import glob
+            import importlib
+            src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "api", "grpc")
+            out = os.path.join(tmp, "stubs")
+            os.makedirs(out, exist_ok=True)
+            subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", src, "--python_out", out] +
+                           sorted(glob.glob(os.path.join(src, "*.proto"))), check=True)
+            sys.path.insert(0, out)
+            _STUBS.append(importlib.import_module("ext_proc_pb2"))
+        return _STUBS[0]
+
+
 def run(mode, args, tmp):
     procs, urls = [], []
     redis = None
@@ -82,15 +107,18 @@ def run(mode, args, tmp):
         store = "  type: redis\n  addr: 127.0.0.1:%d\n  timeout: 500ms\n" % rport
     else:
         store = "  type: memory\n"
+    grpcs = []
     for i in range(args.instances):
         port = free_port()
+        gport = free_port()
+        grpcs.append("127.0.0.1:%d" % gport)
         path = os.path.join(tmp, "%s-%d.yaml" % (mode, i))
         with open(path, "w") as f:
             f.write(CONFIG.format(http=port, store=store, tpm=args.tpm, algo=args.algorithm))
         procs.append(subprocess.Popen([args.bin, "serve", "-c", path, "--workers", "1",
                                        "--http", "127.0.0.1:%d" % port, "--resp", "127.0.0.1:%d" % free_port(),
                                        "--admin", "127.0.0.1:%d" % free_port(),
-                                       "--grpc", "127.0.0.1:%d" % free_port()], cwd=tmp,
+                                       "--grpc", "127.0.0.1:%d" % gport], cwd=tmp,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(port)
         urls.append("http://127.0.0.1:%d" % port)
@@ -107,6 +135,8 @@ def run(mode, args, tmp):
     prompt = "x" * (args.prompt * 4 - 120)
 
     def client(k):
+        if mode == "extproc":
+            return xp_client(k)
         url = urls[k % len(urls)]
         r = random.Random(rnd.random())
         while time.time() < stop:
@@ -136,6 +166,68 @@ def run(mode, args, tmp):
             with lock:
                 admitted.append((t0, args.prompt + completion))
 
+    def xp_client(k):
+        import grpc
+        xp = xp_stubs(tmp)
+        ch = grpc.insecure_channel(grpcs[k % len(grpcs)])
+        P = xp.ProcessingRequest
+        call = ch.stream_stream("/envoy.service.ext_proc.v3.ExternalProcessor/Process",
+                                request_serializer=P.SerializeToString,
+                                response_deserializer=xp.ProcessingResponse.FromString)
+        r = random.Random(rnd.random())
+        chunk_tokens = 50
+        while time.time() < stop:
+            q = queue.Queue()
+            it = call(iter(q.get, None), timeout=120)
+
+            def send(m):
+                q.put(m)
+                return next(it)
+            h = P(request_headers=xp.HttpHeaders())
+            for kk, v in ((":method", "POST"), (":path", "/v1/chat/completions"),
+                          ("content-type", "application/json"), ("authorization", "Bearer team")):
+                h.request_headers.headers.headers.add(key=kk, raw_value=v.encode())
+            send(h)
+            body = json.dumps({"model": "gpt-4o-mini", "max_tokens": args.max_tokens, "stream": True,
+                               "stream_options": {"include_usage": True},
+                               "messages": [{"role": "user", "content": prompt}]}).encode()
+            resp = send(P(request_body=xp.HttpBody(body=body, end_of_stream=True)))
+            if resp.WhichOneof("response") == "immediate_response":
+                with lock:
+                    if resp.immediate_response.status.code == 503:
+                        unavailable[0] += 1
+                    else:
+                        refused[0] += 1
+                q.put(None)
+                list(it)
+                time.sleep(0.05)
+                continue
+            allowed = args.max_tokens
+            bm = resp.request_body.response.body_mutation
+            if bm.WhichOneof("mutation") == "body":
+                allowed = json.loads(bm.body)["max_tokens"]  # clamped: the provider stops there
+            t0 = time.time()
+            completion = min(r.randint(args.max_tokens // 10, args.max_tokens), allowed)
+            send(P(response_headers=xp.HttpHeaders()))
+            sent = 0
+            while sent < completion:
+                n = min(chunk_tokens, completion - sent)
+                delta = "abcd" * n  # 4 bytes a token, as bytes_per_token says
+                ev = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": delta}}]}).encode() + b"\n\n"
+                time.sleep(n / args.tokens_per_s)
+                send(P(response_body=xp.HttpBody(body=ev)))
+                sent += n
+            usage = {"prompt_tokens": args.prompt, "completion_tokens": completion,
+                     "total_tokens": args.prompt + completion}
+            tail = (b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n" +
+                    b"data: [DONE]\n\n")
+            send(P(response_body=xp.HttpBody(body=tail, end_of_stream=True)))
+            q.put(None)
+            list(it)
+            with lock:
+                admitted.append((t0, args.prompt + completion))
+        ch.close()
+
     ths = [threading.Thread(target=client, args=(k,)) for k in range(args.clients)]
     for t in ths:
         t.start()
@@ -162,7 +254,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=2000)
     ap.add_argument("--prompt", type=int, default=200)
     ap.add_argument("--tokens-per-s", type=float, default=400.0)
-    ap.add_argument("--modes", default="shared,at-end,local")
+    ap.add_argument("--modes", default="shared,at-end,local,extproc")
     ap.add_argument("--algorithm", default="fixed_window")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="sluice-llm-bench-")
