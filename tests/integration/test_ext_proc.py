@@ -296,6 +296,29 @@ def test_the_redis_store_shares_reservations_and_settlements(chan, xp, redis):
             s.assert_clean()
 
 
+def test_stream_reset_while_its_decision_waits_gives_the_reservation_back(chan, xp, redis):
+    import signal
+    s = Server(config_text=config(out=1000, per="hour"), test_clock=False, workers=1,
+               extra=["--store", "redis://127.0.0.1:%d?timeout_ms=5000" % redis.port])
+    try:
+        st = Stream(chan(s), xp)
+        st.headers()
+        os.kill(redis.proc.pid, signal.SIGSTOP)  # the decision waits for the store
+        try:
+            st.q.put(xp.ProcessingRequest(request_body=xp.HttpBody(body=fixture("openai_chat_request.json"),
+                                                                   end_of_stream=True)))
+            time.sleep(0.3)
+            st.cancel()  # Envoy's downstream went away meanwhile
+            time.sleep(0.3)
+        finally:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        # the reservation made after the stream went is settled to no output at once
+        assert wait_for(lambda: peek(s)["out"] == 1000), peek(s)
+    finally:
+        s.stop()
+        s.assert_clean()
+
+
 # ---- clamping and refusing -------------------------------------------------------------------
 
 def test_clamp_rewrites_max_tokens_and_says_so(make_server, chan, xp):
