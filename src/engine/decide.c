@@ -490,6 +490,11 @@ static void on_applied(void *ud, int rc, const sl_sresult *res) {
  */
 /* issue 24: a settle from a provider's usage gives each window its pool's count under its
  * policy's counting parameters (src/llm); otherwise every item settles to run.actual. */
+static bool item_pooled(const sl_verdict_item *it) {
+    const sl__ewin *w = item_win(it);
+    return w->cw && w->cw->counts && w->cw->counts != SL_LLM_COUNT_TOTAL;
+}
+
 static uint64_t item_actual(const sl_verdict *v, const sl_verdict_item *it) {
     if (!v->run.has_llm) return v->run.actual;
     const sl__ewin *w = item_win(it);
@@ -506,6 +511,9 @@ void sl__apply(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now) {
     for (size_t i = 0; i < v->n; i++) {
         const sl_verdict_item *it = &v->items[i];
         if (!applies(v, it)) continue;
+        /* a bare actual is a total: the requests, input, output and cached pools keep what
+         * they reserved (only a usage object says how a total splits) */
+        if (v->run.tok_op == SL_TOK_SETTLE && !v->run.has_llm && item_pooled(it)) continue;
         sl_sitem si = {.lim = item_win(it)->lim, .key = v->keys + it->key_off,
                        .key_len = it->key_len, .cost = it->cost};
         if (v->run.tok_op == SL_TOK_RELEASE) { /* a sample for an adaptive limit */

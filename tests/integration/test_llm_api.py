@@ -170,6 +170,56 @@ def test_settle_with_the_providers_usage(make_server):
                          timeout=5).status_code == 200
 
 
+POOLS = """
+policies:
+  - name: pools
+    match: { method: POST, path: /v1/chat/completions }
+    key: [header.authorization]
+    llm: { bytes_per_token: 4, default_max_tokens: 1000 }
+    cost: { default: 1, settle: true, unit: tokens }
+    algorithm: fixed_window
+    limits:
+      - { name: rq, rate: 100/min, counts: requests }
+      - { name: in, rate: 100000/min, counts: input_tokens }
+      - { name: out, rate: 100000/min, counts: output_tokens }
+      - { name: tot, rate: 100000/min, counts: total_tokens }
+      - { name: gen, rate: 100000/h }
+"""
+
+
+def test_plain_actual_settles_the_total_only(make_server):
+    """A settle with a bare `actual` (no usage object) is a total: the total_tokens window and
+    the windows without `counts:` settle to it, the per-pool windows (requests, input, output)
+    keep what they reserved (docs/ai-gateway.md, "The application API")."""
+    s = make_server(config_text=POOLS)
+    body = fixture("openai_chat_request.json")  # max_tokens 400
+    est = -(-len(body.encode()) // 4)
+    r = check(s, body)
+    assert r.status_code == 200, r.text
+    L = limits(r)
+    assert L["in"]["remaining"] == 100000 - est and L["out"]["remaining"] == 100000 - 400
+    assert L["tot"]["remaining"] == 100000 - est - 400 and L["gen"]["remaining"] == 100000 - 1
+    st = requests.post(s.http + "/v1/settle", json={"token": r.json()["token"], "actual": 300}, timeout=5)
+    assert st.status_code == 200, st.text
+    L = limits(check(s, body, cost=0))
+    assert L["tot"]["remaining"] == 100000 - 300
+    assert L["gen"]["remaining"] == 100000 - 300
+    assert L["rq"]["remaining"] == 99  # one request, not 300
+    assert L["in"]["remaining"] == 100000 - est  # as reserved
+    assert L["out"]["remaining"] == 100000 - 400
+    # the same over RESP
+    c = s.resp()
+    rr = as_dict(c.command("SL.CHECKREQ", "METHOD", "POST", "PATH", "/v1/chat/completions",
+                           "HEADER", "authorization", "k9", "LLM", body))
+    assert rr["allowed"] == 1, rr
+    e = c.command("SL.SETTLE", rr["token"], "50")
+    assert not isinstance(e, RespError), e
+    c.close()
+    L = limits(check(s, body, headers={"authorization": "k9"}, cost=0))
+    assert L["tot"]["remaining"] == 100000 - 50 and L["rq"]["remaining"] == 99
+    assert L["in"]["remaining"] == 100000 - est and L["out"]["remaining"] == 100000 - 400
+
+
 # Parsers written from the providers' documentation (no official SDK ships in Debian):
 # OpenAI's resets are Go durations ("6m0s", "1s", "20ms"), Anthropic's RFC 3339 times.
 GO_DUR = re.compile(r"^(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$")
