@@ -59,6 +59,16 @@ static size_t event_end(const char *s, size_t n) {
     return 0;
 }
 
+/* Where an oversized event's pass-through stands (sl_llm_stream.skipping, 0: not in one). */
+enum { SKIP_IN = 1, SKIP_NL = 2, SKIP_NL_CR = 3 };
+
+/* The pass-through state after s[0..n), which holds no blank line. */
+static unsigned skip_state(const char *s, size_t n) {
+    if (n >= 1 && s[n - 1] == '\n') return SKIP_NL;
+    if (n >= 2 && s[n - 1] == '\r' && s[n - 2] == '\n') return SKIP_NL_CR;
+    return SKIP_IN;
+}
+
 typedef struct {
     const char *type;
     size_t type_len;
@@ -218,13 +228,17 @@ int sl_llm_stream_feed(sl_llm_stream *st, const char *in, size_t n, int eos, sl_
     st->bytes_in += n;
     if (eos) st->eos = 1;
     while (st->skipping && n > 0) {
-        /* inside an oversized event: pass through up to its blank line, unparsed */
-        size_t i = 0, stop = 0;
-        for (; i < n; i++)
-            if (in[i] == '\n' && ((i + 1 < n && in[i + 1] == '\n') || (i == 0 && st->skipping == 2))) {
-                stop = i + (i == 0 && st->skipping == 2 ? 1 : 2);
-                break;
-            }
+        /* inside an oversized event: pass through up to its blank line ("\n\n" or
+         * "\n\r\n", split anywhere across chunks), unparsed */
+        size_t stop = 0;
+        unsigned state = st->skipping;
+        for (size_t i = 0; i < n && stop == 0; i++) {
+            char c = in[i];
+            if (c == '\n' && state >= SKIP_NL) stop = i + 1;
+            else if (c == '\n') state = SKIP_NL;
+            else if (c == '\r' && state == SKIP_NL) state = SKIP_NL_CR;
+            else state = SKIP_IN;
+        }
         size_t take = stop ? stop : n;
         if (!st->ended) {
             st->delta_bytes += take;
@@ -232,11 +246,7 @@ int sl_llm_stream_feed(sl_llm_stream *st, const char *in, size_t n, int eos, sl_
             st->bytes_out += take;
             if (sl_llm_buf_put(out, in, take)) return -1;
         }
-        if (stop) {
-            st->skipping = 0;
-        } else {
-            st->skipping = in[n - 1] == '\n' ? 2 : 1;
-        }
+        st->skipping = stop ? 0 : state;
         in += take;
         n -= take;
     }
@@ -262,7 +272,7 @@ int sl_llm_stream_feed(sl_llm_stream *st, const char *in, size_t n, int eos, sl_
                 st->bytes_out += rest;
                 if (sl_llm_buf_put(out, st->pend.p + off, rest)) return -1;
             }
-            st->skipping = st->pend.p[st->pend.len - 1] == '\n' ? 2 : 1;
+            st->skipping = skip_state(st->pend.p, st->pend.len);
         }
         off = st->pend.len;
         rest = 0;

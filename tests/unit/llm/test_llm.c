@@ -437,6 +437,31 @@ static void test_stream_settle_rules(void) {
     free(b);
     sl_llm_stream_free(&st);
     sl_llm_buf_free(&out);
+    /* the same with CRLF line ends, the blank line split across chunks at every position
+     * (a usage event after it must still be read) */
+    for (size_t cut = 0; cut <= 4; cut++) {
+        size_t bl = SL_LLM_EVENT_MAX * 2;
+        char *c = malloc(bl + 4);
+        memcpy(c, "data: {\"x\":\"", 12);
+        memset(c + 12, 'y', bl - 14);
+        memcpy(c + bl - 2, "\"}", 2);
+        memcpy(c + bl, "\r\n\r\n", 4);
+        sl_llm_stream_init(&st, SL_LLM_OPENAI_CHAT, &p, SL_LLM_NO_BUDGET, &res, "p");
+        size_t first = bl - 1000 + cut;
+        T_EQ_I(sl_llm_stream_feed(&st, c, first, 0, &out), 0);
+        T_EQ_I(sl_llm_stream_feed(&st, c + first, 1000, 0, &out), 0); /* up to bl + cut */
+        T_EQ_I(sl_llm_stream_feed(&st, c + first + 1000, 4 - cut, 0, &out), 0);
+        T_EQ_I(st.skipping, 0);
+        const char *u = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,"
+                        "\"completion_tokens\":9,\"total_tokens\":16}}\r\n\r\n";
+        T_EQ_I(sl_llm_stream_feed(&st, u, strlen(u), 1, &out), 0);
+        sl_llm_counts cc;
+        T_EQ_I(sl_llm_stream_settle(&st, 1, &cc), SL_LLM_SETTLE_USAGE);
+        T_EQ_U(cc.output, 9);
+        free(c);
+        sl_llm_stream_free(&st);
+        sl_llm_buf_free(&out);
+    }
 }
 
 /* 10,000 streams at once, their chunks interleaved (each cut at a different size, so every
