@@ -479,6 +479,63 @@ def test_client_gone_mid_stream_settles_from_the_estimate(make_server, chan, xp)
     assert settled(s, "usage") == 0
 
 
+CHILD = r"""
+import os, queue, sys, time
+import grpc
+sys.path.insert(0, sys.argv[1])
+import ext_proc_pb2 as xp
+c = grpc.insecure_channel(sys.argv[2])
+q = queue.Queue()
+it = c.stream_stream(sys.argv[3], request_serializer=xp.ProcessingRequest.SerializeToString,
+                     response_deserializer=xp.ProcessingResponse.FromString)(iter(q.get, None), timeout=60)
+def send(r):
+    q.put(r)
+    return next(it)
+H = xp.ProcessingRequest
+req = H(request_headers=xp.HttpHeaders(end_of_stream=False))
+for k, v in ((":method", "POST"), (":path", "/v1/chat/completions"), (":authority", "api.example"),
+             ("content-type", "application/json"), ("authorization", "Bearer k1")):
+    req.request_headers.headers.headers.add(key=k, raw_value=v.encode())
+send(req)
+send(H(request_body=xp.HttpBody(body=open(sys.argv[4], "rb").read(), end_of_stream=True)))
+r = H(response_headers=xp.HttpHeaders())
+r.response_headers.headers.headers.add(key=":status", raw_value=b"200")
+send(r)
+send(H(response_body=xp.HttpBody(body=open(sys.argv[5], "rb").read(), end_of_stream=False)))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_connection_killed_mid_stream_settles_from_the_estimate(make_server, xp, tmp_path):
+    """Envoy (here a grpcio process) dies mid-stream: no RST_STREAM, the TCP connection just
+    goes. The stream's reservation is settled from what streamed, once."""
+    import subprocess
+    import sys
+    s = make_server(config_text=config(out=100000))
+    events = fixture("openai_chat_stream.sse").split(b"\n\n")
+    part = b"\n\n".join(events[:8]) + b"\n\n"
+    (tmp_path / "part.sse").write_bytes(part)
+    delta = sum(len(json.loads(e[6:])["choices"][0]["delta"].get("content", "").encode())
+                for e in events[:8] if e.startswith(b"data: {"))
+    child = subprocess.Popen([sys.executable, "-c", CHILD, os.path.dirname(xp.__file__), s.grpc, PATH,
+                              os.path.join(FIX, "openai_chat_request.json"), str(tmp_path / "part.sse")],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        assert settled(s, "estimate") == 0
+        child.kill()
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    assert wait_for(lambda: settled(s, "estimate") == 1), metric(s, "sluice_llm_settlements_total")
+    assert wait_for(lambda: peek(s)["out"] == 100000 - (-(-delta // 4))), (peek(s), delta)
+    time.sleep(0.3)
+    assert settled(s, "estimate") == 1 and settled(s, "usage") == 0
+
+
 # ---- hostile input ---------------------------------------------------------------------------
 
 def rss_kb(pid):
