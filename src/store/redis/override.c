@@ -5,6 +5,7 @@
  * admin paths wait on. Never on the decision path: decisions read the local copy.
  */
 #include <sys/eventfd.h>
+#include <sys/random.h>
 
 #include "store/redis/client_int.h"
 #include "store/redis/override.h"
@@ -13,14 +14,17 @@
 #define K_VER "sl:{sluice-ovr}:ver"
 #define K_LOG "sl:{sluice-ovr}:log"
 #define K_LOW "sl:{sluice-ovr}:low"
+#define K_EPOCH "sl:{sluice-ovr}:epoch" /* who made this data set: a new one after a loss */
 #define PAGE 2000          /* changes per poll reply */
 #define LOG_SLACK "100000" /* removals kept in the log before the oldest are trimmed */
 
-/* KEYS data ver log low; ARGV slack, then (hash, value) pairs, value "" = removed.
- * Returns the version after the batch. */
+/* KEYS data ver log low epoch; ARGV slack, epoch, then (hash, value) pairs, value "" =
+ * removed. Returns the version after the batch. The epoch names the data set: the first
+ * script to find none (an empty or a restarted Redis) writes its caller's random id. */
 static const char PUT_LUA[] =
+    "redis.call('SET', KEYS[5], ARGV[2], 'NX')\n"
     "local v = 0\n"
-    "for i = 2, #ARGV - 1, 2 do\n"
+    "for i = 3, #ARGV - 1, 2 do\n"
     "  v = redis.call('INCR', KEYS[2])\n"
     "  if ARGV[i + 1] == '' then redis.call('HDEL', KEYS[1], ARGV[i])\n"
     "  else redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end\n"
@@ -37,12 +41,13 @@ static const char PUT_LUA[] =
     "end\n"
     "return v\n";
 
-/* KEYS data ver log low; ARGV since, page. Returns {ver, low, hash, version, value...}
- * for the changes after `since` (value "" = removed), oldest first. */
+/* KEYS data ver log low epoch; ARGV since, page, epoch. Returns {ver, low, epoch, hash,
+ * version, value...} for the changes after `since` (value "" = removed), oldest first. */
 static const char POLL_LUA[] =
+    "redis.call('SET', KEYS[5], ARGV[3], 'NX')\n"
     "local v = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
     "local low = tonumber(redis.call('GET', KEYS[4]) or '0')\n"
-    "local out = {v, low}\n"
+    "local out = {v, low, redis.call('GET', KEYS[5])}\n"
     "if tonumber(ARGV[1]) >= v then return out end\n"
     "local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[1], '+inf', 'WITHSCORES',\n"
     "                       'LIMIT', 0, tonumber(ARGV[2]))\n"
@@ -80,6 +85,8 @@ static struct {
     wjob *ready;
     uint64_t since;
     bool in_full, inflight;
+    char my_epoch[33];   /* this process's random id, offered when Redis has none */
+    char seen_epoch[33]; /* the data set the copy follows ("" before the first poll) */
     int64_t next_poll;
     _Atomic bool resync;
     /* stats (relaxed) */
@@ -141,7 +148,7 @@ static void on_put(void *owner, redisReply *rep, void *priv) {
 static bool send_put(wjob *j) {
     sl_redis_node *nd = route();
     if (nd == NULL) return false;
-    size_t argc = 8 + 2 * j->n;
+    size_t argc = 10 + 2 * j->n;
     const char **argv = malloc(argc * sizeof(*argv));
     size_t *lens = malloc(argc * sizeof(*lens));
     if (argv == NULL || lens == NULL) {
@@ -149,13 +156,14 @@ static bool send_put(wjob *j) {
         free(lens);
         return false;
     }
-    const char *head[8] = {"EVAL", PUT_LUA, "4", K_DATA, K_VER, K_LOG, K_LOW, LOG_SLACK};
-    for (int i = 0; i < 8; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
+    const char *head[10] = {"EVAL", PUT_LUA, "5", K_DATA, K_VER, K_LOG, K_LOW, K_EPOCH, LOG_SLACK,
+                            G.my_epoch};
+    for (int i = 0; i < 10; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
     for (size_t i = 0; i < j->n; i++) {
-        argv[8 + 2 * i] = j->hex[i];
-        lens[8 + 2 * i] = strlen(j->hex[i]);
-        argv[9 + 2 * i] = j->val[i] ? j->val[i] : "";
-        lens[9 + 2 * i] = j->val[i] ? strlen(j->val[i]) : 0;
+        argv[10 + 2 * i] = j->hex[i];
+        lens[10 + 2 * i] = strlen(j->hex[i]);
+        argv[11 + 2 * i] = j->val[i] ? j->val[i] : "";
+        lens[11 + 2 * i] = j->val[i] ? strlen(j->val[i]) : 0;
     }
     int rc = sl_conn_command(nd->c, on_put, j, (int)argc, argv, lens);
     free(argv);
@@ -177,8 +185,8 @@ static void on_poll(void *owner, redisReply *rep, void *priv) {
     int64_t t = mono_now();
     G.next_poll = t + G.poll_ns;
     atomic_fetch_add_explicit(&G.polls, 1, memory_order_relaxed);
-    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
-        (rep->elements - 2) % 3 != 0) {
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
+        (rep->elements - 3) % 3 != 0 || rep->element[2]->type != REDIS_REPLY_STRING) {
         if (moved(rep)) sl__redis_refresh_topology(G.r, true);
         atomic_fetch_add_explicit(&G.errors, 1, memory_order_relaxed);
         return;
@@ -189,10 +197,17 @@ static void on_poll(void *owner, redisReply *rep, void *priv) {
         return;
     }
     atomic_store_explicit(&G.last_ok, t, memory_order_relaxed);
-    if (!G.in_full && ((uint64_t)v < G.since || G.since < (uint64_t)low ||
+    const redisReply *ep = rep->element[2];
+    bool new_set = G.seen_epoch[0] != '\0' &&
+                   (ep->len != strlen(G.seen_epoch) || memcmp(ep->str, G.seen_epoch, ep->len) != 0);
+    snprintf(G.seen_epoch, sizeof(G.seen_epoch), "%.*s", (int)ep->len, ep->str);
+    if (new_set) G.in_full = false; /* a pass over the old data set is void: start again */
+    if (!G.in_full && (new_set || (uint64_t)v < G.since || G.since < (uint64_t)low ||
                        atomic_exchange(&G.resync, false))) {
-        /* behind a trim of removals, or Redis lost its data (its version went back), or
-         * asked: everything again, and what Redis no longer holds goes */
+        /* behind a trim of removals, or Redis lost its data (another data set, or its
+         * version went back: other instances may have written more changes since than
+         * this copy had seen), or asked: everything again, and what Redis no longer
+         * holds goes */
         G.in_full = true;
         G.since = 0;
         atomic_fetch_add_explicit(&G.full_passes, 1, memory_order_relaxed);
@@ -200,10 +215,10 @@ static void on_poll(void *owner, redisReply *rep, void *priv) {
         G.next_poll = 0;
         return;
     }
-    size_t n = (rep->elements - 2) / 3;
+    size_t n = (rep->elements - 3) / 3;
     for (size_t i = 0; i < n; i++) {
-        const redisReply *h = rep->element[2 + 3 * i], *val = rep->element[4 + 3 * i];
-        int64_t sc = int_of(rep->element[3 + 3 * i]);
+        const redisReply *h = rep->element[3 + 3 * i], *val = rep->element[5 + 3 * i];
+        int64_t sc = int_of(rep->element[4 + 3 * i]);
         if (h == NULL || h->type != REDIS_REPLY_STRING || sc < 0) continue;
         bool has = val != NULL && val->type == REDIS_REPLY_STRING && val->len > 0;
         G.h.apply(G.h.ud, h->str, has ? val->str : NULL, has ? val->len : 0);
@@ -232,10 +247,11 @@ static void send_poll(void) {
     char since[24], page[24];
     snprintf(since, sizeof(since), "%llu", (unsigned long long)G.since);
     snprintf(page, sizeof(page), "%d", PAGE);
-    const char *argv[9] = {"EVAL", POLL_LUA, "4", K_DATA, K_VER, K_LOG, K_LOW, since, page};
-    size_t lens[9];
-    for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
-    if (sl_conn_command(nd->c, on_poll, NULL, 9, argv, lens) == 0) G.inflight = true;
+    const char *argv[11] = {"EVAL", POLL_LUA, "5", K_DATA, K_VER, K_LOG, K_LOW, K_EPOCH, since, page,
+                            G.my_epoch};
+    size_t lens[11];
+    for (int i = 0; i < 11; i++) lens[i] = strlen(argv[i]);
+    if (sl_conn_command(nd->c, on_poll, NULL, 11, argv, lens) == 0) G.inflight = true;
 }
 
 static void step(void) {
@@ -312,6 +328,12 @@ int sl_redis_ovr_start(const sl_redis_opts *o, const sl_redis_ovr_hooks *h, int6
             G.efd = -1;
         }
     }
+    unsigned char rnd[16] = {0};
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) { /* then time and pid */
+        int64_t t = mono_now() ^ (int64_t)getpid() << 40;
+        memcpy(rnd, &t, sizeof(t));
+    }
+    for (size_t i = 0; i < sizeof(rnd); i++) snprintf(G.my_epoch + 2 * i, 3, "%02x", rnd[i]);
     G.in_full = true; /* the first pass is a full one */
     if (G.h.full_begin) G.h.full_begin(G.h.ud);
     if (pthread_create(&G.th, NULL, sync_main, NULL) != 0) {
