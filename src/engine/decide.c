@@ -65,6 +65,10 @@ void sl__complete(sl_verdict *v, int rc) {
 
 /* A decision's end: the token id it reserved and did not issue goes back. */
 static void complete(sl_verdict *v, int rc) {
+    if (v->ovr_starving) {
+        sl_ovr_starving(sl_store_overrides(v->run.e->store), -1);
+        v->ovr_starving = false;
+    }
     if (v->run.tok_resv != 0) {
         sl__token_drop(v->run.e->tokens, v->run.tok_resv);
         v->run.tok_resv = 0;
@@ -97,10 +101,16 @@ static void send(const sl_engine *e, void *lane, sl_verdict *v, sluice_time now)
 static void on_decided(void *ud, int rc, const sl_sresult *res) {
     sl_verdict *v = ud;
     const sl_engine *e = v->run.e;
-    if (rc == SL_OVR_EAGAIN && v->ovr_tries < 8) {
+    if (rc == SL_OVR_EAGAIN && v->ovr_tries < 16) {
         /* an override changed between its lookup and the store's claim: nothing was
-         * decided; look it up again (bounded: a change storm ends in an error) */
+         * decided; look it up again. From the third try on, writers of overrides wait
+         * while this decision is retried (bounded on both sides: a writer waits at most
+         * 2 ms per change, a decision ends in an error after 16 tries) */
         v->ovr_tries++;
+        if (v->ovr_tries == 3 && !v->ovr_starving) {
+            sl_ovr_starving(sl_store_overrides(e->store), +1);
+            v->ovr_starving = true;
+        }
         send(e, v->run.lane, v, v->decided_at);
         return;
     }

@@ -235,6 +235,7 @@ struct sl_verdict {
     sluice_time decided_at;
     uint8_t n_ovr;
     uint8_t ovr_tries;        /* decisions repeated because an override changed meanwhile */
+    bool ovr_starving;        /* counted in the table's starving deciders (writers wait) */
     sl_vovr ovr[SL_VERDICT_OVR];
     /* engine-private: the request in flight */
     struct {

@@ -383,6 +383,7 @@ void sl__verdict_init(sl_verdict *v) {
     v->challenge = 0;
     v->n_ovr = 0;
     v->ovr_tries = 0;
+    v->ovr_starving = false;
     memset(&v->run, 0, sizeof(v->run));
 }
 

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "store/memory/memory.h"
 #include "store/memory/override.h"
@@ -44,6 +45,7 @@ struct sl_ovr_table {
     _Atomic(opol *) pol[OVR_POLICIES];
     atomic_uint npol;          /* published after pol[npol - 1] (release) */
     bool stateless;            /* no counter regimes kept (the Redis store: docs) */
+    atomic_int starving;       /* decisions retried under a change storm (writers wait) */
     opol none; /* the counter of policies beyond OVR_POLICIES: never 0 once used */
 };
 
@@ -54,6 +56,17 @@ static void slock(atomic_uint *l) {
         while (atomic_load_explicit(l, memory_order_relaxed)) __builtin_ia32_pause();
 }
 static void sunlock(atomic_uint *l) { atomic_store_explicit(l, 0, memory_order_release); }
+
+void sl_ovr_starving(sl_ovr_table *t, int d) {
+    if (t != NULL) atomic_fetch_add_explicit(&t->starving, d, memory_order_acq_rel);
+}
+
+/* A change waits while a starving decision is retried: 20 us steps, 2 ms at most. */
+static void writer_wait(sl_ovr_table *t) {
+    struct timespec ts = {0, 20000};
+    for (int i = 0; i < 100 && atomic_load_explicit(&t->starving, memory_order_acquire) > 0; i++)
+        nanosleep(&ts, NULL);
+}
 
 /* ---- records ---------------------------------------------------------------------- */
 
@@ -115,6 +128,7 @@ sl_ovr_table *sl_ovr_table_create(const sl_hash_key *seed) {
     atomic_init(&t->live, 0);
     atomic_init(&t->ver, 0);
     atomic_init(&t->plock, 0);
+    atomic_init(&t->starving, 0);
     atomic_init(&t->none.n, 0);
     for (unsigned i = 0; i < OVR_SHARDS; i++) atomic_init(&t->sh[i].lock, 0);
     return t;
@@ -350,6 +364,7 @@ int sl_ovr_put(sl_ovr_table *t, sl_ovr_rec *rec, int64_t now_wall, bool *created
                sl_ovr_rec **old) {
     *old = NULL;
     *created = true;
+    writer_wait(t);
     oshard *s = shard_of(t, rec->h);
     slock(&s->lock);
     oslot *o = find(s, rec->h);
@@ -442,6 +457,7 @@ static sl_ovr_rec *bury(sl_ovr_table *t, oshard *s, oslot *o, int64_t now_wall) 
 
 int sl_ovr_del(sl_ovr_table *t, sl_hash128 h, int64_t now_wall, sl_ovr_rec **old) {
     *old = NULL;
+    writer_wait(t);
     oshard *s = shard_of(t, h);
     slock(&s->lock);
     oslot *o = find(s, h);
@@ -512,6 +528,7 @@ int sl_ovr_guard_take(const sl_ovr_guard *g) {
 
 size_t sl_ovr_sweep(sl_ovr_table *t, int64_t now_wall) {
     size_t changed = 0;
+    writer_wait(t);
     for (unsigned i = 0; i < OVR_SHARDS; i++) {
         oshard *s = &t->sh[i];
         slock(&s->lock);

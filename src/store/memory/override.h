@@ -146,6 +146,11 @@ typedef struct sl_ovr_guard {
 } sl_ovr_guard;
 int sl_ovr_guard_take(const sl_ovr_guard *g);
 
+/* A decision that lost its claim several times in a row counts itself in (+1) until it
+ * ends (-1): while any is counted, changes (put, del, sweep) wait for it, at most 2 ms
+ * each, so a change storm on one key cannot starve its decisions. NULL t: nothing. */
+void sl_ovr_starving(sl_ovr_table *t, int d);
+
 /* Expired records become tombstones (or go, when their counters never moved); old
  * tombstones go. Returns how many records changed. */
 size_t sl_ovr_sweep(sl_ovr_table *t, int64_t now_wall);

@@ -283,7 +283,7 @@ static void storms_under_decisions(void) {
     pthread_t th[2];
     for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, decider, &s);
     static const char *const rates[3] = {"10/min", "20/min", "5/min"};
-    for (int i = 0; i < 3000; i++) {
+    for (int i = 0; i < 30000; i++) {
         bool created;
         sl_ovr_rec *old = NULL;
         if (i % 4 == 3) {
