@@ -276,6 +276,54 @@ def test_import_on_one_instance_export_from_the_other_reimports_the_same_set():
         redis2.kill()
 
 
+def test_import_in_batches_keeps_order_max_audit_and_refuses_when_redis_dies():
+    """The import writes its lines to Redis SL_OVR_BATCH at a time: a key twice in one body
+    ends as its later line (audited twice, in order), overrides.max counts the lines still
+    queued, and a Redis that is gone refuses the queued lines with 503 (none counted)."""
+    redis = Redis()
+    a = b = None
+    try:
+        a, b = start(redis, "overrides: { max: 4 }"), start(redis)
+        lines = [{"policy": "api", "key": "dup", "limits": [{"rate": "5/min", "burst": 5}]},
+                 {"policy": "api", "key": "u1", "block": True},
+                 {"policy": "api", "key": "dup", "limits": [{"rate": "7/min", "burst": 7}],
+                  "label": "second"},
+                 {"policy": "api", "key": "u2", "block": True},
+                 {"policy": "api", "key": "u3", "block": True},  # the 4th key: max
+                 {"policy": "api", "key": "u4", "block": True},  # over max: 507
+                 {"policy": "api", "key": "u5", "plan": "nope"}]  # 400
+        body = "".join(json.dumps(l) + "\n" for l in lines)
+        r = requests.post(a.admin + "/v1/overrides/import", data=body, headers=H, timeout=60)
+        assert r.status_code == 200, r.text
+        got = r.json()
+        assert got["applied"] == 5, got
+        assert [(x["line"], x["reason"][:3]) for x in got["refused"]] == [(6, "507"), (7, "400")], got
+        until(lambda: get(b, "u3").status_code == 200, 2.0)
+        assert get(b, "dup").json()["label"] == "second"
+        assert admitted(b, "dup", 9) == 7
+        audit = requests.get(a.admin + "/v1/audit", headers=H, timeout=10).json()["entries"]
+        ov = [json.dumps(e) for e in audit if e.get("source") == "override"]
+        assert len(ov) == 5, ov
+        first = [e for e in ov if "5/min" in e and "(second)" not in e]
+        second = [e for e in ov if "(second)" in e]
+        assert len(first) == 1 and "none ->" in first[0], first
+        assert len(second) == 1 and "5/min" in second[0] and "none ->" not in second[0], second
+        # Redis gone: the lines are refused with 503, nothing applied here
+        redis.kill()
+        r = requests.post(b.admin + "/v1/overrides/import",
+                          data='{"policy": "api", "key": "z1", "block": true}\n'
+                               '{"policy": "api", "key": "z2", "block": true}\n',
+                          headers=H, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["applied"] == 0 and [x["reason"][:3] for x in r.json()["refused"]] == ["503", "503"]
+        assert get(b, "z1").status_code == 404
+    finally:
+        for s in (a, b):
+            if s:
+                assert s.stop() == 0, s.output()  # clean exit (sanitizer builds: no leak)
+        redis.kill()
+
+
 def test_on_a_redis_cluster():
     from redis_procs import RedisProc, wait_for
     nodes = []

@@ -317,17 +317,109 @@ static bool get_str(json_t *body, const char *k, size_t max, const char **out, s
  * audit: the instance that made it audited it; set_by and set_at are the line's). */
 static int set_impl(sl_server *s, const sl_engine *e, const char *policy, const char *key,
                     size_t key_len, const char *key_hash, json_t *body, const char *who,
-                    sluice_time now, json_t **out, bool *created, sl_ovr_res *res, bool sync);
+                    sluice_time now, json_t **out, bool *created, sl_ovr_res *res, bool sync,
+                    sl_ovr_batch *batch, uint64_t line);
 
 int sl_ovr_set(sl_server *s, const sl_engine *e, const char *policy, const char *key,
                size_t key_len, const char *key_hash, json_t *body, const char *who,
                sluice_time now, json_t **out, bool *created, sl_ovr_res *res) {
-    return set_impl(s, e, policy, key, key_len, key_hash, body, who, now, out, created, res, false);
+    return set_impl(s, e, policy, key, key_len, key_hash, body, who, now, out, created, res, false,
+                    NULL, 0);
+}
+
+/* ---- batches (the import on the Redis store) ---------------------------------------- */
+
+/* One queued change: what its write, its audit entry and its answer need. */
+typedef struct bent {
+    sl_hash128 h;
+    char hex[33];
+    char *val;         /* the stored form */
+    sl_ovr_rec *ex;    /* what this instance had before (the audit's before) */
+    char *policy, *label, *who;
+    uint64_t line;
+} bent;
+
+struct sl_ovr_batch {
+    bent e[SL_OVR_BATCH];
+    size_t n, fresh; /* queued, of which new keys (overrides.max counts them) */
+};
+
+sl_ovr_batch *sl_ovr_batch_new(void) { return calloc(1, sizeof(sl_ovr_batch)); }
+
+static void bent_clear(bent *b) {
+    free(b->val);
+    sl_ovr_rec_free(b->ex);
+    free(b->policy);
+    free(b->label);
+    free(b->who);
+    memset(b, 0, sizeof(*b));
+}
+
+size_t sl_ovr_batch_size(const sl_ovr_batch *b) { return b != NULL ? b->n : 0; }
+
+static bool batch_has(const sl_ovr_batch *b, sl_hash128 h) {
+    for (size_t i = 0; i < b->n; i++)
+        if (b->e[i].h.lo == h.lo && b->e[i].h.hi == h.hi) return true;
+    return false;
+}
+
+void sl_ovr_batch_flush(sl_server *s, sl_ovr_batch *b, sluice_time now, sl_ovr_batch_done done,
+                        void *ud) {
+    if (b == NULL || b->n == 0) return;
+    const char *hex[SL_OVR_BATCH], *val[SL_OVR_BATCH];
+    for (size_t i = 0; i < b->n; i++) hex[i] = b->e[i].hex, val[i] = b->e[i].val;
+    uint64_t ver = 0;
+    int rc = sl_redis_ovr_write(hex, val, b->n, REDIS_WRITE_NS, &ver);
+    bool seen = rc == SLUICE_OK && sl_redis_ovr_wait(ver, REDIS_WRITE_NS);
+    char why[200];
+    if (rc != SLUICE_OK)
+        snprintf(why, sizeof(why), "503 the Redis store did not confirm the change within %d s (%s): "
+                 "it was not applied here; retry", (int)(REDIS_WRITE_NS / SLUICE_NS_PER_S),
+                 sluice_strerror(rc));
+    else if (!seen)
+        snprintf(why, sizeof(why), "503 Redis took the change but this instance's copy did not "
+                 "follow within %d s: it applies once the copy catches up",
+                 (int)(REDIS_WRITE_NS / SLUICE_NS_PER_S));
+    sl_ovr_table *t = sl_store_overrides(s->store);
+    for (size_t i = 0; i < b->n; i++) {
+        bent *x = &b->e[i];
+        if (seen && t != NULL) {
+            sl_ovr_rec *cur = sl_ovr_get(t, x->h, now.wall_ns);
+            json_t *before = x->ex ? sl_ovr_rec_json(x->ex, false) : NULL;
+            json_t *after = cur ? sl_ovr_rec_json(cur, false) : NULL;
+            audit(s, x->who, x->policy, x->h, x->label, before, after);
+            json_decref(before);
+            json_decref(after);
+            sl_ovr_rec_free(cur);
+        }
+        done(ud, x->line, seen ? NULL : why);
+        bent_clear(x);
+    }
+    b->n = b->fresh = 0;
+}
+
+void sl_ovr_batch_free(sl_ovr_batch *b) {
+    if (b == NULL) return;
+    for (size_t i = 0; i < b->n; i++) bent_clear(&b->e[i]);
+    free(b);
+}
+
+int sl_ovr_set_batched(sl_server *s, const sl_engine *e, const char *policy, const char *key,
+                       size_t key_len, const char *key_hash, json_t *body, const char *who,
+                       sluice_time now, sl_ovr_batch *b, uint64_t line, sl_ovr_res *res) {
+    json_t *out = NULL;
+    bool created;
+    bool redis = s != NULL && s->redis && b != NULL;
+    int rc = set_impl(s, e, policy, key, key_len, key_hash, body, who, now, &out, &created, res,
+                      false, redis ? b : NULL, line);
+    json_decref(out);
+    return rc;
 }
 
 static int set_impl(sl_server *s, const sl_engine *e, const char *policy, const char *key,
                     size_t key_len, const char *key_hash, json_t *body, const char *who,
-                    sluice_time now, json_t **out, bool *created, sl_ovr_res *res, bool sync) {
+                    sluice_time now, json_t **out, bool *created, sl_ovr_res *res, bool sync,
+                    sl_ovr_batch *batch, uint64_t line) {
     *out = NULL;
     *created = false;
     res->status = 0;
@@ -485,8 +577,12 @@ static int set_impl(sl_server *s, const sl_engine *e, const char *policy, const 
     bool redis_first = s != NULL && s->redis && !sync;
     if (redis_first) {
         /* Redis first: a change is answered once every instance can see it */
+        if (batch != NULL && (batch->n == SL_OVR_BATCH || batch_has(batch, tm.h))) {
+            sl_ovr_rec_free(rec);
+            return 2; /* the caller flushes the batch and asks again */
+        }
         ex = sl_ovr_get(t, tm.h, now.wall_ns);
-        bool full = ex == NULL && sl_ovr_count(t) >= sl_ovr_max(t);
+        bool full = ex == NULL && sl_ovr_count(t) + (batch ? batch->fresh : 0) >= sl_ovr_max(t);
         if (full) {
             sl_ovr_rec_free(ex);
             sl_ovr_rec_free(rec);
@@ -495,6 +591,30 @@ static int set_impl(sl_server *s, const sl_engine *e, const char *policy, const 
             return -1;
         }
         char *val = redis_value(rec);
+        if (batch != NULL) { /* queued: written, audited and answered by the flush */
+            bent *x = &batch->e[batch->n];
+            x->policy = strdup(policy);
+            x->label = label ? strdup(label) : NULL;
+            x->who = who ? strdup(who) : NULL;
+            if (val == NULL || x->policy == NULL || (label && x->label == NULL) ||
+                (who && x->who == NULL)) {
+                free(val);
+                bent_clear(x);
+                sl_ovr_rec_free(ex);
+                sl_ovr_rec_free(rec);
+                resf(res, 500, "", "out of memory");
+                return -1;
+            }
+            x->h = tm.h;
+            sl_ovr_hash_hex(tm.h, x->hex);
+            x->val = val;
+            x->ex = ex;
+            x->line = line;
+            batch->fresh += ex == NULL;
+            batch->n++;
+            sl_ovr_rec_free(rec);
+            return 1;
+        }
         int wrc = val != NULL ? redis_put(res, tm.h, val) : SLUICE_ENOMEM;
         free(val);
         if (wrc != SLUICE_OK) {
@@ -665,7 +785,7 @@ static void r_apply(void *ud, const char *hex, const char *val, size_t len) {
         if (g != NULL)
             rc = set_impl(s, g->engine, json_string_value(jp), json_is_string(jk) ? json_string_value(jk) : NULL,
                           json_is_string(jk) ? json_string_length(jk) : 0, hex, body, NULL, now, &out,
-                          &created, &res, true);
+                          &created, &res, true, NULL, 0);
         json_decref(out);
         sl_gen_release(g);
     }

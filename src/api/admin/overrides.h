@@ -41,6 +41,25 @@ bool sl_admin_may(const struct sl_gen *g, const char *token_name, sl_admin_what 
 int sl_ovr_set(struct sl_server *s, const sl_engine *e, const char *policy, const char *key,
                size_t key_len, const char *key_hash, json_t *body, const char *who,
                sluice_time now, json_t **out, bool *created, sl_ovr_res *res);
+/* A batch of changes (the import on the Redis store): each line is checked as sl_ovr_set
+ * checks it and queued; a flush writes them to Redis in one call, waits once for the feed
+ * to bring them back, then audits and answers each. */
+#define SL_OVR_BATCH 256
+typedef struct sl_ovr_batch sl_ovr_batch;
+sl_ovr_batch *sl_ovr_batch_new(void);
+void sl_ovr_batch_free(sl_ovr_batch *b); /* what is still queued is dropped, not written */
+size_t sl_ovr_batch_size(const sl_ovr_batch *b);
+/* As sl_ovr_set, without *out. On the Redis store with b: 1 when the change is queued (its
+ * outcome comes from the flush), 2 when b must be flushed first (full, or the same key is
+ * queued: ask again after the flush); elsewhere (or b NULL) applied at once: 0 or -1. */
+int sl_ovr_set_batched(struct sl_server *s, const sl_engine *e, const char *policy,
+                       const char *key, size_t key_len, const char *key_hash, json_t *body,
+                       const char *who, sluice_time now, sl_ovr_batch *b, uint64_t line,
+                       sl_ovr_res *res);
+/* Called once per queued change of a flush: why NULL (applied) or "STATUS detail". */
+typedef void (*sl_ovr_batch_done)(void *ud, uint64_t line, const char *why);
+void sl_ovr_batch_flush(struct sl_server *s, sl_ovr_batch *b, sluice_time now,
+                        sl_ovr_batch_done done, void *ud);
 /* The live override as JSON (NULL: none; res->status 404). */
 json_t *sl_ovr_get_json(struct sl_server *s, const sl_engine *e, const char *policy,
                         const char *key, size_t key_len, const char *key_hash, sluice_time now,

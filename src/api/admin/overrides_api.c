@@ -366,15 +366,34 @@ typedef struct imp {
     octx *x;
     uint64_t applied, refused_total, line;
     json_t *refused;
+    sl_ovr_batch *b; /* the Redis store: lines written to Redis SL_OVR_BATCH at a time */
 } imp;
 
-static void refuse(imp *m, const char *why) {
+/* Refused lines in line order (a queued line's refusal comes at its flush). */
+static void refuse_at(imp *m, uint64_t line, const char *why) {
     m->refused_total++;
     if (json_array_size(m->refused) >= IMPORT_REFUSED_MAX) return;
     json_t *o = json_object();
-    json_object_set_new(o, "line", json_integer((json_int_t)m->line));
+    json_object_set_new(o, "line", json_integer((json_int_t)line));
     json_object_set_new(o, "reason", json_string(why));
-    json_array_append_new(m->refused, o);
+    size_t at = json_array_size(m->refused);
+    while (at > 0 && json_integer_value(json_object_get(json_array_get(m->refused, at - 1), "line")) >
+                         (json_int_t)line)
+        at--;
+    json_array_insert_new(m->refused, at, o);
+}
+
+static void refuse(imp *m, const char *why) { refuse_at(m, m->line, why); }
+
+static void flushed(void *ud, uint64_t line, const char *why) {
+    imp *m = ud;
+    if (why == NULL) m->applied++;
+    else refuse_at(m, line, why);
+}
+
+static void flush(imp *m) {
+    if (sl_ovr_batch_size(m->b) > 0)
+        sl_ovr_batch_flush(m->x->c->w->srv, m->b, sluice_clock_now(m->x->c->w->srv->clock), flushed, m);
 }
 
 /* One NDJSON line (without its newline). */
@@ -412,12 +431,26 @@ static void import_line(imp *m, const char *p, size_t n) {
         json_t *out = NULL;
         bool created;
         const char *key = jk ? json_string_value(jk) : NULL;
-        int rc = sl_ovr_set(s, e, json_string_value(jp), key, key ? json_string_length(jk) : 0,
-                            jh ? json_string_value(jh) : NULL, body, m->x->who,
-                            sluice_clock_now(s->clock), &out, &created, &res);
+        int rc;
+        for (int tries = 0;; tries++) {
+            if (m->b == NULL && s->redis) m->b = sl_ovr_batch_new(); /* NULL: one at a time */
+            if (m->b != NULL) {
+                rc = sl_ovr_set_batched(s, e, json_string_value(jp), key, key ? json_string_length(jk) : 0,
+                                        jh ? json_string_value(jh) : NULL, body, m->x->who,
+                                        sluice_clock_now(s->clock), m->b, m->line, &res);
+            } else {
+                rc = sl_ovr_set(s, e, json_string_value(jp), key, key ? json_string_length(jk) : 0,
+                                jh ? json_string_value(jh) : NULL, body, m->x->who,
+                                sluice_clock_now(s->clock), &out, &created, &res);
+            }
+            if (rc != 2 || tries > 0) break;
+            flush(m); /* full, or this key is queued: the earlier change goes first */
+        }
         json_decref(body);
         json_decref(out);
-        if (rc == 0) {
+        if (rc == 1) {
+            /* queued: counted by the flush */
+        } else if (rc == 0) {
             m->applied++;
         } else {
             snprintf(why, sizeof(why), "%d %s", res.status, res.detail);
@@ -440,6 +473,8 @@ static void import_body(octx *x) {
         import_line(&m, p, (size_t)(e - p));
         p = nl ? nl + 1 : end;
     }
+    flush(&m);
+    sl_ovr_batch_free(m.b);
     json_t *o = json_object();
     json_object_set_new(o, "applied", json_integer((json_int_t)m.applied));
     json_object_set_new(o, "refused", m.refused);
@@ -547,8 +582,10 @@ size_t sl_ovr_stream_feed(sl_conn *c, const char *p, size_t n) {
         }
     }
     st->left -= take;
+    flush(&st->m); /* what came in this read is in Redis before more is read */
     if (st->left > 0) return take;
     if (st->len > 0 || st->skipping) stream_line(st); /* the last line without its newline */
+    flush(&st->m);
     json_t *o = json_object();
     json_object_set_new(o, "applied", json_integer((json_int_t)st->m.applied));
     json_object_set_new(o, "refused", st->m.refused);
@@ -572,6 +609,7 @@ size_t sl_ovr_stream_feed(sl_conn *c, const char *p, size_t n) {
 void sl_ovr_stream_free(struct sl_ovr_stream *st) {
     if (st == NULL) return;
     json_decref(st->m.refused);
+    sl_ovr_batch_free(st->m.b);
     free(st->line);
     free(st);
 }
