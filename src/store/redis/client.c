@@ -151,7 +151,7 @@ static void on_timer(void *ud, uint32_t ev) {
     for (int i = 0; i < r->nnodes; i++) {
         sl_redis_node *nd = &r->nodes[i];
         if (nd->state == 1 && nd->c != NULL && t >= nd->connect_by)
-            sl_conn_fail(nd->c, SL_CONN_EIO, "connect timed out"); /* -> on_conn_state: down */
+            sl_rconn_fail(nd->c, SL_CONN_EIO, "connect timed out"); /* -> on_conn_state: down */
         if (nd->state == 0 && nd->c == NULL && t >= nd->retry_at) sl__redis_node_connect(nd);
         int64_t at = nd->state == 0 ? nd->retry_at : nd->state == 1 ? nd->connect_by : 0;
         if (at && (next == 0 || at < next)) next = at;
@@ -256,7 +256,7 @@ sl_redis *sl_redis_create(sl_loop *loop, const sl_redis_opts *o, int *err) {
     }
     if (r->o.tls.on) {
         char msg[300];
-        r->tls = sl_conn_tls_create(&r->o.tls, msg, sizeof(msg));
+        r->tls = sl_rconn_tls_create(&r->o.tls, msg, sizeof(msg));
         if (r->tls == NULL) {
             snprintf(r->last_error, sizeof(r->last_error), "%.127s", msg);
             e = SLUICE_EINVAL;
@@ -314,7 +314,7 @@ void sl_redis_destroy(sl_redis *r) {
     for (int i = 0; i < r->nnodes; i++) {
         sl_redis_node *nd = &r->nodes[i];
         if (nd->c != NULL) {
-            sl_conn_close(nd->c); /* its pending callbacks are not called */
+            sl_rconn_close(nd->c); /* its pending callbacks are not called */
             nd->c = NULL;
         }
     }
@@ -340,8 +340,8 @@ void sl_redis_destroy(sl_redis *r) {
         sl_loop_del(r->loop, &r->tio);
         close(r->tfd);
     }
-    sl_conn_reap();
-    sl_conn_tls_destroy(r->tls);
+    sl_rconn_reap();
+    sl_rconn_tls_destroy(r->tls);
     pthread_mutex_destroy(&r->hmu);
     free(r->cache);
     free(r->leases);
@@ -363,10 +363,10 @@ bool sl_redis_ready(const sl_redis *r) {
  * the loop sleeps. conn.c arms EPOLLOUT when a turn's first command is queued, so a
  * caller that never flushes still gets its commands sent (one turn later). */
 void sl_redis_flush(sl_redis *r) {
-    sl_conn_reap(); /* the turn is over: what it closed can go */
+    sl_rconn_reap(); /* the turn is over: what it closed can go */
     for (int i = 0; i < r->nnodes; i++) {
         sl_redis_node *nd = &r->nodes[i];
-        if (nd->c != NULL && nd->state == 2) sl_conn_flush(nd->c);
+        if (nd->c != NULL && nd->state == 2) sl_rconn_flush(nd->c);
     }
 }
 
@@ -445,7 +445,7 @@ int sl_redis_wait(sl_redis *r, sl_redis_issue_fn issue, const void *arg, sluice_
     int64_t until = mono_now() + 2 * r->o.timeout_ns + 50 * SLUICE_NS_PER_MS;
     while (!w.done && mono_now() < until) {
         sl_loop_poll(r->loop, 1);
-        sl_conn_reap();
+        sl_rconn_reap();
     }
     return w.done ? w.rc : SLUICE_ESTORE;
 }
@@ -454,6 +454,6 @@ void sl_redis_run(sl_redis *r, int ms) {
     int64_t until = mono_now() + (int64_t)ms * SLUICE_NS_PER_MS;
     while (mono_now() < until) {
         sl_loop_poll(r->loop, 2);
-        sl_conn_reap();
+        sl_rconn_reap();
     }
 }

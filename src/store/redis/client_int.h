@@ -61,7 +61,7 @@ struct sl_redis_node {
     int idx;
     char host[SL_REDIS_HOST_MAX]; /* "" with a sentinel until the primary is known */
     int port;
-    sl_conn *c;           /* NULL when down */
+    sl_rconn *c;           /* NULL when down */
     int state;            /* 0 down, 1 connecting, 2 up */
     int64_t retry_at;     /* down: next connection attempt (local monotonic ns) */
     int64_t connect_by;   /* connecting: give up then */
@@ -233,7 +233,7 @@ struct sl_redis {
     sl_redis_stats st;
     _Atomic bool ready; /* every node up and its breaker closed (read by other threads) */
     char last_error[128];
-    sl_conn_tls *tls;        /* TLS context shared by the nodes (NULL: plain) */
+    sl_rconn_tls *tls;        /* TLS context shared by the nodes (NULL: plain) */
     sl_sentinel *sen;        /* with sentinels: finds node 0's address */
     pthread_mutex_t hmu;     /* node addresses, states and errors for sl_redis_health */
     _Atomic int nnodes_pub;  /* nodes visible to sl_redis_health */

@@ -53,18 +53,18 @@ enum { CB_INTERNAL = 1, CB_STICKY = 2 };
 enum { HS_AUTH = 1, HS_PING, HS_SELECT, HS_ROLE };
 
 typedef struct cb_ent {
-    sl_conn_reply_fn fn;
+    sl_rconn_reply_fn fn;
     void *priv;
     unsigned flags;
 } cb_ent;
 
-struct sl_conn_tls {
+struct sl_rconn_tls {
     SSL_CTX *ctx;
     bool verify;
     char server_name[256];
 };
 
-struct sl_conn {
+struct sl_rconn {
     sl_loop *loop;
     sl_io io;
     int fd;
@@ -83,20 +83,20 @@ struct sl_conn {
     cb_ent *q;             /* ring of reply callbacks */
     size_t qhead, qn, qcap;
     void *owner;
-    sl_conn_state_fn on_state;
+    sl_rconn_state_fn on_state;
     int depth;             /* inside one of our functions that may call out */
     bool closed;
-    sl_conn_tls *tls;      /* started once the socket connects (NULL: plain) */
+    sl_rconn_tls *tls;      /* started once the socket connects (NULL: plain) */
     char host[256];        /* the name TLS checks when no server_name is set */
     char peer[SL_REDIS_UNIX_MAX + 16]; /* "host:port" or the path, for messages */
     char secret[SL_REDIS_PASS_MAX]; /* to scrub an echo out of error texts */
-    struct sl_conn *next_dead;
+    struct sl_rconn *next_dead;
 };
 
-/* Closed connections of this thread, freed by sl_conn_reap. Why not free at once: the
+/* Closed connections of this thread, freed by sl_rconn_reap. Why not free at once: the
  * loop's current batch of events may still name one (another connection's callback
  * closed it, e.g. the sentinel moving the primary), and its sl_io lives inside it. */
-static __thread sl_conn *g_dead;
+static __thread sl_rconn *g_dead;
 
 /* ---- TLS context -------------------------------------------------------------------- */
 
@@ -109,9 +109,9 @@ static void ssl_first_err(char *out, size_t cap) {
     ERR_clear_error();
 }
 
-sl_conn_tls *sl_conn_tls_create(const sl_redis_tls *cfg, char *err, size_t errlen) {
+sl_rconn_tls *sl_rconn_tls_create(const sl_redis_tls *cfg, char *err, size_t errlen) {
     ERR_clear_error();
-    sl_conn_tls *t = calloc(1, sizeof(*t));
+    sl_rconn_tls *t = calloc(1, sizeof(*t));
     if (t == NULL) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -165,7 +165,7 @@ fail:
     return NULL;
 }
 
-void sl_conn_tls_destroy(sl_conn_tls *t) {
+void sl_rconn_tls_destroy(sl_rconn_tls *t) {
     if (t == NULL) return;
     SSL_CTX_free(t->ctx);
     free(t);
@@ -173,7 +173,7 @@ void sl_conn_tls_destroy(sl_conn_tls *t) {
 
 /* ---- buffers ------------------------------------------------------------------------ */
 
-static int out_reserve(sl_conn *c, size_t n) {
+static int out_reserve(sl_rconn *c, size_t n) {
     if (c->olen + n <= c->ocap) return 0;
     /* reclaim what was written, unless a TLS write must be repeated from where it is
      * (its bytes may move, not change) or the handshake's boundary still matters */
@@ -192,7 +192,7 @@ static int out_reserve(sl_conn *c, size_t n) {
     return 0;
 }
 
-static int q_push(sl_conn *c, sl_conn_reply_fn fn, void *priv, unsigned flags) {
+static int q_push(sl_rconn *c, sl_rconn_reply_fn fn, void *priv, unsigned flags) {
     if (c->qn == c->qcap) {
         size_t cap = c->qcap ? c->qcap * 2 : 64;
         cb_ent *p = malloc(cap * sizeof(*p));
@@ -218,7 +218,7 @@ static char *put_bulk(char *p, const char *s, size_t n) {
 
 /* Appends one command from arguments to the output buffer (no callback); *at = where
  * it starts. */
-static int append_argv(sl_conn *c, int argc, const char *const *argv, const size_t *lens, size_t *at) {
+static int append_argv(sl_rconn *c, int argc, const char *const *argv, const size_t *lens, size_t *at) {
     size_t need = 16;
     for (int i = 0; i < argc; i++) need += lens[i] + 32;
     if (out_reserve(c, need) != 0) return -1;
@@ -234,7 +234,7 @@ static int append_argv(sl_conn *c, int argc, const char *const *argv, const size
 
 static void conn_io(void *ud, uint32_t ev);
 
-static void want(sl_conn *c, uint32_t events) {
+static void want(sl_rconn *c, uint32_t events) {
     if (c->fd < 0 || (c->in_loop && events == c->events)) return;
     c->io = (sl_io){c->fd, conn_io, c};
     if (!c->in_loop) {
@@ -246,9 +246,9 @@ static void want(sl_conn *c, uint32_t events) {
 }
 
 /* What may be written now: the handshake alone until it is answered. */
-static size_t writable_end(const sl_conn *c) { return c->st == ST_UP ? c->olen : c->hs_end; }
+static size_t writable_end(const sl_rconn *c) { return c->st == ST_UP ? c->olen : c->hs_end; }
 
-static void update_events(sl_conn *c) {
+static void update_events(sl_rconn *c) {
     if (c->st == ST_FAILED || c->fd < 0) return;
     uint32_t ev = EPOLLIN;
     if (c->st == ST_CONNECTING) ev |= EPOLLOUT;
@@ -258,7 +258,7 @@ static void update_events(sl_conn *c) {
 }
 
 /* Releases everything but the struct, which waits in g_dead (see there). */
-static void conn_free(sl_conn *c) {
+static void conn_free(sl_rconn *c) {
     if (c->in_loop) sl_loop_del(c->loop, &c->io);
     c->in_loop = false;
     if (c->ssl) SSL_free(c->ssl);
@@ -278,20 +278,20 @@ static void conn_free(sl_conn *c) {
     g_dead = c;
 }
 
-void sl_conn_reap(void) {
+void sl_rconn_reap(void) {
     while (g_dead != NULL) {
-        sl_conn *c = g_dead;
+        sl_rconn *c = g_dead;
         g_dead = c->next_dead;
         free(c);
     }
 }
 
 /* Leaves one of our entry points: a close asked for inside it happens now. */
-static void leave(sl_conn *c) {
+static void leave(sl_rconn *c) {
     if (--c->depth == 0 && c->closed) conn_free(c);
 }
 
-static void scrub(const sl_conn *c, char *s) {
+static void scrub(const sl_rconn *c, char *s) {
     size_t n = strlen(c->secret);
     if (n == 0) return;
     for (char *p = strstr(s, c->secret); p != NULL; p = strstr(p, c->secret)) {
@@ -300,8 +300,8 @@ static void scrub(const sl_conn *c, char *s) {
     }
 }
 
-static void fail(sl_conn *c, sl_conn_why why, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(sl_conn *c, sl_conn_why why, const char *fmt, ...) {
+static void fail(sl_rconn *c, sl_rconn_why why, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(sl_rconn *c, sl_rconn_why why, const char *fmt, ...) {
     if (c->st == ST_FAILED || c->closed) return;
     c->st = ST_FAILED;
     char msg[300];
@@ -333,11 +333,11 @@ static void fail(sl_conn *c, sl_conn_why why, const char *fmt, ...) {
 
 /* ---- handshake ------------------------------------------------------------------------ */
 
-static void hs_done(sl_conn *c) {
+static void hs_done(sl_rconn *c) {
     c->st = ST_UP;
     c->hs_end = 0;
     c->on_state(c->owner, c, true, 0, NULL);
-    if (!c->closed && c->st == ST_UP) sl_conn_flush(c);
+    if (!c->closed && c->st == ST_UP) sl_rconn_flush(c);
 }
 
 /* Errors that mean "these credentials do not let us in" (counted as auth failures). */
@@ -349,7 +349,7 @@ static bool is_auth_error(const redisReply *rep) {
     return false;
 }
 
-static void hs_reply(sl_conn *c, redisReply *rep, uintptr_t step) {
+static void hs_reply(sl_rconn *c, redisReply *rep, uintptr_t step) {
     if (rep->type == REDIS_REPLY_ERROR) {
         if (step == HS_AUTH) fail(c, SL_CONN_EAUTH, "AUTH failed: %.200s", rep->str);
         else if (is_auth_error(rep)) fail(c, SL_CONN_EAUTH, "%.200s", rep->str);
@@ -369,7 +369,7 @@ static void hs_reply(sl_conn *c, redisReply *rep, uintptr_t step) {
     if (--c->hs_pending == 0) hs_done(c);
 }
 
-static int queue_handshake(sl_conn *c, const sl_conn_opts *o) {
+static int queue_handshake(sl_rconn *c, const sl_rconn_opts *o) {
     const char *argv[3];
     size_t lens[3];
     size_t at;
@@ -404,7 +404,7 @@ static int queue_handshake(sl_conn *c, const sl_conn_opts *o) {
 /* ---- reading and writing -------------------------------------------------------------- */
 
 /* Hands every complete reply to its callback, in order. */
-static void dispatch(sl_conn *c) {
+static void dispatch(sl_rconn *c) {
     for (;;) {
         void *reply = NULL;
         if (redisReaderGetReply(c->rd, &reply) != REDIS_OK) {
@@ -429,7 +429,7 @@ static void dispatch(sl_conn *c) {
     }
 }
 
-static void tls_fail(sl_conn *c, int ret, const char *when) {
+static void tls_fail(sl_rconn *c, int ret, const char *when) {
     int e = SSL_get_error(c->ssl, ret);
     char why[256] = "";
     long vr = SSL_get_verify_result(c->ssl);
@@ -459,7 +459,7 @@ static void tls_fail(sl_conn *c, int ret, const char *when) {
     fail(c, SL_CONN_ETLS, "TLS %s failed: %s", when, why[0] ? why : "unknown error");
 }
 
-static void do_read(sl_conn *c) {
+static void do_read(sl_rconn *c) {
     char buf[READ_CHUNK];
     /* plain: at most 1 MiB per event (level-triggered: the rest comes next turn); TLS:
      * until OpenSSL wants more (a record it holds decrypted is invisible to epoll) */
@@ -503,7 +503,7 @@ static void do_read(sl_conn *c) {
     }
 }
 
-static void do_write(sl_conn *c) {
+static void do_write(sl_rconn *c) {
     c->tls_write_wants_read = false;
     size_t end = writable_end(c);
     while (c->ooff < end && c->st != ST_FAILED) {
@@ -539,7 +539,7 @@ static void do_write(sl_conn *c) {
     update_events(c);
 }
 
-static void tls_step(sl_conn *c) {
+static void tls_step(sl_rconn *c) {
     ERR_clear_error();
     errno = 0;
     int r = SSL_connect(c->ssl);
@@ -559,7 +559,7 @@ static bool is_ip(const char *s) {
     return inet_pton(AF_INET, s, b) == 1 || inet_pton(AF_INET6, s, b) == 1;
 }
 
-static void tls_start(sl_conn *c, sl_conn_tls *t, const char *host) {
+static void tls_start(sl_rconn *c, sl_rconn_tls *t, const char *host) {
     c->ssl = SSL_new(t->ctx);
     if (c->ssl == NULL || SSL_set_fd(c->ssl, c->fd) != 1) {
         char why[200];
@@ -582,7 +582,7 @@ static void tls_start(sl_conn *c, sl_conn_tls *t, const char *host) {
 }
 
 static void conn_io(void *ud, uint32_t ev) {
-    sl_conn *c = ud;
+    sl_rconn *c = ud;
     if (c->closed) return; /* an event of this batch for a connection closed in it */
     c->depth++;
     if (c->st == ST_CONNECTING) {
@@ -612,15 +612,15 @@ static void conn_io(void *ud, uint32_t ev) {
 
 /* ---- opening ---------------------------------------------------------------------------- */
 
-static void set_peer(sl_conn *c, const sl_conn_opts *o) {
+static void set_peer(sl_rconn *c, const sl_rconn_opts *o) {
     if (o->unix_path && o->unix_path[0]) snprintf(c->peer, sizeof(c->peer), "%s", o->unix_path);
     else if (strchr(o->host, ':')) snprintf(c->peer, sizeof(c->peer), "[%.64s]:%d", o->host, o->port);
     else snprintf(c->peer, sizeof(c->peer), "%.64s:%d", o->host, o->port);
 }
 
-sl_conn *sl_conn_open(sl_loop *loop, const sl_conn_opts *o, void *owner, sl_conn_state_fn on_state,
+sl_rconn *sl_rconn_open(sl_loop *loop, const sl_rconn_opts *o, void *owner, sl_rconn_state_fn on_state,
                       char *err, size_t errlen) {
-    sl_conn *c = calloc(1, sizeof(*c));
+    sl_rconn *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -700,14 +700,14 @@ sl_conn *sl_conn_open(sl_loop *loop, const sl_conn_opts *o, void *owner, sl_conn
     return c;
 fail:
     conn_free(c);
-    sl_conn_reap(); /* (never in the loop: nothing can name it) */
+    sl_rconn_reap(); /* (never in the loop: nothing can name it) */
     return NULL;
 }
 
 /* ---- commands ------------------------------------------------------------------------ */
 
 /* Registers the callback of the command just appended at offset `at`. */
-static int queued(sl_conn *c, sl_conn_reply_fn fn, void *priv, unsigned flags, size_t at) {
+static int queued(sl_rconn *c, sl_rconn_reply_fn fn, void *priv, unsigned flags, size_t at) {
     if (q_push(c, fn, priv, flags) != 0) {
         c->olen = at;
         return -1;
@@ -718,9 +718,9 @@ static int queued(sl_conn *c, sl_conn_reply_fn fn, void *priv, unsigned flags, s
     return 0;
 }
 
-static bool usable(const sl_conn *c) { return c != NULL && c->st != ST_FAILED && !c->closed; }
+static bool usable(const sl_rconn *c) { return c != NULL && c->st != ST_FAILED && !c->closed; }
 
-int sl_conn_send(sl_conn *c, const char *cmd, size_t len, sl_conn_reply_fn fn, void *priv) {
+int sl_rconn_send(sl_rconn *c, const char *cmd, size_t len, sl_rconn_reply_fn fn, void *priv) {
     if (!usable(c) || out_reserve(c, len) != 0) return -1;
     size_t at = c->olen;
     memcpy(c->out + c->olen, cmd, len);
@@ -728,21 +728,21 @@ int sl_conn_send(sl_conn *c, const char *cmd, size_t len, sl_conn_reply_fn fn, v
     return queued(c, fn, priv, 0, at);
 }
 
-int sl_conn_command(sl_conn *c, sl_conn_reply_fn fn, void *priv, int argc, const char *const *argv,
+int sl_rconn_command(sl_rconn *c, sl_rconn_reply_fn fn, void *priv, int argc, const char *const *argv,
                     const size_t *lens) {
     size_t at;
     if (!usable(c) || append_argv(c, argc, argv, lens, &at) != 0) return -1;
     return queued(c, fn, priv, 0, at);
 }
 
-int sl_conn_subscribe(sl_conn *c, const char *channel, sl_conn_reply_fn fn, void *priv) {
+int sl_rconn_subscribe(sl_rconn *c, const char *channel, sl_rconn_reply_fn fn, void *priv) {
     const char *argv[2] = {"SUBSCRIBE", channel};
     size_t lens[2] = {9, strlen(channel)}, at;
     if (!usable(c) || append_argv(c, 2, argv, lens, &at) != 0) return -1;
     return queued(c, fn, priv, CB_STICKY, at);
 }
 
-void sl_conn_flush(sl_conn *c) {
+void sl_rconn_flush(sl_rconn *c) {
     if (c == NULL || c->closed || (c->st != ST_UP && c->st != ST_HANDSHAKE)) return;
     if (c->ooff >= writable_end(c)) return;
     c->depth++;
@@ -750,22 +750,22 @@ void sl_conn_flush(sl_conn *c) {
     leave(c);
 }
 
-void sl_conn_fail(sl_conn *c, sl_conn_why why, const char *msg) {
+void sl_rconn_fail(sl_rconn *c, sl_rconn_why why, const char *msg) {
     if (c == NULL || c->closed) return;
     c->depth++;
     fail(c, why, "%s", msg);
     leave(c);
 }
 
-void sl_conn_close(sl_conn *c) {
+void sl_rconn_close(sl_rconn *c) {
     if (c == NULL || c->closed) return;
     c->closed = true;
     if (c->depth == 0) conn_free(c);
 }
 
-bool sl_conn_is_up(const sl_conn *c) { return c != NULL && c->st == ST_UP && !c->closed; }
+bool sl_rconn_is_up(const sl_rconn *c) { return c != NULL && c->st == ST_UP && !c->closed; }
 
-size_t sl_conn_unsent(const sl_conn *c) { return c == NULL ? 0 : c->olen - c->ooff; }
+size_t sl_rconn_unsent(const sl_rconn *c) { return c == NULL ? 0 : c->olen - c->ooff; }
 
 /* ---- logging ---------------------------------------------------------------------------- */
 

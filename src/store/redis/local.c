@@ -419,10 +419,10 @@ static void send_heartbeat(sl_redis *r, int64_t t) {
     snprintf(ttl, sizeof(ttl), "%" PRId64, 3 * g.hb_ns / SLUICE_NS_PER_MS);
     const char *argv[7] = {"EVAL", sl_lua_heartbeat, "1", HB_KEY, g.id, ttl, payload};
     size_t lens[7] = {4, strlen(sl_lua_heartbeat), 1, strlen(HB_KEY), strlen(g.id), strlen(ttl), pl};
-    if (sl_conn_command(nd->c, on_heartbeat, r, 7, argv, lens) == 0) {
+    if (sl_rconn_command(nd->c, on_heartbeat, r, 7, argv, lens) == 0) {
         r->hb_inflight = true;
         r->hb_sent = t;
-        sl_conn_flush(nd->c);
+        sl_rconn_flush(nd->c);
     } else {
         inc_st(&g_st.heartbeat_errors, 1);
     }

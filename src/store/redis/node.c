@@ -30,7 +30,7 @@ static void node_down(sl_redis_node *nd) {
 
 /* Keeps why a node failed (for the metrics and readiness), counts it by cause, and logs
  * it when it differs from what was logged last (every reconnection would repeat it). */
-static void node_error(sl_redis_node *nd, sl_conn_why why, const char *msg) {
+static void node_error(sl_redis_node *nd, sl_rconn_why why, const char *msg) {
     sl_redis *r = nd->r;
     pthread_mutex_lock(&r->hmu);
     bool same = strncmp(nd->err, msg, sizeof(nd->err) - 1) == 0;
@@ -46,7 +46,7 @@ static void node_error(sl_redis_node *nd, sl_conn_why why, const char *msg) {
     nd->logged = true;
 }
 
-static void on_conn_state(void *owner, sl_conn *c, bool up, sl_conn_why why, const char *msg) {
+static void on_conn_state(void *owner, sl_rconn *c, bool up, sl_rconn_why why, const char *msg) {
     sl_redis_node *nd = owner;
     sl_redis *r = nd->r;
     if (c != nd->c) return;
@@ -71,7 +71,7 @@ static void on_conn_state(void *owner, sl_conn *c, bool up, sl_conn_why why, con
     }
     node_error(nd, why, msg);
     nd->c = NULL;
-    sl_conn_close(c);
+    sl_rconn_close(c);
     node_down(nd);
     /* in a cluster, a lost node may have been failed over: ask a live one for the map
      * (and again at each reconnection attempt, see sl__redis_node_connect) */
@@ -90,7 +90,7 @@ static void on_script_load(void *owner, redisReply *rep, void *priv) {
 void sl__redis_queue_script_load(sl_redis_node *nd) {
     const char *argv[3] = {"SCRIPT", "LOAD", nd->r->script};
     size_t len[3] = {6, 4, nd->r->script_len};
-    sl_conn_command(nd->c, on_script_load, NULL, 3, argv, len);
+    sl_rconn_command(nd->c, on_script_load, NULL, 3, argv, len);
 }
 
 /* FUNCTION LOAD's answer. Decisions go as FCALL from the connection's start, queued
@@ -115,7 +115,7 @@ static void on_function_load(void *owner, redisReply *rep, void *priv) {
 void sl__redis_queue_function_load(sl_redis_node *nd) {
     const char *argv[4] = {"FUNCTION", "LOAD", "REPLACE", nd->r->lib};
     size_t len[4] = {8, 4, 7, nd->r->lib_len};
-    sl_conn_command(nd->c, on_function_load, nd->c, 4, argv, len);
+    sl_rconn_command(nd->c, on_function_load, nd->c, 4, argv, len);
 }
 
 /* Starts a non-blocking connection (its handshake queued by conn.c); FUNCTION LOAD is
@@ -128,14 +128,14 @@ void sl__redis_node_connect(sl_redis_node *nd) {
         nd->retry_at = mono_now() + SLUICE_NS_PER_S;           /* (on_primary connects) */
         return;
     }
-    sl_conn_opts co = {.host = nd->host, .port = nd->port, .unix_path = r->o.unix_path, .attempt = nd->attempt++,
+    sl_rconn_opts co = {.host = nd->host, .port = nd->port, .unix_path = r->o.unix_path, .attempt = nd->attempt++,
                        .tls = r->tls, .username = r->o.username, .password = r->o.password, .db = r->o.db,
                        .want_primary = r->o.sentinel};
     char err[300];
     pthread_mutex_lock(&r->hmu);
     nd->state = 1;
     pthread_mutex_unlock(&r->hmu);
-    nd->c = sl_conn_open(r->loop, &co, nd, on_conn_state, err, sizeof(err));
+    nd->c = sl_rconn_open(r->loop, &co, nd, on_conn_state, err, sizeof(err));
     if (nd->c == NULL) {
         node_error(nd, SL_CONN_EIO, err);
         node_down(nd);
@@ -182,7 +182,7 @@ void sl__redis_on_primary(void *ud, const char *host, int port) {
             char why[160];
             snprintf(why, sizeof(why), "the primary moved to %.64s:%d", host, port);
             r->switching = true; /* (no need to ask the sentinel again) */
-            sl_conn_fail(nd->c, SL_CONN_EIO, why); /* -> on_conn_state: closed, node down */
+            sl_rconn_fail(nd->c, SL_CONN_EIO, why); /* -> on_conn_state: closed, node down */
             r->switching = false;
         }
         pthread_mutex_lock(&r->hmu);
@@ -226,7 +226,7 @@ static void on_slots(void *owner, redisReply *reply, void *priv) {
 static void ask_slots(sl_redis_node *nd) {
     static const char *const argv[2] = {"CLUSTER", "SLOTS"};
     static const size_t lens[2] = {7, 5};
-    if (sl_conn_command(nd->c, on_slots, NULL, 2, argv, lens) != 0) nd->r->topo_pending = false;
+    if (sl_rconn_command(nd->c, on_slots, NULL, 2, argv, lens) != 0) nd->r->topo_pending = false;
 }
 
 static void on_shards(void *owner, redisReply *rep, void *priv) {
@@ -265,5 +265,5 @@ void sl__redis_refresh_topology(sl_redis *r, bool force) {
     }
     static const char *const argv[2] = {"CLUSTER", "SHARDS"};
     static const size_t lens[2] = {7, 6};
-    if (sl_conn_command(nd->c, on_shards, NULL, 2, argv, lens) != 0) r->topo_pending = false;
+    if (sl_rconn_command(nd->c, on_shards, NULL, 2, argv, lens) != 0) r->topo_pending = false;
 }

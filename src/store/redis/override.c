@@ -165,7 +165,7 @@ static bool send_put(wjob *j) {
         argv[11 + 2 * i] = j->val[i] ? j->val[i] : "";
         lens[11 + 2 * i] = j->val[i] ? strlen(j->val[i]) : 0;
     }
-    int rc = sl_conn_command(nd->c, on_put, j, (int)argc, argv, lens);
+    int rc = sl_rconn_command(nd->c, on_put, j, (int)argc, argv, lens);
     free(argv);
     free(lens);
     return rc == 0;
@@ -251,7 +251,7 @@ static void send_poll(void) {
                             G.my_epoch};
     size_t lens[11];
     for (int i = 0; i < 11; i++) lens[i] = strlen(argv[i]);
-    if (sl_conn_command(nd->c, on_poll, NULL, 11, argv, lens) == 0) G.inflight = true;
+    if (sl_rconn_command(nd->c, on_poll, NULL, 11, argv, lens) == 0) G.inflight = true;
 }
 
 static void step(void) {
@@ -293,7 +293,7 @@ static void *sync_main(void *arg) {
         step();
         sl_redis_flush(G.r);
         sl_loop_poll(&G.loop, 5);
-        sl_conn_reap();
+        sl_rconn_reap();
     }
     return NULL;
 }
@@ -351,7 +351,7 @@ void sl_redis_ovr_stop(void) {
     atomic_store(&G.stop, true);
     pthread_join(G.th, NULL);
     sl_redis_destroy(G.r); /* in-flight writes are answered (NULL reply: ESTORE) */
-    sl_conn_reap();
+    sl_rconn_reap();
     G.r = NULL;
     pthread_mutex_lock(&G.mu); /* writes never sent fail */
     while (G.q != NULL) {

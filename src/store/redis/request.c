@@ -196,8 +196,8 @@ bool sl__redis_send_group(sl_redis *r, rq *q, int g, sl_redis_node *nd, bool ask
     }
     static const char *const asking_argv[1] = {"ASKING"};
     static const size_t asking_len[1] = {6};
-    if (asking && sl_conn_command(nd->c, NULL, NULL, 1, asking_argv, asking_len) != 0) return false;
-    if (sl_conn_send(nd->c, r->cmd, (size_t)(p - r->cmd), on_group_reply, priv_of(r, q, g)) != 0) return false;
+    if (asking && sl_rconn_command(nd->c, NULL, NULL, 1, asking_argv, asking_len) != 0) return false;
+    if (sl_rconn_send(nd->c, r->cmd, (size_t)(p - r->cmd), on_group_reply, priv_of(r, q, g)) != 0) return false;
     gr->sent = true;
     inc(&r->st.calls);
     return true;
@@ -571,7 +571,7 @@ static void on_group_reply(void *owner, redisReply *rep, void *priv) {
             /* credentials changed under a live connection (ACL edited, password rotated) */
             char msg[200];
             snprintf(msg, sizeof(msg), "%.180s", rep->str);
-            if (nd->c != NULL) sl_conn_fail(nd->c, SL_CONN_EAUTH, msg);
+            if (nd->c != NULL) sl_rconn_fail(nd->c, SL_CONN_EAUTH, msg);
         }
         snprintf(r->last_error, sizeof(r->last_error), "%.120s", rep->str);
         inc(&r->st.errors);

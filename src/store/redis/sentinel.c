@@ -33,7 +33,7 @@
 struct sl_sentinel {
     sl_loop *loop;
     const sl_redis_opts *o;
-    sl_conn_tls *tls;
+    sl_rconn_tls *tls;
     pthread_mutex_t *mu;
     sl_sentinel_fn fn;
     void *ud;
@@ -42,7 +42,7 @@ struct sl_sentinel {
         int port;
     } addr[MAX_SENTINELS];
     int n, cur;
-    sl_conn *c;
+    sl_rconn *c;
     bool answered;       /* this session's query was answered */
     unsigned fails;      /* sessions in a row that failed */
     int64_t started;     /* when this session started (monotonic ns) */
@@ -90,7 +90,7 @@ static void set_health(sl_sentinel *s, int state, const char *err) {
  * while some sentinel has not been tried, then with a growing pause. */
 static void next_session(sl_sentinel *s) {
     if (s->c != NULL) {
-        sl_conn_close(s->c);
+        sl_rconn_close(s->c);
         s->c = NULL;
     }
     s->fails++;
@@ -123,10 +123,10 @@ static void on_query(void *owner, redisReply *rep, void *priv) {
     }
     if (rep->type == REDIS_REPLY_ERROR) {
         snprintf(msg, sizeof(msg), "SENTINEL get-master-addr-by-name: %.150s", rep->str);
-        sl_conn_fail(s->c, strncmp(rep->str, "NOAUTH", 6) == 0 ? SL_CONN_EAUTH : SL_CONN_ESETUP, msg);
+        sl_rconn_fail(s->c, strncmp(rep->str, "NOAUTH", 6) == 0 ? SL_CONN_EAUTH : SL_CONN_ESETUP, msg);
     } else {
         snprintf(msg, sizeof(msg), "does not know a primary named '%.60s'", s->o->master);
-        sl_conn_fail(s->c, SL_CONN_ESETUP, msg);
+        sl_rconn_fail(s->c, SL_CONN_ESETUP, msg);
     }
 }
 
@@ -145,7 +145,7 @@ static void on_message(void *owner, redisReply *rep, void *priv) {
     s->fn(s->ud, newh, newp);
 }
 
-static void on_state(void *owner, sl_conn *c, bool up, sl_conn_why why, const char *msg) {
+static void on_state(void *owner, sl_rconn *c, bool up, sl_rconn_why why, const char *msg) {
     sl_sentinel *s = owner;
     if (c != s->c) return;
     if (up) {
@@ -166,14 +166,14 @@ static void on_state(void *owner, sl_conn *c, bool up, sl_conn_why why, const ch
 }
 
 static void start_session(sl_sentinel *s) {
-    if (s->c != NULL) sl_conn_close(s->c);
+    if (s->c != NULL) sl_rconn_close(s->c);
     s->c = NULL;
     s->answered = false;
     s->started = now_ns();
-    sl_conn_opts co = {.host = s->addr[s->cur].host, .port = s->addr[s->cur].port, .tls = s->tls,
+    sl_rconn_opts co = {.host = s->addr[s->cur].host, .port = s->addr[s->cur].port, .tls = s->tls,
                        .username = s->o->sentinel_username, .password = s->o->sentinel_password};
     char err[256];
-    s->c = sl_conn_open(s->loop, &co, s, on_state, err, sizeof(err));
+    s->c = sl_rconn_open(s->loop, &co, s, on_state, err, sizeof(err));
     if (s->c == NULL) {
         set_health(s, 0, err);
         next_session(s);
@@ -182,8 +182,8 @@ static void start_session(sl_sentinel *s) {
     set_health(s, 1, NULL);
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->o->master};
     size_t lens[3] = {8, 23, strlen(s->o->master)};
-    if (sl_conn_command(s->c, on_query, NULL, 3, argv, lens) != 0 ||
-        sl_conn_subscribe(s->c, "+switch-master", on_message, NULL) != 0) {
+    if (sl_rconn_command(s->c, on_query, NULL, 3, argv, lens) != 0 ||
+        sl_rconn_subscribe(s->c, "+switch-master", on_message, NULL) != 0) {
         next_session(s);
         return;
     }
@@ -198,7 +198,7 @@ static void on_timer(void *ud, uint32_t ev) {
     }
     int64_t t = now_ns();
     if (s->c != NULL && !s->answered && t >= s->started + CONNECT_NS) {
-        sl_conn_fail(s->c, SL_CONN_EIO, "no answer within 1 s"); /* -> on_state -> next */
+        sl_rconn_fail(s->c, SL_CONN_EIO, "no answer within 1 s"); /* -> on_state -> next */
         t = now_ns();
     }
     if (s->next_at != 0 && t >= s->next_at) {
@@ -209,7 +209,7 @@ static void on_timer(void *ud, uint32_t ev) {
     }
 }
 
-sl_sentinel *sl_sentinel_create(sl_loop *loop, const sl_redis_opts *o, sl_conn_tls *tls, pthread_mutex_t *mu,
+sl_sentinel *sl_sentinel_create(sl_loop *loop, const sl_redis_opts *o, sl_rconn_tls *tls, pthread_mutex_t *mu,
                                 sl_sentinel_fn fn, void *ud) {
     sl_sentinel *s = calloc(1, sizeof(*s));
     if (s == NULL) return NULL;
@@ -253,7 +253,7 @@ fail:
 
 void sl_sentinel_destroy(sl_sentinel *s) {
     if (s == NULL) return;
-    if (s->c != NULL) sl_conn_close(s->c);
+    if (s->c != NULL) sl_rconn_close(s->c);
     if (s->tfd >= 0) {
         sl_loop_del(s->loop, &s->tio);
         close(s->tfd);

@@ -20,7 +20,7 @@ typedef void (*sl_sentinel_fn)(void *ud, const char *host, int port);
 /* o (seeds = the sentinels, master, sentinel credentials, timeout) and tls are borrowed
  * for the sentinel's lifetime; `mu` guards the health fields (the client's lock). NULL
  * when the addresses cannot be used. Starts asking at once. */
-sl_sentinel *sl_sentinel_create(sl_loop *loop, const sl_redis_opts *o, sl_conn_tls *tls, pthread_mutex_t *mu,
+sl_sentinel *sl_sentinel_create(sl_loop *loop, const sl_redis_opts *o, sl_rconn_tls *tls, pthread_mutex_t *mu,
                                 sl_sentinel_fn fn, void *ud);
 void sl_sentinel_destroy(sl_sentinel *s);
 /* Asks again soon (at most every 100 ms): the primary went away or is not one any more. */

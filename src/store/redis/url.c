@@ -477,9 +477,9 @@ int sl_redis_opts_check(const sl_redis_opts *o, char *err, size_t errlen) {
         return SLUICE_EINVAL;
     }
     if (o->tls.on) { /* the files load now, not at the first connection */
-        sl_conn_tls *t = sl_conn_tls_create(&o->tls, err, errlen);
+        sl_rconn_tls *t = sl_rconn_tls_create(&o->tls, err, errlen);
         if (t == NULL) return SLUICE_EINVAL;
-        sl_conn_tls_destroy(t);
+        sl_rconn_tls_destroy(t);
     }
     return SLUICE_OK;
 }

@@ -6,7 +6,7 @@
  * with NULL, in order, then reports DOWN once; commands queued while connecting leave
  * after the handshake; a subscription's callback sees every message; closing a
  * connection from another's callback in the same loop turn is safe (its pending event
- * is ignored, its memory freed by sl_conn_reap).
+ * is ignored, its memory freed by sl_rconn_reap).
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -19,15 +19,15 @@
 static int g_port;
 
 typedef struct owner {
-    sl_conn *c;
+    sl_rconn *c;
     int ups, downs;
-    sl_conn_why why;
+    sl_rconn_why why;
     char msg[300];
     long next;     /* the reply number expected next */
     long got, nulls, disorder;
 } owner;
 
-static void on_state(void *ud, sl_conn *c, bool up, sl_conn_why why, const char *msg) {
+static void on_state(void *ud, sl_rconn *c, bool up, sl_rconn_why why, const char *msg) {
     owner *o = ud;
     (void)c;
     if (up) {
@@ -54,16 +54,16 @@ static void on_echo(void *ud, redisReply *rep, void *priv) {
     o->got++;
 }
 
-static sl_conn *open_conn(sl_loop *loop, owner *o) {
+static sl_rconn *open_conn(sl_loop *loop, owner *o) {
     memset(o, 0, sizeof(*o));
-    sl_conn_opts co = {.host = "127.0.0.1", .port = g_port};
+    sl_rconn_opts co = {.host = "127.0.0.1", .port = g_port};
     char err[200];
-    o->c = sl_conn_open(loop, &co, o, on_state, err, sizeof(err));
+    o->c = sl_rconn_open(loop, &co, o, on_state, err, sizeof(err));
     if (o->c == NULL) T_FAIL("open: %s", err);
     return o->c;
 }
 
-static void echo(sl_conn *c, long n, size_t pad) {
+static void echo(sl_rconn *c, long n, size_t pad) {
     static char big[70000];
     memset(big, 'x', sizeof(big));
     char num[24];
@@ -75,13 +75,13 @@ static void echo(sl_conn *c, long n, size_t pad) {
     memcpy(arg + len + 1, big, pad);
     const char *argv[2] = {"ECHO", arg};
     size_t lens[2] = {4, (size_t)len + 1 + pad};
-    T_EQ_I(sl_conn_command(c, on_echo, (void *)(intptr_t)n, 2, argv, lens), 0);
+    T_EQ_I(sl_rconn_command(c, on_echo, (void *)(intptr_t)n, 2, argv, lens), 0);
 }
 
 static void run(sl_loop *loop, int ms, bool (*done)(void *), void *ud) {
     for (int i = 0; i < ms && !(done && done(ud)); i++) {
         sl_loop_poll(loop, 1);
-        sl_conn_reap();
+        sl_rconn_reap();
     }
 }
 
@@ -94,19 +94,19 @@ static void pipeline_order(void) {
     sl_loop loop;
     sl_loop_init(&loop);
     owner o;
-    sl_conn *c = open_conn(&loop, &o);
+    sl_rconn *c = open_conn(&loop, &o);
     if (c == NULL) return;
     /* queued while connecting: they wait for the handshake (PING), then leave in order */
     for (long n = 0; n < 2000; n++) echo(c, n, n % 7 == 0 ? 60000 : 10);
-    T_CHECK(sl_conn_unsent(c) > 4 * 1024 * 1024); /* more than socket buffers hold */
+    T_CHECK(sl_rconn_unsent(c) > 4 * 1024 * 1024); /* more than socket buffers hold */
     run(&loop, 10000, all_back, &o);
     T_EQ_I(o.ups, 1);
     T_EQ_I(o.got, 2000);
     T_EQ_I(o.disorder, 0);
     T_EQ_I(o.downs, 0);
-    T_EQ_U(sl_conn_unsent(c), 0);
-    sl_conn_close(c);
-    sl_conn_reap();
+    T_EQ_U(sl_rconn_unsent(c), 0);
+    sl_rconn_close(c);
+    sl_rconn_reap();
     sl_loop_deinit(&loop);
 }
 
@@ -114,7 +114,7 @@ static void dropped_by_server(void) {
     sl_loop loop;
     sl_loop_init(&loop);
     owner o;
-    sl_conn *c = open_conn(&loop, &o);
+    sl_rconn *c = open_conn(&loop, &o);
     if (c == NULL) return;
     run(&loop, 2000, NULL, NULL);
     for (int i = 0; i < 2000 && o.ups == 0; i++) sl_loop_poll(&loop, 1);
@@ -124,9 +124,9 @@ static void dropped_by_server(void) {
     const char *argv[6] = {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "no"};
     size_t lens[6] = {6, 4, 4, 6, 6, 2};
     o.next = -1;
-    T_EQ_I(sl_conn_command(c, on_echo, (void *)(intptr_t)-1, 6, argv, lens), 0);
+    T_EQ_I(sl_rconn_command(c, on_echo, (void *)(intptr_t)-1, 6, argv, lens), 0);
     for (long n = 0; n < 5; n++) echo(c, n, 1);
-    sl_conn_flush(c);
+    sl_rconn_flush(c);
     run(&loop, 2000, all_back, &o);
     T_EQ_I(o.downs, 1);
     T_EQ_I(o.why, SL_CONN_EIO);
@@ -136,9 +136,9 @@ static void dropped_by_server(void) {
     char peer[40];
     snprintf(peer, sizeof(peer), "127.0.0.1:%d: ", g_port);
     T_CHECK(strncmp(o.msg, peer, strlen(peer)) == 0);
-    T_EQ_I(sl_conn_command(c, on_echo, NULL, 6, argv, lens), -1); /* failed: refuses */
-    sl_conn_close(c);
-    sl_conn_reap();
+    T_EQ_I(sl_rconn_command(c, on_echo, NULL, 6, argv, lens), -1); /* failed: refuses */
+    sl_rconn_close(c);
+    sl_rconn_reap();
     sl_loop_deinit(&loop);
 }
 
@@ -153,7 +153,7 @@ static void close_other(void *ud, redisReply *rep, void *priv) {
     int me = (int)(intptr_t)priv;
     owner *other = pair[1 - me];
     if (other->c != NULL) {
-        sl_conn_close(other->c);
+        sl_rconn_close(other->c);
         other->c = NULL;
         closes_seen++;
     }
@@ -171,18 +171,18 @@ static void close_from_another_callback(void) {
     const char *argv[1] = {"PING"};
     size_t lens[1] = {4};
     closes_seen = 0;
-    T_EQ_I(sl_conn_command(a.c, close_other, (void *)(intptr_t)0, 1, argv, lens), 0);
-    T_EQ_I(sl_conn_command(b.c, close_other, (void *)(intptr_t)1, 1, argv, lens), 0);
-    sl_conn_flush(a.c);
-    sl_conn_flush(b.c);
+    T_EQ_I(sl_rconn_command(a.c, close_other, (void *)(intptr_t)0, 1, argv, lens), 0);
+    T_EQ_I(sl_rconn_command(b.c, close_other, (void *)(intptr_t)1, 1, argv, lens), 0);
+    sl_rconn_flush(a.c);
+    sl_rconn_flush(b.c);
     rt_sleep_ms(50); /* both replies are in: one epoll batch holds both connections */
     sl_loop_poll(&loop, 100);
     T_EQ_I(closes_seen, 1);
     T_EQ_I(a.got + b.got, 1); /* the closed one's event was not handled */
-    sl_conn_reap();
-    if (a.c) sl_conn_close(a.c);
-    if (b.c) sl_conn_close(b.c);
-    sl_conn_reap();
+    sl_rconn_reap();
+    if (a.c) sl_rconn_close(a.c);
+    if (b.c) sl_rconn_close(b.c);
+    sl_rconn_reap();
     sl_loop_deinit(&loop);
 }
 
@@ -198,11 +198,11 @@ static void subscription(void) {
     sl_loop loop;
     sl_loop_init(&loop);
     owner o;
-    sl_conn *c = open_conn(&loop, &o);
+    sl_rconn *c = open_conn(&loop, &o);
     if (c == NULL) return;
     messages = 0;
-    T_EQ_I(sl_conn_subscribe(c, "chan", on_sub, NULL), 0);
-    sl_conn_flush(c);
+    T_EQ_I(sl_rconn_subscribe(c, "chan", on_sub, NULL), 0);
+    sl_rconn_flush(c);
     for (int i = 0; i < 500; i++) sl_loop_poll(&loop, 1);
     for (int i = 0; i < 3; i++) {
         redisReply *r = rt_cmd(g_port, "PUBLISH chan m%d", i);
@@ -210,8 +210,8 @@ static void subscription(void) {
     }
     for (int i = 0; i < 1000 && messages < 3; i++) sl_loop_poll(&loop, 1);
     T_EQ_I(messages, 3);
-    sl_conn_close(c);
-    sl_conn_reap();
+    sl_rconn_close(c);
+    sl_rconn_reap();
     sl_loop_deinit(&loop);
 }
 
