@@ -1,17 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * trace_parse.c -- one access-log line into one request: the nginx log_format matcher,
- * a flat JSON object reader (nginx escape=json formats, Envoy JSON access logs), CSV with
- * a header line, the time forms logs use, and the field -> attribute mapping (defaults
- * plus --map). Lines are modified in place (unescaping); nothing is allocated per line.
+ * trace_parse.c -- one access-log line into one request: the field -> attribute mapping
+ * (defaults plus --map), the layouts, the nginx log_format matcher and filling a record
+ * (the JSON and CSV readers are in trace_formats.c, the time forms in trace_time.c).
+ * Lines are modified in place (unescaping); nothing is allocated per line.
  */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace.h"
-
-#define NS INT64_C(1000000000)
+#include "trace_int.h"
 
 const char *sl_trace_format_name(sl_trace_format f) {
     switch (f) {
@@ -20,173 +18,6 @@ const char *sl_trace_format_name(sl_trace_format f) {
     case SL_TF_CSV: return "csv";
     default: return "auto";
     }
-}
-
-/* ---- time ----------------------------------------------------------------------------- */
-
-static int64_t days_from_civil(int64_t y, int m, int d) {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-static bool num(const char *s, size_t n, int *out) {
-    int v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return false;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return true;
-}
-
-static int month_of(const char *s) {
-    static const char m[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-    for (int i = 0; i < 12; i++)
-        if (memcmp(s, m + 3 * i, 3) == 0) return i + 1;
-    return 0;
-}
-
-/* "+HHMM", "+HH:MM", "Z" (or nothing): offset east of UTC in seconds */
-static bool zone(const char *s, size_t n, int64_t *off) {
-    *off = 0;
-    if (n == 0 || (n == 1 && (s[0] == 'Z' || s[0] == 'z'))) return true;
-    if (s[0] != '+' && s[0] != '-') return false;
-    int h, m;
-    if (n == 5 && num(s + 1, 2, &h) && num(s + 3, 2, &m)) {
-    } else if (n == 6 && s[3] == ':' && num(s + 1, 2, &h) && num(s + 4, 2, &m)) {
-    } else if (n == 3 && num(s + 1, 2, &h)) {
-        m = 0;
-    } else {
-        return false;
-    }
-    *off = (int64_t)(h * 3600 + m * 60) * (s[0] == '-' ? -1 : 1);
-    return true;
-}
-
-static bool civil_ok(int y, int mo, int d, int h, int mi, int s) {
-    return y >= 1970 && y <= 9999 && mo >= 1 && mo <= 12 && d >= 1 && d <= 31 && h <= 23 &&
-           mi <= 59 && s <= 60;
-}
-
-/* seconds since the epoch (at most 9999-12-31 plus a zone: no overflow in seconds) and a
- * fraction as nanoseconds, if the sum fits: int64 nanoseconds end in April 2262, and a
- * later time (a year 9999 typo, a hostile log) is unparsable, never wrapped around. */
-static bool civil_ns(int64_t secs, int64_t frac, int64_t *out_ns) {
-    int64_t ns;
-    if (__builtin_mul_overflow(secs, (int64_t)NS, &ns) || __builtin_add_overflow(ns, frac, &ns)) return false;
-    *out_ns = ns;
-    return true;
-}
-
-bool sl_trace_parse_time(const char *s, size_t len, int64_t *out_ns) {
-    while (len > 0 && (*s == ' ' || *s == '"')) s++, len--;
-    while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '"')) len--;
-    if (len == 0) return false;
-    /* epoch number: seconds, ms, us or ns by magnitude, with an optional fraction */
-    if (s[0] >= '0' && s[0] <= '9') {
-        size_t i = 0;
-        uint64_t ip = 0;
-        int idig = 0;
-        while (i < len && s[i] >= '0' && s[i] <= '9') {
-            if (++idig > 19) return false;
-            ip = ip * 10 + (uint64_t)(s[i++] - '0');
-        }
-        if (i == len || s[i] == '.') {
-            int64_t frac_ns = 0, scale = NS;
-            uint64_t unit;
-            if (ip >= UINT64_C(100000000000000000)) unit = 1;
-            else if (ip >= UINT64_C(100000000000000)) unit = 1000;
-            else if (ip >= UINT64_C(100000000000)) unit = 1000000;
-            else unit = (uint64_t)NS;
-            if (i < len) {
-                i++;
-                if (i == len) return false;
-                scale = (int64_t)unit;
-                while (i < len && s[i] >= '0' && s[i] <= '9') {
-                    scale /= 10;
-                    frac_ns += (s[i++] - '0') * scale;
-                }
-                if (i != len) return false;
-            }
-            if (ip > (uint64_t)INT64_MAX / unit) return false;
-            *out_ns = (int64_t)(ip * unit) + frac_ns;
-            return true;
-        }
-        /* ISO 8601: 2024-01-01T00:00:00[.123][Z|+01:00] (a space instead of T too) */
-        if (len >= 19 && s[4] == '-' && s[7] == '-' && (s[10] == 'T' || s[10] == ' ') &&
-            s[13] == ':' && s[16] == ':') {
-            int y, mo, d, h, mi, sec;
-            if (!num(s, 4, &y) || !num(s + 5, 2, &mo) || !num(s + 8, 2, &d) ||
-                !num(s + 11, 2, &h) || !num(s + 14, 2, &mi) || !num(s + 17, 2, &sec) ||
-                !civil_ok(y, mo, d, h, mi, sec))
-                return false;
-            size_t j = 19;
-            int64_t frac = 0, scale = NS;
-            if (j < len && (s[j] == '.' || s[j] == ',')) {
-                j++;
-                size_t start = j;
-                while (j < len && s[j] >= '0' && s[j] <= '9') {
-                    if (scale > 1) {
-                        scale /= 10;
-                        frac += (s[j] - '0') * scale;
-                    }
-                    j++;
-                }
-                if (j == start) return false;
-            }
-            int64_t off;
-            if (!zone(s + j, len - j, &off)) return false;
-            return civil_ns(days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off, frac, out_ns);
-        }
-        /* nginx $time_local: 10/Oct/2000:13:55:36 -0700 */
-        if (len >= 20 && s[2] == '/' && s[6] == '/' && s[11] == ':' && s[14] == ':' &&
-            s[17] == ':') {
-            int y, mo = month_of(s + 3), d, h, mi, sec;
-            if (mo == 0 || !num(s, 2, &d) || !num(s + 7, 4, &y) || !num(s + 12, 2, &h) ||
-                !num(s + 15, 2, &mi) || !num(s + 18, 2, &sec) || !civil_ok(y, mo, d, h, mi, sec))
-                return false;
-            size_t j = 20;
-            while (j < len && s[j] == ' ') j++;
-            int64_t off;
-            if (!zone(s + j, len - j, &off)) return false;
-            return civil_ns(days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off, 0, out_ns);
-        }
-    }
-    return false;
-}
-
-/* seconds with a fraction ("0.123") or an integer in `unit_ns` units */
-static bool parse_duration(const char *s, size_t len, int64_t unit_ns, int64_t *out) {
-    if (len == 0 || len > 24) return false;
-    int64_t ip = 0, frac = 0, scale = unit_ns;
-    size_t i = 0;
-    while (i < len && s[i] >= '0' && s[i] <= '9') ip = ip * 10 + (s[i++] - '0');
-    if (i == 0) return false;
-    if (i < len && s[i] == '.') {
-        i++;
-        while (i < len && s[i] >= '0' && s[i] <= '9') {
-            scale /= 10;
-            frac += (s[i++] - '0') * scale;
-        }
-    }
-    if (i != len || ip > INT64_MAX / unit_ns / 2) return false;
-    *out = ip * unit_ns + frac;
-    return true;
-}
-
-static bool parse_u64(const char *s, size_t len, uint64_t *out) {
-    if (len == 0 || len > 19) return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9') return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    *out = v;
-    return true;
 }
 
 /* ---- mapping ----------------------------------------------------------------------------- */
@@ -273,24 +104,6 @@ int sl_trace_map_add(sl_trace_map *m, const char *arg, char *err, size_t errlen)
     return 0;
 }
 
-/* What a field feeds: up to 4 targets, each with a rank (lower wins when several fields
- * feed one attribute: explicit mappings first, then the defaults in table order). */
-typedef struct target {
-    sl_attr attr;
-    uint8_t rank;
-    bool end_time;       /* SL_A_TIME: the log writes it when the request ends */
-    int64_t unit_ns;     /* SL_A_DURATION */
-    const char *header;  /* SL_A_HEADER: lower-case name (owned by the layout) */
-    uint8_t header_len;
-} target;
-
-#define MAX_TARGETS 4
-
-typedef struct resolved {
-    uint8_t n;
-    target t[MAX_TARGETS];
-} resolved;
-
 static const struct dflt {
     const char *field;
     sl_attr attr;
@@ -338,43 +151,6 @@ static const struct {
                        {"x_forwarded_for", "x-forwarded-for"},
                        {"referer", "referer"}};
 
-/* ---- layouts ----------------------------------------------------------------------------- */
-
-typedef struct ntok {
-    bool var;
-    char *text; /* literal text or variable name */
-    size_t len;
-    resolved r;
-} ntok;
-
-#define MAX_COLUMNS 128
-#define NAME_CACHE 256
-
-struct sl_trace_layout {
-    sl_trace_format format;
-    const sl_trace_map *map;
-    bool explicit_attr[SL_A_HEADER + 1]; /* ATTR= given: no default feeds ATTR */
-    /* header names produced by mappings, owned here */
-    char names[MAX_COLUMNS + SL_MAP_MAX + 8][64];
-    size_t n_names;
-    /* nginx */
-    ntok *toks;
-    size_t n_toks;
-    /* csv */
-    size_t n_cols;
-    resolved cols[MAX_COLUMNS];
-    bool have_header;
-    /* json: resolved names, cached */
-    struct {
-        char name[48];
-        uint8_t len;
-        resolved r;
-        bool used;
-    } cache[NAME_CACHE];
-    size_t cache_used;
-    sl_header hdrs[SL_TRACE_MAX_HEADERS]; /* the headers of the line being parsed */
-};
-
 static const char *own_name(sl_trace_layout *l, const char *s, size_t n) {
     for (size_t i = 0; i < l->n_names; i++)
         if (strlen(l->names[i]) == n && memcmp(l->names[i], s, n) == 0) return l->names[i];
@@ -383,10 +159,6 @@ static const char *own_name(sl_trace_layout *l, const char *s, size_t n) {
     memcpy(l->names[l->n_names], s, n);
     l->names[l->n_names][n] = '\0';
     return l->names[l->n_names++];
-}
-
-static bool field_is(const char *f, size_t n, const char *want) {
-    return strlen(want) == n && memcmp(f, want, n) == 0;
 }
 
 /* `--map header.NAME=` (empty): the defaults must not fill that header. */
@@ -403,7 +175,7 @@ static void add_target(resolved *r, target t) {
 }
 
 /* Every attribute a log field named `f` feeds. */
-static resolved resolve(sl_trace_layout *l, const char *f, size_t n) {
+resolved sl__trace_resolve(sl_trace_layout *l, const char *f, size_t n) {
     resolved r;
     memset(&r, 0, sizeof(r));
     for (size_t i = 0; l->map && i < l->map->n; i++) {
@@ -453,7 +225,7 @@ static resolved resolve(sl_trace_layout *l, const char *f, size_t n) {
     return r;
 }
 
-static const resolved *resolve_cached(sl_trace_layout *l, const char *f, size_t n) {
+const resolved *sl__trace_resolve_cached(sl_trace_layout *l, const char *f, size_t n) {
     static resolved scratch; /* not cached: computed again next time */
     if (n < sizeof(l->cache[0].name)) {
         uint32_t h = 2166136261u;
@@ -466,13 +238,13 @@ static const resolved *resolve_cached(sl_trace_layout *l, const char *f, size_t 
                 l->cache_used++;
                 memcpy(l->cache[s].name, f, n);
                 l->cache[s].len = (uint8_t)n;
-                l->cache[s].r = resolve(l, f, n);
+                l->cache[s].r = sl__trace_resolve(l, f, n);
                 return &l->cache[s].r;
             }
             if (l->cache[s].len == n && memcmp(l->cache[s].name, f, n) == 0) return &l->cache[s].r;
         }
     }
-    scratch = resolve(l, f, n);
+    scratch = sl__trace_resolve(l, f, n);
     return &scratch;
 }
 
@@ -508,7 +280,7 @@ static bool parse_template(sl_trace_layout *l, const char *fmt, char *err, size_
             t->var = true;
             t->text = strndup(s, n);
             t->len = n;
-            t->r = resolve(l, s, n);
+            t->r = sl__trace_resolve(l, s, n);
         } else {
             const char *s = p;
             while (*p && *p != '$') p++;
@@ -557,22 +329,6 @@ void sl_trace_layout_destroy(sl_trace_layout *l) {
     free(l);
 }
 
-/* ---- filling a record ---------------------------------------------------------------------- */
-
-typedef struct fill {
-    sl_trace_rec *rec;
-    const bool *off; /* the layout's explicit_attr */
-    uint8_t header_rank[SL_TRACE_MAX_HEADERS];
-    const char *time_p;
-    size_t time_len;
-    int time_rank;
-    bool time_end;
-    int ranks[SL_A_HEADER];
-    bool have_duration;
-    int64_t duration_ns;
-    const char *bad;
-} fill;
-
 static bool set_rank(fill *f, sl_attr a, int rank) {
     if (f->ranks[a] != 0 && f->ranks[a] <= rank) return false;
     f->ranks[a] = rank + 1;
@@ -608,7 +364,7 @@ static void put(fill *f, const target *t, char *v, size_t n) {
         break;
     case SL_A_DURATION: {
         int64_t d;
-        if (set_rank(f, SL_A_DURATION, t->rank) && parse_duration(v, n, t->unit_ns ? t->unit_ns : NS, &d)) {
+        if (set_rank(f, SL_A_DURATION, t->rank) && sl__trace_duration(v, n, t->unit_ns ? t->unit_ns : NS, &d)) {
             f->have_duration = true;
             f->duration_ns = d;
         }
@@ -650,11 +406,11 @@ static void put(fill *f, const target *t, char *v, size_t n) {
         if (set_rank(f, SL_A_ROUTE, t->rank)) r->route = (sl_str){v, n};
         break;
     case SL_A_BODY_BYTES:
-        if (set_rank(f, SL_A_BODY_BYTES, t->rank) && parse_u64(v, n, &r->body_bytes))
+        if (set_rank(f, SL_A_BODY_BYTES, t->rank) && sl__trace_u64(v, n, &r->body_bytes))
             r->has_body_bytes = true;
         break;
     case SL_A_COST:
-        if (set_rank(f, SL_A_COST, t->rank) && parse_u64(v, n, &r->cost)) r->has_cost = true;
+        if (set_rank(f, SL_A_COST, t->rank) && sl__trace_u64(v, n, &r->cost)) r->has_cost = true;
         break;
     case SL_A_HEADER:
         for (size_t i = 0; i < r->n_headers; i++)
@@ -674,12 +430,12 @@ static void put(fill *f, const target *t, char *v, size_t n) {
     }
 }
 
-static void put_resolved(fill *f, const resolved *rs, char *v, size_t n) {
+void sl__trace_put_resolved(fill *f, const resolved *rs, char *v, size_t n) {
     for (size_t i = 0; i < rs->n; i++) put(f, &rs->t[i], v, n);
 }
 
 /* Literal mappings (--map host=api.example.com) and the time, once every field is in. */
-static const char *finish(sl_trace_layout *l, fill *f) {
+const char *sl__trace_finish(sl_trace_layout *l, fill *f) {
     if (f->bad) return f->bad;
     for (size_t i = 0; l->map && i < l->map->n; i++) {
         const sl_map_entry *e = &l->map->e[i];
@@ -736,244 +492,11 @@ static const char *parse_nginx(sl_trace_layout *l, char *line, size_t len, fill 
             vend = end;
         }
         size_t n = unescape_nginx(p, (size_t)(vend - p));
-        put_resolved(f, &t->r, p, n);
+        sl__trace_put_resolved(f, &t->r, p, n);
         p = vend;
     }
     /* fields appended after the format (a later log_format) are tolerated */
-    return finish(l, f);
-}
-
-/* ---- JSON ----------------------------------------------------------------------------------- */
-
-static void skip_ws(char **p, char *end) {
-    while (*p < end && (**p == ' ' || **p == '\t')) (*p)++;
-}
-
-static void put_utf8(char **o, uint32_t c) {
-    char *w = *o;
-    if (c < 0x80) {
-        *w++ = (char)c;
-    } else if (c < 0x800) {
-        *w++ = (char)(0xc0 | (c >> 6));
-        *w++ = (char)(0x80 | (c & 0x3f));
-    } else if (c < 0x10000) {
-        *w++ = (char)(0xe0 | (c >> 12));
-        *w++ = (char)(0x80 | ((c >> 6) & 0x3f));
-        *w++ = (char)(0x80 | (c & 0x3f));
-    } else {
-        *w++ = (char)(0xf0 | (c >> 18));
-        *w++ = (char)(0x80 | ((c >> 12) & 0x3f));
-        *w++ = (char)(0x80 | ((c >> 6) & 0x3f));
-        *w++ = (char)(0x80 | (c & 0x3f));
-    }
-    *o = w;
-}
-
-static bool hex4(const char *p, uint32_t *out) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (uint32_t)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (uint32_t)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (uint32_t)(c - 'A' + 10);
-        else return false;
-    }
-    *out = v;
-    return true;
-}
-
-/* A JSON string at *p (after the quote) unescaped in place; the span in *s. */
-static bool json_string(char **p, char *end, char **s, size_t *n) {
-    char *r = *p, *w = *p;
-    *s = *p;
-    while (r < end) {
-        char c = *r;
-        if (c == '"') {
-            *n = (size_t)(w - *s);
-            *p = r + 1;
-            return true;
-        }
-        if ((unsigned char)c < 0x20) return false;
-        if (c != '\\') {
-            *w++ = *r++;
-            continue;
-        }
-        if (r + 1 >= end) return false;
-        char e = r[1];
-        r += 2;
-        switch (e) {
-        case '"': *w++ = '"'; break;
-        case '\\': *w++ = '\\'; break;
-        case '/': *w++ = '/'; break;
-        case 'b': *w++ = '\b'; break;
-        case 'f': *w++ = '\f'; break;
-        case 'n': *w++ = '\n'; break;
-        case 'r': *w++ = '\r'; break;
-        case 't': *w++ = '\t'; break;
-        case 'u': {
-            uint32_t cp;
-            if (end - r < 4 || !hex4(r, &cp)) return false;
-            r += 4;
-            if (cp >= 0xd800 && cp < 0xdc00 && end - r >= 6 && r[0] == '\\' && r[1] == 'u') {
-                uint32_t lo;
-                if (hex4(r + 2, &lo) && lo >= 0xdc00 && lo < 0xe000) {
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                    r += 6;
-                }
-            }
-            put_utf8(&w, cp); /* never longer than its escape */
-            break;
-        }
-        default: return false;
-        }
-    }
-    return false;
-}
-
-/* Skips a nested value (object or array), strings inside included. */
-static bool json_skip(char **p, char *end) {
-    int depth = 0;
-    while (*p < end) {
-        char c = **p;
-        if (c == '"') {
-            (*p)++;
-            while (*p < end && **p != '"') *p += **p == '\\' ? 2 : 1;
-            if (*p >= end) return false;
-        } else if (c == '{' || c == '[') {
-            if (++depth > 64) return false;
-        } else if (c == '}' || c == ']') {
-            if (--depth == 0) {
-                (*p)++;
-                return true;
-            }
-        }
-        (*p)++;
-    }
-    return false;
-}
-
-static const char *parse_json(sl_trace_layout *l, char *line, size_t len, fill *f) {
-    char *p = line, *end = line + len;
-    skip_ws(&p, end);
-    if (p >= end || *p != '{') return "not a JSON object";
-    p++;
-    skip_ws(&p, end);
-    if (p < end && *p == '}') return finish(l, f);
-    for (;;) {
-        skip_ws(&p, end);
-        if (p >= end) return "truncated JSON";
-        if (*p != '"') return "JSON: expected a key";
-        p++;
-        char *k;
-        size_t kn;
-        if (!json_string(&p, end, &k, &kn)) return "JSON: bad key";
-        skip_ws(&p, end);
-        if (p >= end || *p != ':') return "JSON: expected ':'";
-        p++;
-        skip_ws(&p, end);
-        if (p >= end) return "truncated JSON";
-        char *v = NULL;
-        size_t vn = 0;
-        if (*p == '"') {
-            p++;
-            if (!json_string(&p, end, &v, &vn)) return "JSON: bad string";
-        } else if (*p == '{' || *p == '[') {
-            if (!json_skip(&p, end)) return "truncated JSON";
-        } else {
-            v = p;
-            while (p < end && *p != ',' && *p != '}' && *p != ' ' && *p != '\t') p++;
-            vn = (size_t)(p - v);
-            if (vn == 0) return "JSON: expected a value";
-            if (field_is(v, vn, "null")) v = NULL;
-        }
-        if (v != NULL) put_resolved(f, resolve_cached(l, k, kn), v, vn);
-        skip_ws(&p, end);
-        if (p >= end) return "truncated JSON";
-        if (*p == ',') {
-            p++;
-            continue;
-        }
-        if (*p == '}') break;
-        return "JSON: expected ',' or '}'";
-    }
-    return finish(l, f);
-}
-
-/* ---- CSV ------------------------------------------------------------------------------------ */
-
-/* The next field of a CSV line (RFC 4180 quoting), unquoted in place. */
-static int csv_field(char **p, char *end, char **v, size_t *n) {
-    char *r = *p;
-    if (r < end && *r == '"') {
-        char *w = ++r;
-        *v = w;
-        for (;;) {
-            if (r >= end) return -1;
-            if (*r == '"') {
-                if (r + 1 < end && r[1] == '"') {
-                    *w++ = '"';
-                    r += 2;
-                    continue;
-                }
-                r++;
-                break;
-            }
-            *w++ = *r++;
-        }
-        *n = (size_t)(w - *v);
-        if (r < end && *r != ',') return -1;
-    } else {
-        *v = r;
-        while (r < end && *r != ',') r++;
-        *n = (size_t)(r - *v);
-    }
-    if (r < end) {
-        *p = r + 1;
-        return 1; /* more follow */
-    }
-    *p = r;
-    return 0;
-}
-
-bool sl_trace_layout_header(sl_trace_layout *l, char *line, size_t len) {
-    char *p = line, *end = line + len;
-    size_t n = 0;
-    bool time = false;
-    for (;;) {
-        char *v;
-        size_t vn;
-        int more = csv_field(&p, end, &v, &vn);
-        if (more < 0 || n >= MAX_COLUMNS || vn == 0) return false;
-        while (vn > 0 && v[vn - 1] == ' ') vn--;
-        while (vn > 0 && *v == ' ') v++, vn--;
-        for (size_t i = 0; i < vn; i++)
-            if (!(isalnum((unsigned char)v[i]) || strchr("_.-@:", v[i]))) return false;
-        l->cols[n++] = resolve(l, v, vn);
-        for (size_t i = 0; i < l->cols[n - 1].n; i++) time |= l->cols[n - 1].t[i].attr == SL_A_TIME;
-        if (!more) break;
-    }
-    l->n_cols = n;
-    l->have_header = time || (l->map && l->map->n > 0);
-    return l->have_header;
-}
-
-static const char *parse_csv(sl_trace_layout *l, char *line, size_t len, fill *f) {
-    if (!l->have_header) return "CSV without a header line";
-    char *p = line, *end = line + len;
-    for (size_t c = 0;; c++) {
-        char *v;
-        size_t vn;
-        int more = csv_field(&p, end, &v, &vn);
-        if (more < 0) return "CSV: unterminated or misplaced quote";
-        if (c >= l->n_cols) return "CSV: more fields than the header names";
-        put_resolved(f, &l->cols[c], v, vn);
-        if (!more) {
-            if (c + 1 < l->n_cols) return "CSV: fewer fields than the header names (truncated?)";
-            break;
-        }
-    }
-    return finish(l, f);
+    return sl__trace_finish(l, f);
 }
 
 const char *sl_trace_parse_line(sl_trace_layout *l, char *line, size_t len, sl_trace_rec *rec) {
@@ -985,8 +508,8 @@ const char *sl_trace_parse_line(sl_trace_layout *l, char *line, size_t len, sl_t
     f.off = l->explicit_attr;
     switch (l->format) {
     case SL_TF_NGINX: return parse_nginx(l, line, len, &f);
-    case SL_TF_JSON: return parse_json(l, line, len, &f);
-    case SL_TF_CSV: return parse_csv(l, line, len, &f);
+    case SL_TF_JSON: return sl__trace_parse_json(l, line, len, &f);
+    case SL_TF_CSV: return sl__trace_parse_csv(l, line, len, &f);
     default: return "no format";
     }
 }

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_replay_parse.c -- what `sluice replay` reads from one log line (src/tools/trace_parse.c,
- * included to reach it): the time forms, nginx log_format lines (combined and custom, with
+ * trace_formats.c and trace_time.c, included to reach them): the time forms, nginx log_format lines (combined and custom, with
  * $msec/$request_time), nginx and Envoy JSON, CSV with quoting, --map, and the reasons a
  * line is refused. Also the SVG writer's escaping (src/tools/svg.c).
  */
 #include "tools/svg.c"
+#include "tools/trace_formats.c"
 #include "tools/trace_parse.c"
+#include "tools/trace_time.c"
 #include "t.h"
 
 #define SEC INT64_C(1000000000)
