@@ -16,7 +16,23 @@ gcc -O2 -std=c11 -D_GNU_SOURCE -I "$src/include" -I "$src/src" -I "$src/src/core
   "$build/libsluice.a" -lyaml -lcrypto -lpthread -lm
 n=${OVERRIDES_N:-1000000}
 "$work/ob" load "$n"
-for loaded in 0 "$n"; do "$work/ob" decide "$loaded" 2000000 1000; done
+# CPU time: ROUNDS (default 3) interleaved rounds of none / n loaded, min median max, and
+# the ratio of the medians (one round on shared cores moves by more than the probe costs)
+rounds=${ROUNDS:-3}
+for r in $(seq "$rounds"); do
+  for loaded in 0 "$n"; do "$work/ob" decide "$loaded" 2000000 1000; done
+done | tee "$work/decide.txt"
+awk -v n="$n" '/^decide:/ { v[$2] = v[$2] " " $11 }
+  function stats(s,   a, k, i, j, t) {
+    k = split(s, a, " ")
+    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+    med = a[int((k + 1) / 2)]
+    return sprintf("%s %s %s", a[1], med, a[k])
+  }
+  END {
+    s0 = stats(v["0"]); m0 = med; s1 = stats(v[n]); m1 = med
+    printf "CPU ns per decision (min median max): none %s; %d loaded %s; ratio of medians %.2fx (issue 21 target <= 1.10x)\n", s0, n, s1, m1 / m0
+  }' "$work/decide.txt"
 if command -v valgrind >/dev/null; then
   # only the decisions are counted (--toggle-collect): the load's cost varies with the
   # table's random seed by more than a decision costs, so whole-run counts do not cancel
