@@ -324,6 +324,78 @@ def test_import_in_batches_keeps_order_max_audit_and_refuses_when_redis_dies():
         redis.kill()
 
 
+def test_through_sentinel_a_failover_keeps_them_and_takes_new_changes():
+    """Two instances find the primary through three sentinels. An override set before the
+    primary is killed is still there after the replica is promoted (on both instances), and
+    a change made after the failover (retried while it answers 503) reaches the other."""
+    from redis_procs import Client, RedisProc, wait_for
+    primary = RedisProc([])
+    replica = RedisProc(["--replicaof", "127.0.0.1", str(primary.port)])
+    conf = ("sentinel monitor mymaster 127.0.0.1 %d 2\n"
+            "sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 10000\n"
+            % primary.port)
+    sentinels = [RedisProc([], sentinel_conf=conf) for _ in range(3)]
+    a = b = None
+    try:
+        def sentinels_ready():
+            for sn in sentinels:
+                c = Client(sn.port)
+                reps = c.command("SENTINEL", "REPLICAS", "mymaster")
+                others = c.command("SENTINEL", "SENTINELS", "mymaster")
+                c.close()
+                if not isinstance(reps, list) or len(reps) < 1 or not isinstance(others, list) or len(others) < 2:
+                    return False
+            return True
+        assert wait_for(sentinels_ready, 20, 0.1), "sentinels did not discover each other"
+        store = ("  timeout: 200ms\n  sentinel:\n    master: mymaster\n    addrs: [%s]\n"
+                 % ", ".join("127.0.0.1:%d" % sn.port for sn in sentinels))
+        cfg = (CONFIG % (TOKEN, "")).replace("  key_secret: shared-secret-of-the-test\n",
+                                             "  key_secret: shared-secret-of-the-test\n" + store)
+        a, b = (Server(config_text=cfg, test_clock=True) for _ in range(2))
+        for s in (a, b):
+            clock_set(s, T0_MS)
+        assert put(a, "k1", {"block": True, "label": "before"}).status_code == 201
+        until(lambda: get(b, "k1").status_code == 200, 2.0)
+
+        def replicated():
+            c = Client(replica.port)
+            n = c.command("HLEN", "sl:{sluice-ovr}:data")
+            c.close()
+            return n == 1
+        assert wait_for(replicated, 10, 0.05), "the replica did not get the override"
+        primary.kill()
+
+        def promoted():
+            try:
+                c = Client(replica.port)
+                m = "role:master" in c.command("INFO", "replication")
+                c.close()
+                return m
+            except (OSError, ConnectionError):
+                return False
+        assert wait_for(promoted, 30, 0.1), "no failover"
+        t0 = time.monotonic()
+        code = None
+        while time.monotonic() - t0 < 20:
+            code = put(b, "k2", {"block": True, "label": "after"}).status_code
+            if code == 201:
+                break
+            assert code == 503, code  # refused while the instance finds the new primary
+            time.sleep(0.2)
+        assert code == 201, code
+        print("\nPUT after the failover accepted %.1f s after the promotion" % (time.monotonic() - t0))
+        until(lambda: get(a, "k2").status_code == 200, 5.0)
+        for s in (a, b):
+            assert get(s, "k1").json()["label"] == "before" and get(s, "k2").json()["label"] == "after"
+            assert auth(s, "k1") == 429 and auth(s, "k2") == 429 and auth(s, "k3") == 200
+    finally:
+        for s in (a, b):
+            if s:
+                assert s.stop() == 0, s.output()  # clean exit (sanitizer builds: no leak)
+        for p in [primary, replica] + sentinels:
+            p.close()
+
+
 def test_on_a_redis_cluster():
     from redis_procs import RedisProc, wait_for
     nodes = []
