@@ -10,6 +10,7 @@
  */
 #include "core/log.h"
 #include "core/redact.h"
+#include "core/tz.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -121,19 +122,6 @@ static int64_t wall_now(const sl_log *l) {
     return l->wall_fn ? l->wall_fn(l->clock_ud) : sys_clock(CLOCK_REALTIME);
 }
 
-/* Days since 1970-01-01 to a civil date (proleptic Gregorian), integers only. */
-static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d) {
-    z += 719468;
-    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    unsigned doe = (unsigned)(z - era * 146097);
-    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    unsigned mp = (5 * doy + 2) / 153;
-    *d = doy - (153 * mp + 2) / 5 + 1;
-    *m = mp < 10 ? mp + 3 : mp - 9;
-    *y = (int64_t)yoe + era * 400 + (*m <= 2);
-}
-
 void sl_log_time(int64_t wall_ns, char out[28]) {
     int64_t s = wall_ns / NS_PER_S, ns = wall_ns % NS_PER_S;
     if (ns < 0) ns += NS_PER_S, s--;
@@ -141,7 +129,7 @@ void sl_log_time(int64_t wall_ns, char out[28]) {
     if (sod < 0) sod += 86400, days--;
     int64_t y;
     unsigned mo, d;
-    civil_from_days(days, &y, &mo, &d);
+    sl_civil_from_days(days, &y, &mo, &d);
     if (y < 0) y = 0;
     if (y > 9999) y = 9999;
     /* digits by hand: no locale, no format parsing, every field fixed width */

@@ -46,7 +46,7 @@ static int64_t floor_div(int64_t a, int64_t b) {
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
+int64_t sl_days_from_civil(int64_t y, unsigned m, unsigned d) {
     y -= m <= 2;
     int64_t era = floor_div(y, 400);
     unsigned yoe = (unsigned)(y - era * 400);
@@ -55,7 +55,7 @@ static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
     return era * 146097 + (int64_t)doe - 719468;
 }
 
-static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d) {
+void sl_civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d) {
     z += 719468;
     int64_t era = floor_div(z, 146097);
     unsigned doe = (unsigned)(z - era * 146097);
@@ -189,11 +189,11 @@ int sl_tz_posix_parse(const char *s, size_t len, sl_tz_posix *out) {
 static int64_t rule_instant(const sl_tz_rule *r, int64_t y, int32_t utoff) {
     int64_t day;
     if (r->kind == 'J') {
-        day = days_from_civil(y, 1, 1) + r->day - 1 + (is_leap(y) && r->day >= 60);
+        day = sl_days_from_civil(y, 1, 1) + r->day - 1 + (is_leap(y) && r->day >= 60);
     } else if (r->kind == 'D') {
-        day = days_from_civil(y, 1, 1) + r->day;
+        day = sl_days_from_civil(y, 1, 1) + r->day;
     } else {
-        int64_t first = days_from_civil(y, r->month, 1);
+        int64_t first = sl_days_from_civil(y, r->month, 1);
         int wd_first = (int)(((first % 7) + 11) % 7); /* 1970-01-01 was a Thursday (4) */
         unsigned dom = 1 + (unsigned)((r->wday - wd_first + 7) % 7) + (r->week - 1u) * 7;
         if (dom > month_days(y, r->month)) dom -= 7;
@@ -208,7 +208,7 @@ static int64_t rule_instant(const sl_tz_rule *r, int64_t y, int32_t utoff) {
 static int rule_events(const sl_tz_posix *p, int64_t t, int64_t ev[10], bool dst[10]) {
     int64_t y;
     unsigned m, d;
-    civil_from_days(floor_div(t + p->std_utoff, 86400), &y, &m, &d);
+    sl_civil_from_days(floor_div(t + p->std_utoff, 86400), &y, &m, &d);
     int n = 0;
     for (int64_t yy = y - 2; yy <= y + 2; yy++) {
         ev[n] = rule_instant(&p->start, yy, p->std_utoff), dst[n++] = true;
@@ -435,8 +435,8 @@ static int64_t local_floor(sluice_period p, int64_t l) {
     case SLUICE_PERIOD_HOUR: return floor_div(l, 3600) * 3600;
     case SLUICE_PERIOD_WEEK: return (days - (((days % 7) + 10) % 7)) * 86400; /* Monday = 0 */
     case SLUICE_PERIOD_MONTH:
-        civil_from_days(days, &y, &m, &d);
-        return days_from_civil(y, m, 1) * 86400;
+        sl_civil_from_days(days, &y, &m, &d);
+        return sl_days_from_civil(y, m, 1) * 86400;
     case SLUICE_PERIOD_DAY:
     default: return days * 86400;
     }
@@ -450,8 +450,8 @@ static int64_t local_next(sluice_period p, int64_t l) {
     case SLUICE_PERIOD_HOUR: return l + 3600;
     case SLUICE_PERIOD_WEEK: return l + 7 * 86400;
     case SLUICE_PERIOD_MONTH:
-        civil_from_days(floor_div(l, 86400), &y, &m, &d);
-        return days_from_civil(m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1) * 86400;
+        sl_civil_from_days(floor_div(l, 86400), &y, &m, &d);
+        return sl_days_from_civil(m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1) * 86400;
     case SLUICE_PERIOD_DAY:
     default: return l + 86400;
     }

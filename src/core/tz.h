@@ -19,6 +19,11 @@ typedef struct sl_tz sl_tz;
 /* The zone `name` ("Europe/Madrid", "UTC"), loaded from the zoneinfo directory once
  * and cached for the life of the process (thread-safe). NULL and *err = SLUICE_ENOTFOUND
  * for an unknown or unsafe name (absolute path, ".."), SLUICE_ECORRUPT for a bad file. */
+/* Civil dates, proleptic Gregorian (Howard Hinnant's algorithms): days since 1970-01-01
+ * of y-m-d (m 1..12, d 1..31), and back. Integers only, any year. */
+int64_t sl_days_from_civil(int64_t y, unsigned m, unsigned d);
+void sl_civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d);
+
 const sl_tz *sl_tz_get(const char *name, int *err);
 
 /* Parses TZif bytes (versions 1-4, including the POSIX TZ footer used for instants past

@@ -14,6 +14,7 @@
 
 #include "cli/cli.h"
 #include "core/hash.h"
+#include "core/tz.h"
 #include "cli/opts.h"
 #include "replay.h"
 
@@ -188,17 +189,14 @@ static rp_key *key_find(rp_run *r, uint64_t h, uint32_t win, bool create) {
     return k;
 }
 
-/* Days since 1970-01-01 (Howard Hinnant's days_from_civil, inverted for the month). */
+/* Months since year 0 of the UTC date at wall_ns (y * 12 + m). */
 static int64_t month_index(int64_t wall_ns) {
     int64_t days = wall_ns / NS / 86400;
     if (wall_ns < 0 && (wall_ns / NS) % 86400 != 0) days--;
-    days += 719468;
-    int64_t era = (days >= 0 ? days : days - 146096) / 146097;
-    int64_t doe = days - era * 146097;
-    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t y = yoe + era * 400, doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    int64_t mp = (5 * doy + 2) / 153, m = mp + (mp < 10 ? 3 : -9);
-    return (y + (m <= 2)) * 12 + m;
+    int64_t y;
+    unsigned m, d;
+    sl_civil_from_days(days, &y, &m, &d);
+    return y * 12 + m;
 }
 
 /* The aligned window of a FIXED peak: multiples of w since the epoch (as fixed windows

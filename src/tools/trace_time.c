@@ -7,18 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tz.h"
 #include "trace_int.h"
 
 /* ---- time ----------------------------------------------------------------------------- */
-
-static int64_t days_from_civil(int64_t y, int m, int d) {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
 
 static bool num(const char *s, size_t n, int *out) {
     int v = 0;
@@ -127,7 +119,8 @@ bool sl_trace_parse_time(const char *s, size_t len, int64_t *out_ns) {
             }
             int64_t off;
             if (!zone(s + j, len - j, &off)) return false;
-            return civil_ns(days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off, frac, out_ns);
+            return civil_ns(sl_days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec - off,
+                           frac, out_ns);
         }
         /* nginx $time_local: 10/Oct/2000:13:55:36 -0700 */
         if (len >= 20 && s[2] == '/' && s[6] == '/' && s[11] == ':' && s[14] == ':' &&
@@ -140,7 +133,8 @@ bool sl_trace_parse_time(const char *s, size_t len, int64_t *out_ns) {
             while (j < len && s[j] == ' ') j++;
             int64_t off;
             if (!zone(s + j, len - j, &off)) return false;
-            return civil_ns(days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off, 0, out_ns);
+            return civil_ns(sl_days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec - off, 0,
+                           out_ns);
         }
     }
     return false;

@@ -162,3 +162,39 @@ def wait_for(pred, timeout, step=0.02):
             return True
         time.sleep(step)
     return bool(pred())
+
+
+def sentinels_ready(sentinels, master="mymaster", password=None):
+    """True when every sentinel knows a replica of `master` and the two other sentinels."""
+    for sn in sentinels:
+        c = Client(sn.port, password=password)
+        reps = c.command("SENTINEL", "REPLICAS", master)
+        others = c.command("SENTINEL", "SENTINELS", master)
+        c.close()
+        if not isinstance(reps, list) or len(reps) < 1 or not isinstance(others, list) or len(others) < 2:
+            return False
+    return True
+
+
+def is_primary(proc, password=None):
+    """True when the Redis of `proc` answers as a primary (False while it cannot be reached:
+    a replica drops its clients when it changes roles)."""
+    try:
+        c = Client(proc.port, password=password)
+        m = "role:master" in c.command("INFO", "replication")
+        c.close()
+        return m
+    except (OSError, ConnectionError):
+        return False
+
+
+def sentinel_set(down_after_ms=1000):
+    """A primary, its replica and three sentinels monitoring it as "mymaster" (quorum 2),
+    started on free ports: (primary, replica, sentinels). The caller waits for
+    sentinels_ready and closes them all."""
+    primary = RedisProc([])
+    replica = RedisProc(["--replicaof", "127.0.0.1", str(primary.port)])
+    conf = ("sentinel monitor mymaster 127.0.0.1 %d 2\n"
+            "sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster 10000\n"
+            % (primary.port, down_after_ms))
+    return primary, replica, [RedisProc([], sentinel_conf=conf) for _ in range(3)]

@@ -328,25 +328,11 @@ def test_through_sentinel_a_failover_keeps_them_and_takes_new_changes():
     """Two instances find the primary through three sentinels. An override set before the
     primary is killed is still there after the replica is promoted (on both instances), and
     a change made after the failover (retried while it answers 503) reaches the other."""
-    from redis_procs import Client, RedisProc, wait_for
-    primary = RedisProc([])
-    replica = RedisProc(["--replicaof", "127.0.0.1", str(primary.port)])
-    conf = ("sentinel monitor mymaster 127.0.0.1 %d 2\n"
-            "sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 10000\n"
-            % primary.port)
-    sentinels = [RedisProc([], sentinel_conf=conf) for _ in range(3)]
+    from redis_procs import Client, is_primary, sentinel_set, sentinels_ready, wait_for
+    primary, replica, sentinels = sentinel_set()
     a = b = None
     try:
-        def sentinels_ready():
-            for sn in sentinels:
-                c = Client(sn.port)
-                reps = c.command("SENTINEL", "REPLICAS", "mymaster")
-                others = c.command("SENTINEL", "SENTINELS", "mymaster")
-                c.close()
-                if not isinstance(reps, list) or len(reps) < 1 or not isinstance(others, list) or len(others) < 2:
-                    return False
-            return True
-        assert wait_for(sentinels_ready, 20, 0.1), "sentinels did not discover each other"
+        assert wait_for(lambda: sentinels_ready(sentinels), 20, 0.1), "sentinels did not discover each other"
         store = ("  timeout: 200ms\n  sentinel:\n    master: mymaster\n    addrs: [%s]\n"
                  % ", ".join("127.0.0.1:%d" % sn.port for sn in sentinels))
         cfg = (CONFIG % (TOKEN, "")).replace("  key_secret: shared-secret-of-the-test\n",
@@ -364,16 +350,7 @@ def test_through_sentinel_a_failover_keeps_them_and_takes_new_changes():
             return n == 1
         assert wait_for(replicated, 10, 0.05), "the replica did not get the override"
         primary.kill()
-
-        def promoted():
-            try:
-                c = Client(replica.port)
-                m = "role:master" in c.command("INFO", "replication")
-                c.close()
-                return m
-            except (OSError, ConnectionError):
-                return False
-        assert wait_for(promoted, 30, 0.1), "no failover"
+        assert wait_for(lambda: is_primary(replica), 30, 0.1), "no failover"
         t0 = time.monotonic()
         code = None
         while time.monotonic() - t0 < 20:

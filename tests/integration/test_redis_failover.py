@@ -17,7 +17,7 @@ import time
 import requests
 
 from conftest import Server
-from redis_procs import Client, RedisProc, metric, wait_for
+from redis_procs import Client, RedisProc, metric, sentinels_ready, wait_for
 
 PASS = "hunter2-it-data"
 SENT_PASS = "hunter2-it-sentinel"
@@ -138,17 +138,8 @@ def test_sentinel_failover_under_load():
     data = {primary.port: primary, replica.port: replica}
     srv = load = None
     try:
-        def sentinels_ready():
-            for sn in sentinels:
-                c = Client(sn.port, password=SENT_PASS)
-                reps = c.command("SENTINEL", "REPLICAS", "mymaster")
-                others = c.command("SENTINEL", "SENTINELS", "mymaster")
-                c.close()
-                if not isinstance(reps, list) or len(reps) < 1 or not isinstance(others, list) or len(others) < 2:
-                    return False
-            return True
-
-        assert wait_for(sentinels_ready, 20, 0.1), "sentinels did not discover each other"
+        assert wait_for(lambda: sentinels_ready(sentinels, password=SENT_PASS), 20, 0.1), \
+            "sentinels did not discover each other"
         cfg = ("workers: 2\nstore:\n  type: redis\n  timeout: 200ms\n  password: %s\n  sentinel:\n"
                "    master: mymaster\n    addrs: [%s]\n    password: %s\n"
                % (PASS, ", ".join("127.0.0.1:%d" % sn.port for sn in sentinels), SENT_PASS) + POLICIES)

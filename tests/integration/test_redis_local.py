@@ -438,26 +438,11 @@ def test_local_sentinel_failover_under_load():
     promote the replica (down-after 1 s) while the instances decide locally, with no
     operator action; the window the failover happens in and the windows after it stay
     within the bound, and no decision was refused for the store (no 503)."""
-    from redis_procs import Client
-    primary = RedisProc([])
-    replica = RedisProc(["--replicaof", "127.0.0.1", str(primary.port)])
-    conf = ("sentinel monitor mymaster 127.0.0.1 %d 2\n"
-            "sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 10000\n"
-            % primary.port)
-    sentinels = [RedisProc([], sentinel_conf=conf) for _ in range(3)]
+    from redis_procs import Client, sentinel_set, sentinels_ready
+    primary, replica, sentinels = sentinel_set()
     inst = []
     try:
-        def sentinels_ready():
-            for sn in sentinels:
-                c = Client(sn.port)
-                reps = c.command("SENTINEL", "REPLICAS", "mymaster")
-                others = c.command("SENTINEL", "SENTINELS", "mymaster")
-                c.close()
-                if not isinstance(reps, list) or len(reps) < 1 or not isinstance(others, list) or len(others) < 2:
-                    return False
-            return True
-
-        assert wait_for(sentinels_ready, 20, 0.1), "sentinels did not discover each other"
+        assert wait_for(lambda: sentinels_ready(sentinels), 20, 0.1), "sentinels did not discover each other"
 
         def link_up():
             c = Client(replica.port)

@@ -22,34 +22,12 @@ count() {
   echo "$out" | awk '/Collected/ {print $4}'
 }
 fail=0 measured=""
+. "$(dirname "$0")/budget_lib.sh"
 printf '%-14s %12s %12s %8s\n' case budget measured change
 for c in "engine one" "engine three" "engine conc" "lib 1" "lib 2"; do
   set -- $c
   c1=$(count "$bin" "$1" "$2" "$n")
   c2=$(count "$bin" "$1" "$2" $((2 * n)))
-  per=$(( (c2 - c1) / n ))
-  measured+="$cc $1 $2 $per"$'\n'
-  want=$(awk -v cc="$cc" -v a="$1" -v b="$2" '$1 == cc && $2 == a && $3 == b {print $4}' "$budget")
-  if [ -z "$want" ]; then
-    printf '%-14s %12s %12d %8s\n' "$1 $2" "-" "$per" "no budget"
-    [ "$update" = --update ] || fail=1
-    continue
-  fi
-  change=$(awk -v a="$per" -v b="$want" 'BEGIN {printf "%+.1f%%", (a - b) * 100 / b}')
-  printf '%-14s %12d %12d %8s\n' "$1 $2" "$want" "$per" "$change"
-  if [ "$per" -gt $(( want + want * margin / 100 )) ]; then
-    echo "  over budget: $1 $2 costs $per instructions per decision, budget $want + $margin %" >&2
-    fail=1
-  fi
+  budget_case "$1" "$2" $(( (c2 - c1) / n ))
 done
-if [ "$update" = --update ]; then
-  { grep -v "^$cc " "$budget" || true; printf '%s' "$measured"; } > "$budget.new"
-  mv "$budget.new" "$budget"
-  echo "budget for $cc written to $budget"
-  exit 0
-fi
-if [ $fail -ne 0 ]; then
-  echo "decision cost over budget (or no budget for $cc): if the increase is intended, run" >&2
-  echo "  $0 $bin $budget $cc --update   and commit $budget with the reason" >&2
-fi
-exit $fail
+budget_end "$0" "$bin" "$budget" "$cc"

@@ -44,7 +44,8 @@ PY
 N=${PROTOCOL_COST_N:-1000}
 . "$here/../../bench/protocol_cost_lib.sh"
 fail=0 measured=""
-printf '%-10s %10s %10s %8s\n' path budget measured change
+. "$here/budget_lib.sh"
+printf '%-14s %12s %12s %8s\n' path budget measured change
 for kind in auth check resp compact grpc; do
   per=$(per "$bin" $kind)
   if [ -e "$work/load_failed" ] || ! [[ $per =~ ^[0-9]+$ ]]; then
@@ -53,28 +54,6 @@ for kind in auth check resp compact grpc; do
     rm -f "$work/load_failed"
     continue
   fi
-  measured+="$cc $kind $per"$'\n'
-  want=$(awk -v cc="$cc" -v k="$kind" '$1 == cc && $2 == k {print $3}' "$budget")
-  if [ -z "$want" ]; then
-    printf '%-10s %10s %10d %8s\n' "$kind" "-" "$per" "no budget"
-    [ "$update" = --update ] || fail=1
-    continue
-  fi
-  change=$(awk -v a="$per" -v b="$want" 'BEGIN {printf "%+.1f%%", (a - b) * 100 / b}')
-  printf '%-10s %10d %10d %8s\n' "$kind" "$want" "$per" "$change"
-  if [ "$per" -gt $(( want + want * margin / 100 )) ]; then
-    echo "  over budget: $kind costs $per instructions per request, budget $want + $margin %" >&2
-    fail=1
-  fi
+  budget_case "$kind" "$per"
 done
-if [ "$update" = --update ]; then
-  { grep -v "^$cc " "$budget" || true; printf '%s' "$measured"; } > "$budget.new"
-  mv "$budget.new" "$budget"
-  echo "budget for $cc written to $budget"
-  exit 0
-fi
-if [ $fail -ne 0 ]; then
-  echo "protocol cost over budget (or not measured, or no budget for $cc): if an increase is" >&2
-  echo "intended, run  $0 $bin $budget $cc --update  and commit $budget with the reason" >&2
-fi
-exit $fail
+budget_end "$0" "$bin" "$budget" "$cc"

@@ -66,6 +66,21 @@ void sl__resp_with_wbuf(sl_conn *c, size_t need, void (*fn)(sl_conn *c, sl_wbuf 
     }
     sl_conn_commit(c, &wb);
 }
+void sl__resp_finish(sl_pending *p, int rc, bool later, size_t need,
+                     void (*fn)(sl_conn *c, sl_wbuf *wb, void *arg)) {
+    p->rc = rc;
+    sl__resp_with_wbuf(p->c, need, fn, p);
+    if (later) sl_conn_resume(p->c);
+}
+
+bool sl__resp_unknown_policy(sl_wbuf *wb, int rc, const sl_verdict *v, const char *policy) {
+    if (rc != SLUICE_ENOTFOUND || v->action != SL_ERROR) return false;
+    char m[320];
+    snprintf(m, sizeof(m), "ERR unknown policy '%.100s'", policy ? policy : "");
+    sl_resp_error(wb, m);
+    return true;
+}
+
 /* A continuation for this command, or an error reply when the worker has too many
  * waiting. The handler's buffer is committed first: the answer may come before the
  * handler returns, and must follow what the handler wrote. */

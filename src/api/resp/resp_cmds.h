@@ -30,6 +30,13 @@ void sl__resp_err_arity(resp_ctx *x);
 int sl__resp_arg_cstr(const sl_resp_cmd *cmd, size_t i, char *buf, size_t len);
 void sl__resp_with_wbuf(sl_conn *c, size_t need, void (*fn)(sl_conn *c, sl_wbuf *wb, void *arg), void *arg);
 sl_pending *sl__resp_take(resp_ctx *x, sl_pending_fn finish);
+/* A continuation's end: p->rc = rc, the reply written by fn(p) in a buffer of `need`
+ * bytes, and the connection resumed when the answer came later than the command. */
+void sl__resp_finish(sl_pending *p, int rc, bool later, size_t need,
+                     void (*fn)(sl_conn *c, sl_wbuf *wb, void *arg));
+/* "ERR unknown policy '<policy>'" when rc and v say the policy is not configured: true
+ * when written. */
+bool sl__resp_unknown_policy(sl_wbuf *wb, int rc, const sl_verdict *v, const char *policy);
 
 /* resp_sl.c: the decision reply, and a trailing COMPACT */
 void sl__resp_verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const char *policy, reply_form form);

@@ -33,12 +33,7 @@ static void compact_reply(sl_wbuf *wb, const sl_verdict *v) {
 void sl__resp_verdict_reply(sl_conn *c, sl_wbuf *wb, int rc, sl_verdict *v, const char *policy, reply_form form) {
     sl_worker *w = c->w;
     sl_server_count_verdict(w, rc, v);
-    if (rc == SLUICE_ENOTFOUND && v->action == SL_ERROR) {
-        char m[320];
-        snprintf(m, sizeof(m), "ERR unknown policy '%.100s'", policy ? policy : "");
-        sl_resp_error(wb, m);
-        return;
-    }
+    if (sl__resp_unknown_policy(wb, rc, v, policy)) return;
     if (rc != 0) {
         char m[200];
         snprintf(m, sizeof(m), "ERR %s", sl_engine_error_text(rc));
@@ -146,9 +141,7 @@ static void write_verdict(sl_conn *c, sl_wbuf *wb, void *arg) {
 }
 
 static void finish_verdict(sl_pending *p, int rc, bool later) {
-    p->rc = rc;
-    sl__resp_with_wbuf(p->c, REPLY_RESERVE + SL_TOKEN_MAX, write_verdict, p);
-    if (later) sl_conn_resume(p->c);
+    sl__resp_finish(p, rc, later, REPLY_RESERVE + SL_TOKEN_MAX, write_verdict);
 }
 
 static void decide(resp_ctx *x, sl_pending *p) {
@@ -229,11 +222,8 @@ void sl__resp_cmd_pass(resp_ctx *x) { cmd_check_mode(x, CHECK_PASS); }
 static void write_pass(sl_conn *c, sl_wbuf *wb, void *arg) {
     (void)c;
     sl_pending *p = arg;
-    if (p->rc == SLUICE_ENOTFOUND && p->v.action == SL_ERROR) {
-        char m[320];
-        snprintf(m, sizeof(m), "ERR unknown policy '%.100s'", p->text);
-        sl_resp_error(wb, m);
-    } else if (p->rc != 0) {
+    if (sl__resp_unknown_policy(wb, p->rc, &p->v, p->text)) return;
+    if (p->rc != 0) {
         char m[160];
         snprintf(m, sizeof(m), "ERR %s", sluice_strerror(p->rc));
         sl_resp_error(wb, m);
@@ -245,9 +235,7 @@ static void write_pass(sl_conn *c, sl_wbuf *wb, void *arg) {
 }
 
 static void finish_pass(sl_pending *p, int rc, bool later) {
-    p->rc = rc;
-    sl__resp_with_wbuf(p->c, 512, write_pass, p);
-    if (later) sl_conn_resume(p->c);
+    sl__resp_finish(p, rc, later, 512, write_pass);
 }
 
 #define REQ_HEADERS (SL_RESP_MAX_ARGS / 3 + 1)

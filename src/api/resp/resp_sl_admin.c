@@ -14,11 +14,8 @@
 static void write_reset(sl_conn *c, sl_wbuf *wb, void *arg) {
     (void)c;
     sl_pending *p = arg;
-    if (p->rc == SLUICE_ENOTFOUND && p->v.action == SL_ERROR) {
-        char m[320];
-        snprintf(m, sizeof(m), "ERR unknown policy '%.100s'", p->text);
-        sl_resp_error(wb, m);
-    } else if (p->rc != SLUICE_OK) {
+    if (sl__resp_unknown_policy(wb, p->rc, &p->v, p->text)) return;
+    if (p->rc != SLUICE_OK) {
         sl_resp_error(wb, p->rc == SLUICE_ESTORE ? "ERR the shared store is unreachable"
                                                  : "ERR reset failed");
     } else {
@@ -27,9 +24,7 @@ static void write_reset(sl_conn *c, sl_wbuf *wb, void *arg) {
 }
 
 static void finish_reset(sl_pending *p, int rc, bool later) {
-    p->rc = rc;
-    sl__resp_with_wbuf(p->c, 512, write_reset, p);
-    if (later) sl_conn_resume(p->c);
+    sl__resp_finish(p, rc, later, 512, write_reset);
 }
 
 /* SL.RESET <policy> <key>: forgets the key under every window of the policy. Replies

@@ -29,9 +29,7 @@ static void write_throttle(sl_conn *c, sl_wbuf *wb, void *arg) {
 }
 
 static void finish_throttle(sl_pending *p, int rc, bool later) {
-    p->rc = rc;
-    sl__resp_with_wbuf(p->c, 256, write_throttle, p);
-    if (later) sl_conn_resume(p->c);
+    sl__resp_finish(p, rc, later, 256, write_throttle);
 }
 
 /* CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>] (SPECS §5): one
