@@ -373,6 +373,36 @@ def test_refuse_429_with_ratelimit_fields_and_dialect(make_server, chan, xp):
     first.close()
 
 
+def test_admitted_response_headers_carry_the_ratelimit_fields(make_server, chan, xp):
+    """An admitted request's response headers get the answer's RateLimit fields and the
+    provider dialect (as a refusal's ImmediateResponse has them), beside the clamp header
+    when max_tokens was clamped."""
+    s = make_server(config_text=config(out=1000))
+    st = Stream(chan(s), xp)
+    st.headers()
+    assert st.body(fixture("openai_chat_request.json")).WhichOneof("response") == "request_body"
+    r = st.resp_headers()
+    cr = r.response_headers.response
+    hs = {o.header.key: o.header.raw_value.decode() for o in cr.header_mutation.set_headers}
+    assert "ratelimit" in hs and "ratelimit-policy" in hs, hs
+    assert "x-ratelimit-remaining-tokens" in hs, hs
+    assert "x-sluice-max-tokens-clamped" not in hs and "retry-after" not in hs, hs
+    assert not any("token" in k and "sluice" in k for k in hs), hs  # no settle token to the client
+    st.close()
+    st = Stream(chan(s), xp)  # 600 left of the output pool, 400 asked: admitted again, then
+    st.headers()              # 200 left: clamped
+    st.body(fixture("openai_chat_request.json"))
+    st.close()
+    st = Stream(chan(s), xp)
+    st.headers()
+    r = st.body(fixture("openai_chat_request.json"))
+    assert mutated_header(r.request_body.response, "x-sluice-max-tokens-clamped") == "400->200"
+    hs = {o.header.key: o.header.raw_value.decode()
+          for o in st.resp_headers().response_headers.response.header_mutation.set_headers}
+    assert hs["x-sluice-max-tokens-clamped"] == "400->200" and "ratelimit" in hs, hs
+    st.close()
+
+
 def test_below_min_output_is_refused(make_server, chan, xp):
     s = make_server(config_text=config(out=150, min_output=200))
     st = Stream(chan(s), xp)

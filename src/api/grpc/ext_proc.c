@@ -61,6 +61,10 @@ struct sl_xp_call {
     sl_llm_params params;
     char policy[96];
     sl_llm_counts reserved;
+    /* the admitted answer's header fields (RateLimit, RateLimit-Policy, the provider
+     * dialect: "name\0value\0" pairs), added to the response headers */
+    char *ans;
+    size_t ans_len;
     /* the response */
     bool st_init, resp_body_seen, resp_eos;
     sl_llm_stream st;
@@ -441,6 +445,41 @@ static const sl_cllm *llm_of(const sl_verdict *v) {
     return NULL;
 }
 
+/* An admitted verdict's header fields, kept for the response headers (what a refusal
+ * sends in its ImmediateResponse: RateLimit, RateLimit-Policy, the provider dialect).
+ * Kept once: the headers phase's answer, or the body phase's when the headers had none. */
+static void keep_answer(sl_xp_call *x, const sl_verdict *v) {
+    static _Thread_local sl_answer a;
+    unsigned flags = x->hk && x->hk->render_flags ? x->hk->render_flags(x->owner) : 0;
+    sl_answer_build(&a, v, flags);
+    size_t need = 0;
+    for (size_t i = 0; i < a.nh; i++) {
+        if (!sl_answer_has_value(&a, i)) continue;
+        size_t nl, vl;
+        sl_answer_name(&a, i, &nl);
+        sl_answer_value(&a, i, &vl);
+        need += nl + vl + 2;
+    }
+    if (need == 0 || need > 4096) return; /* none, or more than a response should carry */
+    char *b = malloc(need);
+    if (b == NULL) return;
+    size_t at = 0;
+    for (size_t i = 0; i < a.nh; i++) {
+        if (!sl_answer_has_value(&a, i)) continue;
+        size_t nl, vl;
+        const char *nm = sl_answer_name(&a, i, &nl);
+        const char *vv = sl_answer_value(&a, i, &vl);
+        memcpy(b + at, nm, nl);
+        b[at + nl] = '\0';
+        memcpy(b + at + nl + 1, vv, vl);
+        b[at + nl + 1 + vl] = '\0';
+        at += nl + vl + 2;
+    }
+    free(x->ans);
+    x->ans = b;
+    x->ans_len = at;
+}
+
 /* The body phase admitted: CONTINUE, with the clamped body when max_tokens was clamped. */
 static void admit_body(sl_xp_call *x, const sl_verdict *v) {
     take_policy(x, v);
@@ -512,8 +551,10 @@ void sl_xp_decided(sl_h2 *h, sl_xp_call *x, int rc, const sl_verdict *v) {
         x->clamped = false;
         refuse_verdict(x, rc, v);
     } else if (ph == XP_AT_BODY) {
+        keep_answer(x, v);
         admit_body(x, v);
     } else {
+        keep_answer(x, v);
         take_policy(x, v);
         if (sl_verdict_needs_token(v)) {
             int tl = sl_verdict_token(v, x->tok, sizeof(x->tok));
@@ -568,17 +609,31 @@ static bool on_request_body(sl_xp_call *x, XReq *m, bool *took) {
     return start_decision(x, XP_AT_BODY);
 }
 
+/* The response headers: the admitted answer's RateLimit fields (as of the decision) and
+ * the clamp header when max_tokens was clamped. */
 static void on_response_headers(sl_xp_call *x) {
-    if (!x->clamped) {
-        send_common(x, ENVOY__SERVICE__EXT_PROC__V3__PROCESSING_RESPONSE__RESPONSE_RESPONSE_HEADERS, NULL, NULL);
+    const int which = ENVOY__SERVICE__EXT_PROC__V3__PROCESSING_RESPONSE__RESPONSE_RESPONSE_HEADERS;
+    if (!x->clamped && x->ans_len == 0) {
+        send_common(x, which, NULL, NULL);
         return;
     }
     hset hs;
     hset_init(&hs);
+    for (size_t at = 0; at < x->ans_len;) {
+        const char *nm = x->ans + at;
+        size_t nl = strlen(nm);
+        const char *vv = nm + nl + 1;
+        size_t vl = strlen(vv);
+        hset_add(&hs, nm, nl, vv, vl);
+        at += nl + vl + 2;
+    }
     char cv[48];
-    int cvl = snprintf(cv, sizeof(cv), "%llu->%llu", (unsigned long long)x->orig_max, (unsigned long long)x->new_max);
-    hset_add(&hs, SL_XP_CLAMP_HEADER, strlen(SL_XP_CLAMP_HEADER), cv, (size_t)cvl);
-    send_common(x, ENVOY__SERVICE__EXT_PROC__V3__PROCESSING_RESPONSE__RESPONSE_RESPONSE_HEADERS, &hs.m, NULL);
+    if (x->clamped) {
+        int cvl = snprintf(cv, sizeof(cv), "%llu->%llu", (unsigned long long)x->orig_max,
+                           (unsigned long long)x->new_max);
+        hset_add(&hs, SL_XP_CLAMP_HEADER, strlen(SL_XP_CLAMP_HEADER), cv, (size_t)cvl);
+    }
+    send_common(x, which, &hs.m, NULL);
 }
 
 /* A response body chunk (STREAMED): through the stream cutter; the chunk is replaced when
@@ -734,5 +789,6 @@ void sl_grpc_stream_gone(sl_h2 *h, void *call, void *app) {
     sl_llm_buf_free(&x->out);
     sl_llm_buf_free(&x->whole);
     free(x->hmem);
+    free(x->ans);
     free(x);
 }
