@@ -107,7 +107,7 @@ static void on_decided(void *ud, int rc, const sl_sresult *res) {
          * while this decision is retried (bounded on both sides: a writer waits at most
          * 2 ms per change, a decision ends in an error after 16 tries) */
         v->ovr_tries++;
-        if (v->ovr_tries == 3 && !v->ovr_starving) {
+        if (v->ovr_tries == 3) {
             sl_ovr_starving(sl_store_overrides(e->store), +1);
             v->ovr_starving = true;
         }

@@ -260,15 +260,12 @@ static char *redis_value(const sl_ovr_rec *r) {
     return v;
 }
 
-/* Writes one change to Redis, then waits for the feed to bring it into the local table:
- * every change reaches the table in Redis's order (a concurrent change on another
- * instance cannot be overwritten here by an older one). */
-static int redis_put(sl_ovr_res *res, sl_hash128 h, const char *val) {
-    char hx[33];
-    sl_ovr_hash_hex(h, hx);
-    const char *hp = hx;
+/* Writes n changes to Redis in one call, then waits for the feed to bring them into the
+ * local table: every change reaches the table in Redis's order (a concurrent change on
+ * another instance cannot be overwritten here by an older one). res says why not. */
+static int redis_write(sl_ovr_res *res, const char *const *hex, const char *const *val, size_t n) {
     uint64_t ver = 0;
-    int rc = sl_redis_ovr_write(&hp, &val, 1, REDIS_WRITE_NS, &ver);
+    int rc = sl_redis_ovr_write(hex, val, n, REDIS_WRITE_NS, &ver);
     if (rc == SLUICE_OK && !sl_redis_ovr_wait(ver, REDIS_WRITE_NS)) {
         resf(res, 503, "", "Redis took the change but this instance's copy did not follow "
              "within %d s: it applies once the copy catches up", (int)(REDIS_WRITE_NS / SLUICE_NS_PER_S));
@@ -279,6 +276,13 @@ static int redis_put(sl_ovr_res *res, sl_hash128 h, const char *val) {
              "was not applied here; retry", (int)(REDIS_WRITE_NS / SLUICE_NS_PER_S),
              sluice_strerror(rc));
     return rc;
+}
+
+static int redis_put(sl_ovr_res *res, sl_hash128 h, const char *val) {
+    char hx[33];
+    sl_ovr_hash_hex(h, hx);
+    const char *hp = hx;
+    return redis_write(res, &hp, &val, 1);
 }
 
 static bool hash_of(sl_ovr_table *t, const char *policy, const char *key, size_t key_len,
@@ -368,18 +372,10 @@ void sl_ovr_batch_flush(sl_server *s, sl_ovr_batch *b, sluice_time now, sl_ovr_b
     if (b == NULL || b->n == 0) return;
     const char *hex[SL_OVR_BATCH], *val[SL_OVR_BATCH];
     for (size_t i = 0; i < b->n; i++) hex[i] = b->e[i].hex, val[i] = b->e[i].val;
-    uint64_t ver = 0;
-    int rc = sl_redis_ovr_write(hex, val, b->n, REDIS_WRITE_NS, &ver);
-    bool seen = rc == SLUICE_OK && sl_redis_ovr_wait(ver, REDIS_WRITE_NS);
-    char why[200];
-    if (rc != SLUICE_OK)
-        snprintf(why, sizeof(why), "503 the Redis store did not confirm the change within %d s (%s): "
-                 "it was not applied here; retry", (int)(REDIS_WRITE_NS / SLUICE_NS_PER_S),
-                 sluice_strerror(rc));
-    else if (!seen)
-        snprintf(why, sizeof(why), "503 Redis took the change but this instance's copy did not "
-                 "follow within %d s: it applies once the copy catches up",
-                 (int)(REDIS_WRITE_NS / SLUICE_NS_PER_S));
+    sl_ovr_res res = {0};
+    bool seen = redis_write(&res, hex, val, b->n) == SLUICE_OK;
+    char why[sizeof(res.detail) + 8];
+    snprintf(why, sizeof(why), "%d %s", res.status, res.detail);
     sl_ovr_table *t = sl_store_overrides(s->store);
     for (size_t i = 0; i < b->n; i++) {
         bent *x = &b->e[i];

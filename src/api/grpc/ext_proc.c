@@ -447,7 +447,7 @@ static const sl_cllm *llm_of(const sl_verdict *v) {
 
 /* An admitted verdict's header fields, kept for the response headers (what a refusal
  * sends in its ImmediateResponse: RateLimit, RateLimit-Policy, the provider dialect).
- * Kept once: the headers phase's answer, or the body phase's when the headers had none. */
+ * The last admitted decision's (the body phase's after the headers phase's). */
 static void keep_answer(sl_xp_call *x, const sl_verdict *v) {
     static _Thread_local sl_answer a;
     unsigned flags = x->hk && x->hk->render_flags ? x->hk->render_flags(x->owner) : 0;
