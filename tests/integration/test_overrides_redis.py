@@ -80,6 +80,13 @@ def until(fn, timeout=5.0):
     raise AssertionError("not within %.1f s" % timeout)
 
 
+def feed_metric(s, name):
+    text = requests.get(s.admin + "/metrics", headers=H, timeout=10).text
+    line = [l for l in text.splitlines() if l.startswith(name + " ")]
+    assert line, name
+    return float(line[0].split()[1])
+
+
 def rcli(redis, *args):
     return subprocess.run(["redis-cli", "-p", str(redis.port)] + list(args), capture_output=True,
                           text=True, timeout=10).stdout
@@ -222,6 +229,8 @@ def test_redis_loses_its_data_and_others_write_more_than_this_copy_had_seen(monk
             assert put(a, k, {"block": True}).status_code == 201
         assert get(a, "k3").status_code == 200
         time.sleep(0.2)
+        passes = feed_metric(a, "sluice_overrides_redis_full_passes_total")
+        assert passes >= 1 and feed_metric(a, "sluice_overrides_redis_synced") == 1
         assert rcli(redis, "FLUSHALL").strip() == "OK"
         b = start(redis)
         for i in range(1, 7):
@@ -231,6 +240,10 @@ def test_redis_loses_its_data_and_others_write_more_than_this_copy_had_seen(monk
         assert [get(a, "n%d" % i).status_code for i in range(1, 7)] == [200] * 6
         assert [get(a, k).status_code for k in ("k1", "k2", "k3")] == [404] * 3
         assert auth(a, "k1") == 200 and auth(a, "n1") == 429
+        # an operator sees it: a full pass more, the feed polled recently, no errors
+        assert feed_metric(a, "sluice_overrides_redis_full_passes_total") > passes
+        assert feed_metric(a, "sluice_overrides_redis_last_poll_age_seconds") < 10
+        assert feed_metric(a, "sluice_overrides_redis_errors_total") == 0
     finally:
         for s in (a, b):
             if s:

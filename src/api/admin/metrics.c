@@ -7,9 +7,11 @@
  * listeners, Redis seeds) and the hot-key top N, never by keys, paths or hosts; labels
  * carry names from the config and keyed hashes, never a raw key.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/prom.h"
 #include "store/redis/store.h"
@@ -19,6 +21,8 @@
 #include "server/observe.h"
 #include "server/server.h"
 #include "store/memory/override.h"
+#include "store/redis/override.h"
+#include "api/admin/overrides.h"
 
 #ifndef SLUICE_COMMIT
 #define SLUICE_COMMIT "unknown"
@@ -182,6 +186,36 @@ static void overrides_metrics(sl_server *s, sl_prom *p) {
         const char *l[] = {"kind", kinds[k], NULL};
         sl_prom_u64(p, l, OSUM(ovr_dec[k]));
     }
+    if (!s->redis) return;
+    /* the Redis store: the feed that keeps this instance's copy (store/redis/override.c) */
+    sl_redis_ovr_stats st;
+    sl_redis_ovr_stats_get(&st);
+    static const struct { const char *name, *help; } fc[] = {
+        {"sluice_overrides_redis_polls_total", "Polls of the overrides' change feed in Redis."},
+        {"sluice_overrides_redis_changes_total", "Override changes read from the feed into this copy."},
+        {"sluice_overrides_redis_writes_total", "Override changes this instance wrote to Redis."},
+        {"sluice_overrides_redis_errors_total", "Feed polls or writes that failed (Redis unreachable, an error reply)."},
+        {"sluice_overrides_redis_full_passes_total",
+         "Full reads of Redis's overrides: at start, after a reload, behind a trim, or when Redis lost its data."},
+        {"sluice_overrides_redis_refused_total", "Feed changes this instance's configuration could not take."},
+    };
+    uint64_t fv[6] = {st.polls, st.changes, st.writes, st.errors, st.full_passes, sl_ovr_redis_refused()};
+    for (size_t i = 0; i < 6; i++) {
+        sl_prom_family(p, fc[i].name, SL_PROM_COUNTER, fc[i].help);
+        sl_prom_u64(p, NULL, fv[i]);
+    }
+    sl_prom_family(p, "sluice_overrides_redis_synced", SL_PROM_GAUGE,
+                   "1 once this instance's copy has read Redis's overrides whole, else 0.");
+    sl_prom_u64(p, NULL, st.synced ? 1 : 0);
+    sl_prom_family(p, "sluice_overrides_redis_version", SL_PROM_GAUGE,
+                   "The feed version this instance's copy has reached.");
+    sl_prom_u64(p, NULL, st.version);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * SLUICE_NS_PER_S + ts.tv_nsec;
+    sl_prom_family(p, "sluice_overrides_redis_last_poll_age_seconds", SL_PROM_GAUGE,
+                   "Seconds since the last successful poll of the feed (+Inf: none yet).");
+    sl_prom_f64(p, NULL, st.last_ok_ns > 0 ? (double)(now - st.last_ok_ns) / 1e9 : INFINITY);
 }
 
 static void server_families(sl_server *s, sl_prom *p) {

@@ -335,6 +335,7 @@ int sl_redis_ovr_start(const sl_redis_opts *o, const sl_redis_ovr_hooks *h, int6
     }
     for (size_t i = 0; i < sizeof(rnd); i++) snprintf(G.my_epoch + 2 * i, 3, "%02x", rnd[i]);
     G.in_full = true; /* the first pass is a full one */
+    atomic_fetch_add_explicit(&G.full_passes, 1, memory_order_relaxed);
     if (G.h.full_begin) G.h.full_begin(G.h.ud);
     if (pthread_create(&G.th, NULL, sync_main, NULL) != 0) {
         sl_redis_destroy(G.r);
